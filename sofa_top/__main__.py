@@ -1,0 +1,3 @@
+from sofa_top.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,143 @@
+"""Immutable samples: the only thing collectors hand to the rest of sofa-top.
+
+Every sample carries its timestamp, and a failed reading carries its error as data
+(``error`` is a short human-readable string) instead of raising. Missing hardware or
+permission is a *state* (e.g. ``GpuSample.status == "no-gpu"``), not an exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sofa_top.units import Bytes, Celsius, Hertz, MHz, Percent, Pid, Timestamp, Watts
+
+StackClass = Literal["input", "compute", "python", "idle"]
+STACK_CLASSES: tuple[StackClass, ...] = ("input", "compute", "python", "idle")
+
+
+@dataclass(frozen=True, slots=True)
+class ProcInfo:
+    """One process of the target tree at one instant."""
+
+    pid: Pid
+    ppid: Pid
+    name: str
+    cmdline: tuple[str, ...]
+    create_time: Timestamp
+    cpu_percent: Percent | None  # None on the first reading of a process (no delta yet)
+    num_threads: int | None
+    rss: Bytes | None
+    read_bytes: Bytes | None
+    write_bytes: Bytes | None
+    ctx_switches: int | None  # voluntary + involuntary, cumulative
+    state: str  # psutil status, e.g. "running", "sleeping", "zombie"; "exited" once gone
+    alive: bool = True
+    role: str = ""  # e.g. "target", "child", "DataLoader worker"
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """The target and all its descendants, plus tree totals."""
+
+    ts: Timestamp
+    target_pid: Pid
+    target_alive: bool
+    procs: tuple[ProcInfo, ...]
+    tree_cpu_percent: Percent | None
+    tree_rss: Bytes | None
+    tree_read_bytes: Bytes | None  # cumulative over live processes
+    tree_write_bytes: Bytes | None
+    tree_threads: int | None
+    exit_code: int | None = None  # known only when sofa-top is the parent
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SystemSample:
+    """Machine-wide CPU, memory and swap."""
+
+    ts: Timestamp
+    cpu_per_core: tuple[Percent, ...]
+    cpu_total: Percent  # mean over cores, 0..100
+    iowait: Percent | None  # None where the OS has no iowait
+    mem_used: Bytes
+    mem_total: Bytes
+    swap_used: Bytes
+    swap_total: Bytes
+    error: str | None = None
+
+
+GpuStatus = Literal["ok", "no-gpu", "no-driver", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevice:
+    """One GPU; a field that could not be read is None and its reason is in ``errors``."""
+
+    index: int
+    name: str
+    util: Percent | None
+    mem_used: Bytes | None
+    mem_total: Bytes | None
+    power_w: Watts | None
+    temp_c: Celsius | None
+    sm_clock_mhz: MHz | None
+    target_mem: Bytes | None  # GPU memory used by processes of the target tree
+    errors: tuple[tuple[str, str], ...] = ()  # (field, reason)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    ts: Timestamp
+    status: GpuStatus
+    devices: tuple[GpuDevice, ...] = ()
+    message: str = ""  # e.g. "no NVIDIA GPU: NVML library not found"
+    driver: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    function: str
+    filename: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class StackCount:
+    """How many samples of one window saw one thread in one stack (frames outermost first)."""
+
+    pid: Pid
+    tid: int
+    thread_name: str
+    frames: tuple[Frame, ...]
+    count: int
+    klass: StackClass
+
+
+@dataclass(frozen=True, slots=True)
+class StackWindow:
+    """py-spy samples aggregated over one window (about a second)."""
+
+    ts_start: Timestamp
+    ts_end: Timestamp
+    rate_hz: Hertz  # sampling rate used in this window (adapts to the CPU budget)
+    samples: int  # number of sampling instants (not thread-samples)
+    stacks: tuple[StackCount, ...] = ()
+    sampler_cpu: Percent | None = None  # py-spy's own CPU use during the window
+    error: str | None = None  # e.g. "ptrace denied: ..." (the window then has no stacks)
+    hint: str | None = None  # how to fix the error, when there is a fix
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A marker in the session: target exit, verdict change, collector state change, ..."""
+
+    ts: Timestamp
+    kind: str
+    message: str
+    data: dict[str, object] = field(default_factory=dict)
+
+
+Sample = ProcessSample | SystemSample | GpuSample | StackWindow | Event

@@ -1,0 +1,87 @@
+"""What the UI sees: an immutable view of the session, built by the session hub about once a second.
+
+The TUI never reads the database or the collectors; it receives ``Snapshot`` objects as Textual
+messages (posted from the hub's thread) and renders them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sofa_top.samples import (
+    Event,
+    GpuSample,
+    ProcessSample,
+    StackClass,
+    StackWindow,
+    SystemSample,
+)
+from sofa_top.units import Percent, Pid, Timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class TargetInfo:
+    pid: Pid
+    name: str
+    cmdline: tuple[str, ...]
+    launched: bool = False  # True when sofa-top started it (exit code then known)
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionStat:
+    """One function in the hot-functions table (percentages of all thread-samples considered)."""
+
+    function: str
+    filename: str
+    line: int
+    own_pct: Percent  # samples where it is the innermost frame
+    total_pct: Percent  # samples where it is anywhere on the stack
+    thread: str  # thread name (or "tid N") where it was seen most
+    klass: StackClass
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadStat:
+    pid: Pid
+    tid: int
+    name: str
+    samples: int
+    split: Mapping[str, float]  # class -> fraction of this thread's samples
+
+
+@dataclass(frozen=True, slots=True)
+class StackSummary:
+    """Stack windows aggregated over a span of time."""
+
+    ts_start: Timestamp
+    ts_end: Timestamp
+    thread_samples: int
+    functions: tuple[FunctionStat, ...]  # sorted by own_pct, descending
+    split: Mapping[str, float]  # input/compute/python/idle -> fraction (sums to 1 when samples>0)
+    threads: tuple[ThreadStat, ...]
+    rate_hz: float
+    sampler_cpu: Percent | None
+
+
+Point = tuple[Timestamp, float | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    ts: Timestamp
+    started: Timestamp
+    target: TargetInfo
+    session_path: str
+    recording: bool
+    history: Mapping[str, tuple[Point, ...]]  # series name -> per-second points, oldest first
+    process: ProcessSample | None = None
+    system: SystemSample | None = None
+    gpu: GpuSample | None = None
+    stacks: StackSummary | None = None  # recent windows aggregated (about the last 5 s)
+    stacks_by_thread: Mapping[int, StackSummary] = field(default_factory=dict)  # tid -> summary
+    last_stack_window: StackWindow | None = None  # carries sampler error/hint and rate
+    events: tuple[Event, ...] = ()  # most recent last
+    target_exited: bool = False
+    exit_code: int | None = None
+    cpu_count: int = 1
