@@ -129,6 +129,11 @@ class StackWindow:
     error: str | None = None  # e.g. "ptrace denied: ..." (the window then has no stacks)
     hint: str | None = None  # how to fix the error, when there is a fix
 
+    @property
+    def ts(self) -> Timestamp:
+        """The window's timestamp is its end (when its data became known)."""
+        return self.ts_end
+
 
 @dataclass(frozen=True, slots=True)
 class Event:
@@ -140,4 +145,61 @@ class Event:
     data: dict[str, object] = field(default_factory=dict)
 
 
-Sample = ProcessSample | SystemSample | GpuSample | StackWindow | Event
+@dataclass(frozen=True, slots=True)
+class StepSample:
+    """One training step as the in-process agent measured it (launch mode)."""
+
+    ts: Timestamp  # step end
+    step: int
+    start: Timestamp
+    duration_s: float  # step time: end of previous step (or first fetch) to end of this one
+    input_wait_s: float  # time the loop waited for the next batch within this step
+    source: str  # "tf-eager", "keras-fit", "torch-dataloader", "torch-optimizer", ...
+    batch_size: int | None = None
+    pid: Pid = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineStage:
+    """One tf.data transformation (or DataLoader stage) with what is known of it."""
+
+    name: str  # e.g. "ParallelMapDatasetV2", "Batch", "Prefetch", "TensorSlice"
+    kind: str  # source / map / interleave / batch / prefetch / other
+    parallelism: int | None
+    buffer: int | None
+    self_time_s: float | None  # per element, when measured
+    is_bottleneck: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSample:
+    ts: Timestamp
+    framework: str  # "tf.data" or "torch"
+    stages: tuple[PipelineStage, ...]
+    pid: Pid = 0
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentInfo:
+    """What the agent reports about itself: versions and which hooks applied (and why not)."""
+
+    ts: Timestamp
+    pid: Pid
+    python: str
+    frameworks: tuple[tuple[str, str], ...]  # (name, version)
+    hooks_applied: tuple[str, ...]
+    hooks_skipped: tuple[tuple[str, str], ...]  # (hook, reason)
+    dropped: int = 0  # messages dropped because the agent's queue was full
+
+
+Sample = (
+    ProcessSample
+    | SystemSample
+    | GpuSample
+    | StackWindow
+    | Event
+    | StepSample
+    | PipelineSample
+    | AgentInfo
+)

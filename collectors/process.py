@@ -1,0 +1,577 @@
+"""Process-tree and system collector (psutil).
+
+One thread samples the target and all its descendants every ``interval`` seconds and emits a
+``ProcessSample`` plus a ``SystemSample``. It is built to stay cheap at 10 Hz:
+
+* ``psutil.Process`` objects live across ticks: ``cpu_percent`` needs the previous reading, and
+  re-creating them costs a /proc read each.
+* each process is read inside ``oneshot()`` so /proc/<pid>/stat and status are parsed once.
+* new children are found through /proc/<pid>/task/<tid>/children (O(size of the tree)) instead
+  of ``Process.children()``, which reads /proc/<pid>/stat of every process on the machine.
+* swap changes slowly and ``psutil.swap_memory`` also parses /proc/vmstat, so it is refreshed
+  once a second.
+
+Missing processes and permissions are data: an exited process is reported once with
+``alive=False`` / ``state="exited"`` and dropped; unreadable counters are ``None`` with ``error``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import psutil  # type: ignore[import-untyped]
+
+from sofa_top.collector import Emit
+from sofa_top.errors import UserError
+from sofa_top.samples import Event, ProcessSample, ProcInfo, SystemSample
+from sofa_top.units import Bytes, Percent, Pid, Seconds, Timestamp
+
+_PF_KTHREAD = 0x00200000  # task flag in /proc/<pid>/stat that marks kernel threads
+_SWAP_REFRESH: Seconds = 1.0
+_PYTHON_EXE = re.compile(r"^(python|pypy)[\d.]*[a-z]*$")
+
+# Roles derived from what the process is, best effort (see _role_for).
+ROLE_TARGET = "target"
+ROLE_CHILD = "child"
+ROLE_DATALOADER = "DataLoader worker"
+ROLE_MP_WORKER = "mp worker"
+ROLE_MP_FORKSERVER = "mp forkserver"
+ROLE_MP_TRACKER = "mp resource tracker"
+
+
+@dataclass(frozen=True, slots=True)
+class PidInfo:
+    """What the CLI needs to know about a PID before attaching to it."""
+
+    pid: Pid
+    name: str
+    cmdline: tuple[str, ...]
+    exe: str
+    username: str
+    create_time: Timestamp
+    is_python: bool | None  # None: could not tell (e.g. /proc/<pid>/maps unreadable)
+
+
+@dataclass(slots=True)
+class _Tracked:
+    proc: psutil.Process
+    pid: Pid
+    ppid: Pid
+    create_time: Timestamp
+    name: str
+    cmdline: tuple[str, ...]
+    role: str
+    primed: bool = False  # psutil's first cpu_percent(None) is a meaningless 0.0
+    last_read: Bytes | None = None
+    last_write: Bytes | None = None
+    last_ctx: int | None = None
+    children: set[Pid] = field(default_factory=set)
+
+
+class ProcessCollector:
+    """Samples a process tree (target + all descendants) and the machine's CPU/memory.
+
+    ``popen`` is given when sofa-top launched the target; the exit code is then known.
+    ``create_time`` (from ``describe_pid``) guards against the PID having been reused between
+    validation and the first sample.
+    """
+
+    name = "process"
+
+    def __init__(
+        self,
+        pid: Pid,
+        interval: Seconds = 0.1,
+        popen: subprocess.Popen[bytes] | None = None,
+        *,
+        create_time: Timestamp | None = None,
+    ) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.popen = popen
+        self._expected_create_time = create_time
+        self._tracked: dict[Pid, _Tracked] = {}
+        # Exited/zombie PIDs we already reported: a zombie stays listed in its parent's
+        # children file until reaped and must not be re-added.
+        self._gone: dict[Pid, Timestamp] = {}
+        self._started = False
+        self._target_alive = True
+        self._exit_code: int | None = None
+        self._target_error: str | None = None
+        self._exit_reported = False
+        self._tree_pids: frozenset[Pid] = frozenset({pid})
+        self._prev_cpu: list[object] | None = None
+        self._swap: tuple[Bytes, Bytes] = (0, 0)
+        self._swap_ts = 0.0
+        self._has_children_file: bool | None = None
+        self.self_cpu_seconds: Seconds = 0.0  # CPU time spent in run() so far (its own thread)
+
+    # ----------------------------------------------------------------- public API
+
+    def tree_pids(self) -> set[Pid]:
+        """PIDs of the live tree as of the last sample (thread-safe; used by the GPU collector)."""
+        return set(self._tree_pids)
+
+    def run(self, emit: Emit, stop: threading.Event) -> None:
+        """Sample every ``interval`` seconds until ``stop`` is set."""
+        cpu0 = time.thread_time()
+        next_tick = time.monotonic()
+        while not stop.is_set():
+            for sample in self.tick():
+                emit(sample)
+            self.self_cpu_seconds = time.thread_time() - cpu0
+            next_tick += self.interval
+            delay = next_tick - time.monotonic()
+            if delay < 0:  # fell behind (suspended, overloaded): don't burst to catch up
+                next_tick = time.monotonic()
+                delay = 0.0
+            stop.wait(delay)
+
+    def tick(self) -> list[ProcessSample | SystemSample | Event]:
+        """Take one reading: a ProcessSample, a SystemSample (from the second call on, as CPU
+        percentages need a previous reading) and an Event when the target has just exited."""
+        out: list[ProcessSample | SystemSample | Event] = []
+        try:
+            out.append(self._sample_tree())
+        except Exception as exc:  # a bug here must not kill the thread; show it instead
+            out.append(self._error_sample(f"process sampling failed: {exc!r}"))
+        if not self._target_alive and not self._exit_reported:
+            self._exit_reported = True
+            code = "" if self._exit_code is None else f" with code {self._exit_code}"
+            out.append(
+                Event(
+                    ts=time.time(),
+                    kind="target-exit",
+                    message=f"target PID {self.pid} exited{code}",
+                    data={"pid": self.pid, "exit_code": self._exit_code},
+                )
+            )
+        try:
+            system = self._sample_system()
+        except Exception as exc:
+            system = SystemSample(
+                ts=time.time(),
+                cpu_per_core=(),
+                cpu_total=0.0,
+                iowait=None,
+                mem_used=0,
+                mem_total=0,
+                swap_used=0,
+                swap_total=0,
+                error=f"system sampling failed: {exc!r}",
+            )
+        if system is not None:
+            out.append(system)
+        return out
+
+    # ----------------------------------------------------------------- process tree
+
+    def _start(self) -> None:
+        self._started = True
+        try:
+            proc = psutil.Process(self.pid)
+            ct = float(proc.create_time())
+            if self._expected_create_time is not None and abs(ct - self._expected_create_time) > 0.05:
+                self._mark_target_gone(f"PID {self.pid} now belongs to another process")
+                return
+            self._tracked[self.pid] = self._new_tracked(proc, ct, parent=None)
+        except psutil.NoSuchProcess:
+            self._mark_target_gone(f"no such process: PID {self.pid}")
+        except psutil.AccessDenied:
+            self._mark_target_gone(f"permission denied reading PID {self.pid}")
+
+    def _mark_target_gone(self, error: str | None = None) -> None:
+        self._target_alive = False
+        if error is not None and self._target_error is None:
+            self._target_error = error
+
+    def _sample_tree(self) -> ProcessSample:
+        if not self._started:
+            self._start()
+        ts = time.time()
+        if self.popen is not None and self._exit_code is None:
+            # poll() also reaps the zombie, so psutil sees NoSuchProcess next.
+            rc = self.popen.poll()
+            if rc is not None:
+                self._exit_code = rc
+                self._mark_target_gone()
+
+        infos: list[ProcInfo] = []
+        for pid in list(self._tracked):
+            infos.append(self._read(self._tracked[pid]))
+        infos.extend(self._discover())
+
+        live = [i for i in infos if i.alive]
+        self._tree_pids = frozenset(i.pid for i in live)
+        cpus = [i.cpu_percent for i in live if i.cpu_percent is not None]
+        return ProcessSample(
+            ts=ts,
+            target_pid=self.pid,
+            target_alive=self._target_alive,
+            procs=tuple(infos),
+            tree_cpu_percent=sum(cpus) if cpus else None,
+            tree_rss=_sum_or_none(i.rss for i in live),
+            tree_read_bytes=_sum_or_none(i.read_bytes for i in live),
+            tree_write_bytes=_sum_or_none(i.write_bytes for i in live),
+            tree_threads=_sum_or_none(i.num_threads for i in live),
+            exit_code=self._exit_code,
+            error=self._target_error,
+        )
+
+    def _error_sample(self, error: str) -> ProcessSample:
+        return ProcessSample(
+            ts=time.time(),
+            target_pid=self.pid,
+            target_alive=self._target_alive,
+            procs=(),
+            tree_cpu_percent=None,
+            tree_rss=None,
+            tree_read_bytes=None,
+            tree_write_bytes=None,
+            tree_threads=None,
+            exit_code=self._exit_code,
+            error=error,
+        )
+
+    def _new_tracked(self, proc: psutil.Process, ct: Timestamp, parent: _Tracked | None) -> _Tracked:
+        try:
+            name = str(proc.name())
+            cmdline = tuple(str(a) for a in proc.cmdline())
+        except psutil.AccessDenied:
+            name, cmdline = "?", ()
+        pid = int(proc.pid)
+        t = _Tracked(
+            proc=proc,
+            pid=pid,
+            ppid=parent.pid if parent is not None else 0,
+            create_time=ct,
+            name=name,
+            cmdline=cmdline,
+            role=ROLE_TARGET,
+        )
+        if parent is not None:
+            t.role = _role_for(name, cmdline, parent.role)
+        return t
+
+    def _read(self, t: _Tracked) -> ProcInfo:
+        """One process, one reading. Removes it from the tree when it has exited."""
+        p = t.proc
+        error: str | None = None
+        try:
+            with p.oneshot():
+                status = str(p.status())
+                if status == psutil.STATUS_ZOMBIE:
+                    return self._exited(t)
+                name = str(p.name())
+                cpu: float | None = float(p.cpu_percent(None))
+                if not t.primed:
+                    t.primed = True
+                    cpu = None
+                threads = int(p.num_threads())
+                rss = int(p.memory_info().rss)
+                ctx = p.num_ctx_switches()
+                t.last_ctx = int(ctx.voluntary + ctx.involuntary)
+                try:
+                    io = p.io_counters()
+                    t.last_read, t.last_write = int(io.read_bytes), int(io.write_bytes)
+                except psutil.AccessDenied:
+                    t.last_read = t.last_write = None
+                    error = "I/O counters: permission denied"
+                # ppid() verifies (pid, create_time) identity: it raises NoSuchProcess when the
+                # PID now belongs to another process, so a reused PID never mixes in. Reading it
+                # after the counters means a passing check also vouches for them.
+                t.ppid = int(p.ppid())
+        except psutil.NoSuchProcess:  # includes ZombieProcess
+            return self._exited(t)
+        except psutil.AccessDenied:
+            return self._info(t, "unknown", error="permission denied")
+        if name != t.name:
+            # exec() happened (fork+exec, or a DataLoader worker renaming itself): re-derive.
+            t.name = name
+            try:
+                t.cmdline = tuple(str(a) for a in p.cmdline())
+            except psutil.Error:
+                pass
+            if t.role != ROLE_TARGET:
+                parent = self._tracked.get(t.ppid)
+                t.role = _role_for(name, t.cmdline, parent.role if parent else ROLE_CHILD)
+        return self._info(t, status, cpu=cpu, threads=threads, rss=rss, error=error)
+
+    def _info(
+        self,
+        t: _Tracked,
+        state: str,
+        *,
+        cpu: Percent | None = None,
+        threads: int | None = None,
+        rss: Bytes | None = None,
+        alive: bool = True,
+        error: str | None = None,
+    ) -> ProcInfo:
+        return ProcInfo(
+            pid=t.pid,
+            ppid=t.ppid,
+            name=t.name,
+            cmdline=t.cmdline,
+            create_time=t.create_time,
+            cpu_percent=cpu,
+            num_threads=threads,
+            rss=rss,
+            read_bytes=t.last_read,
+            write_bytes=t.last_write,
+            ctx_switches=t.last_ctx,
+            state=state,
+            alive=alive,
+            role=t.role,
+            error=error,
+        )
+
+    def _exited(self, t: _Tracked) -> ProcInfo:
+        """Report a process once as exited (cumulative counters keep their last values)."""
+        del self._tracked[t.pid]
+        self._gone[t.pid] = t.create_time
+        if t.role == ROLE_TARGET:
+            self._mark_target_gone()
+            if self.popen is not None and self._exit_code is None:
+                self._exit_code = self.popen.poll()
+        return self._info(t, "exited", alive=False)
+
+    def _discover(self) -> list[ProcInfo]:
+        """Find children of tracked processes that are not tracked yet (breadth first, so a
+        whole existing tree is picked up in the first tick)."""
+        found: list[ProcInfo] = []
+        listed: set[Pid] = set()
+        queue = list(self._tracked.values())
+        while queue:
+            parent = queue.pop()
+            kids = self._children_of(parent.pid)
+            listed.update(kids)
+            for kid in kids:
+                if kid in self._tracked or kid in self._gone:
+                    continue
+                try:
+                    proc = psutil.Process(kid)
+                    ct = float(proc.create_time())
+                except psutil.Error:
+                    continue
+                t = self._new_tracked(proc, ct, parent)
+                self._tracked[kid] = t
+                found.append(self._read(t))
+                if kid in self._tracked:
+                    queue.append(t)
+        # Forget reported PIDs once their parent no longer lists them (reaped), so a later
+        # process that gets the same PID is picked up.
+        for pid in [p for p in self._gone if p not in listed]:
+            del self._gone[pid]
+        return found
+
+    def _children_of(self, pid: Pid) -> list[Pid]:
+        if self._has_children_file is None:
+            self._has_children_file = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+        if not self._has_children_file:
+            return _children_via_psutil(pid)
+        kids: list[Pid] = []
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return kids
+        # Each thread has its own children file: a fork from a non-main thread (e.g. a
+        # subprocess started by a worker thread) is listed only under that thread.
+        for tid in tids:
+            try:
+                fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            kids.extend(int(x) for x in data.split())
+        return kids
+
+    # ----------------------------------------------------------------- system
+
+    def _sample_system(self) -> SystemSample | None:
+        ts = time.time()
+        times = list(psutil.cpu_times(percpu=True))
+        prev, self._prev_cpu = self._prev_cpu, times
+        if prev is None or len(prev) != len(times):
+            return None
+        per_core: list[Percent] = []
+        total_delta = 0.0
+        iowait_delta = 0.0
+        for a, b in zip(prev, times, strict=True):
+            ta, tb = _cpu_total(a), _cpu_total(b)
+            dt = tb - ta
+            idle = _field(b, "idle") - _field(a, "idle")
+            iow = _field(b, "iowait") - _field(a, "iowait")
+            busy = dt - idle - iow
+            per_core.append(_clamp_pct(busy / dt * 100.0) if dt > 0 else 0.0)
+            total_delta += dt
+            iowait_delta += iow
+        iowait: Percent | None = None
+        if hasattr(times[0], "iowait"):
+            iowait = _clamp_pct(iowait_delta / total_delta * 100.0) if total_delta > 0 else 0.0
+        vm = psutil.virtual_memory()
+        now = time.monotonic()
+        if now - self._swap_ts >= _SWAP_REFRESH:
+            sw = psutil.swap_memory()
+            self._swap = (int(sw.used), int(sw.total))
+            self._swap_ts = now
+        return SystemSample(
+            ts=ts,
+            cpu_per_core=tuple(per_core),
+            cpu_total=sum(per_core) / len(per_core) if per_core else 0.0,
+            iowait=iowait,
+            # "available" accounts for reclaimable cache; psutil's "used" does not.
+            mem_used=int(vm.total - vm.available),
+            mem_total=int(vm.total),
+            swap_used=self._swap[0],
+            swap_total=self._swap[1],
+        )
+
+
+# --------------------------------------------------------------------- helpers
+
+
+def _role_for(name: str, cmdline: tuple[str, ...], parent_role: str) -> str:
+    """Best-effort label of a descendant from its name and command line."""
+    # torch names its worker processes (torch/utils/data/_utils/worker.py).
+    if name == "pt_data_worker":
+        return ROLE_DATALOADER
+    joined = " ".join(cmdline)
+    if "multiprocessing.resource_tracker" in joined:
+        return ROLE_MP_TRACKER
+    if "multiprocessing.forkserver" in joined:
+        return ROLE_MP_FORKSERVER
+    if "multiprocessing.spawn" in joined or "--multiprocessing-fork" in cmdline:
+        return ROLE_MP_WORKER
+    if parent_role == ROLE_MP_FORKSERVER:
+        return ROLE_MP_WORKER
+    return ROLE_CHILD
+
+
+def _children_via_psutil(pid: Pid) -> list[Pid]:
+    """Fallback where /proc/<pid>/task/<tid>/children does not exist (non-Linux, old kernels)."""
+    try:
+        return [int(c.pid) for c in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
+
+
+def _field(t: object, name: str) -> float:
+    return float(getattr(t, name, 0.0))
+
+
+def _cpu_total(t: object) -> float:
+    # On Linux guest time is already included in user/nice (same correction as psutil).
+    values: Iterable[float] = t  # type: ignore[assignment]
+    return float(sum(values)) - _field(t, "guest") - _field(t, "guest_nice")
+
+
+def _clamp_pct(v: float) -> Percent:
+    return min(100.0, max(0.0, v))
+
+
+def _sum_or_none(values: Iterable[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _is_kernel_thread(pid: Pid) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # comm may contain spaces and parentheses: fields start after the last ')'.
+    rest = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        flags = int(rest[6])
+    except (IndexError, ValueError):
+        return False
+    return bool(flags & _PF_KTHREAD)
+
+
+def is_python_process(pid: Pid) -> bool | None:
+    """Whether ``pid`` runs a Python interpreter (py-spy can read its stacks); None when that
+    cannot be told (gone, or permission denied)."""
+    try:
+        exe = str(psutil.Process(pid).exe())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+    base = os.path.basename(exe.removesuffix(" (deleted)"))
+    if _PYTHON_EXE.match(base):
+        return True
+    # Embedded interpreters (uwsgi, custom launchers) map libpython.
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            for line in f:
+                if b"libpython" in line:
+                    return True
+    except FileNotFoundError:
+        return None if not os.path.isdir("/proc") else False
+    except OSError:
+        return None
+    return False
+
+
+def describe_pid(pid: Pid) -> PidInfo:
+    """Validate a PID given on the command line; raises UserError with one clear line when
+    sofa-top cannot attach to it (no such process, zombie, kernel thread, permission denied)."""
+    if pid <= 0:
+        raise UserError(f"invalid PID {pid}: must be a positive number")
+    if pid == os.getpid():
+        raise UserError(f"PID {pid} is sofa-top itself")
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            status = str(proc.status())
+            name = str(proc.name())
+            username = str(proc.username())
+            create_time = float(proc.create_time())
+    except psutil.NoSuchProcess:
+        raise UserError(f"no such process: PID {pid}") from None
+    except psutil.AccessDenied:
+        raise UserError(
+            f"permission denied reading PID {pid}: run sofa-top as its owner or with sudo"
+        ) from None
+    if status == psutil.STATUS_ZOMBIE:
+        raise UserError(
+            f"PID {pid} ({name}) is a zombie: it has exited and waits for its parent to reap it"
+        )
+    if _is_kernel_thread(pid):
+        raise UserError(f"PID {pid} ({name}) is a kernel thread, not a user process")
+    try:
+        # Reading the exe link needs the same access as reading its memory, so this is where
+        # another user's process shows up as denied.
+        exe = str(proc.exe())
+        cmdline = tuple(str(a) for a in proc.cmdline())
+    except psutil.ZombieProcess:
+        raise UserError(
+            f"PID {pid} ({name}) is a zombie: it has exited and waits for its parent to reap it"
+        ) from None
+    except psutil.NoSuchProcess:
+        raise UserError(f"no such process: PID {pid} (it just exited)") from None
+    except psutil.AccessDenied:
+        raise UserError(
+            f"permission denied for PID {pid} ({name}, owned by {username}): "
+            f"run sofa-top as {username} or with sudo"
+        ) from None
+    return PidInfo(
+        pid=pid,
+        name=name,
+        cmdline=cmdline,
+        exe=exe,
+        username=username,
+        create_time=create_time,
+        is_python=is_python_process(pid),
+    )

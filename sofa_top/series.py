@@ -1,0 +1,138 @@
+"""Numeric series: the flat (name, value, error) points every sample contributes.
+
+The store and the in-memory rings are both fed from ``points_of``, so the two can never
+disagree about what a series means. Series names are documented here and nowhere else:
+
+- ``tree.cpu`` (% of one core, summed over the target tree), ``tree.rss`` (bytes),
+  ``tree.read_rate`` / ``tree.write_rate`` (bytes/s), ``tree.threads``
+- ``proc.<pid>.cpu`` / ``proc.<pid>.rss`` (per process of the tree; store only)
+- ``sys.cpu`` (0..100, mean of cores), ``sys.cpu.<i>``, ``sys.iowait``, ``sys.mem_used``,
+  ``sys.swap_used``
+- ``gpu.<i>.util`` (%), ``gpu.<i>.mem_used`` (bytes), ``gpu.<i>.power`` (W), ``gpu.<i>.temp``
+  (C), ``gpu.<i>.sm_clock`` (MHz), ``gpu.<i>.target_mem`` (bytes)
+- ``step.duration`` / ``step.input_wait`` (s) and ``step.input_fraction`` (0..1), per step
+- ``stacks.rate`` (Hz) and ``stacks.sampler_cpu`` (%), per stack window
+"""
+
+from __future__ import annotations
+
+from sofa_top.samples import (
+    GpuSample,
+    ProcessSample,
+    Sample,
+    StackWindow,
+    StepSample,
+    SystemSample,
+)
+from sofa_top.units import Timestamp
+
+SeriesPoint = tuple[str, float | None, str | None]
+
+# Rates need the previous cumulative reading of the same series; the caller keeps this state.
+RateState = dict[str, tuple[Timestamp, float]]
+
+UNITS: dict[str, str] = {
+    "cpu": "%",
+    "rss": "B",
+    "read_rate": "B/s",
+    "write_rate": "B/s",
+    "threads": "",
+    "iowait": "%",
+    "mem_used": "B",
+    "swap_used": "B",
+    "util": "%",
+    "power": "W",
+    "temp": "C",
+    "sm_clock": "MHz",
+    "target_mem": "B",
+    "duration": "s",
+    "input_wait": "s",
+    "input_fraction": "",
+    "rate": "Hz",
+    "sampler_cpu": "%",
+}
+
+
+def unit_of(series: str) -> str:
+    """The unit of a series, from the last part of its name (e.g. ``gpu.0.power`` -> ``W``)."""
+    last = series.rsplit(".", 1)[-1]
+    if last.isdigit():  # sys.cpu.<i>
+        last = series.split(".")[1]
+    return UNITS.get(last, "")
+
+
+def _rate(state: RateState, key: str, ts: Timestamp, total: float | None) -> float | None:
+    if total is None:
+        return None
+    prev = state.get(key)
+    state[key] = (ts, total)
+    if prev is None or ts <= prev[0]:
+        return None
+    # A process leaving the tree lowers the cumulative total; a negative rate would be a lie.
+    return max(0.0, (total - prev[1]) / (ts - prev[0]))
+
+
+def points_of(sample: Sample, rates: RateState) -> list[SeriesPoint]:
+    """Numeric points carried by ``sample`` (empty for samples without numbers)."""
+    if isinstance(sample, ProcessSample):
+        err = sample.error
+        pts: list[SeriesPoint] = [
+            ("tree.cpu", sample.tree_cpu_percent, err),
+            ("tree.rss", _num(sample.tree_rss), err),
+            ("tree.threads", _num(sample.tree_threads), err),
+            (
+                "tree.read_rate",
+                _rate(rates, "tree.read", sample.ts, _num(sample.tree_read_bytes)),
+                err,
+            ),
+            (
+                "tree.write_rate",
+                _rate(rates, "tree.write", sample.ts, _num(sample.tree_write_bytes)),
+                err,
+            ),
+        ]
+        for p in sample.procs:
+            if p.alive:
+                pts.append((f"proc.{p.pid}.cpu", p.cpu_percent, p.error))
+                pts.append((f"proc.{p.pid}.rss", _num(p.rss), p.error))
+        return pts
+    if isinstance(sample, SystemSample):
+        pts = [
+            ("sys.cpu", sample.cpu_total, sample.error),
+            ("sys.iowait", sample.iowait, sample.error),
+            ("sys.mem_used", float(sample.mem_used), sample.error),
+            ("sys.swap_used", float(sample.swap_used), sample.error),
+        ]
+        pts.extend((f"sys.cpu.{i}", v, sample.error) for i, v in enumerate(sample.cpu_per_core))
+        return pts
+    if isinstance(sample, GpuSample):
+        pts = []
+        for d in sample.devices:
+            errs = dict(d.errors)
+            for field, value in (
+                ("util", d.util),
+                ("mem_used", _num(d.mem_used)),
+                ("power", d.power_w),
+                ("temp", d.temp_c),
+                ("sm_clock", d.sm_clock_mhz),
+                ("target_mem", _num(d.target_mem)),
+            ):
+                pts.append((f"gpu.{d.index}.{field}", value, errs.get(field)))
+        return pts
+    if isinstance(sample, StepSample):
+        frac = sample.input_wait_s / sample.duration_s if sample.duration_s > 0 else None
+        return [
+            ("step.duration", sample.duration_s, None),
+            ("step.input_wait", sample.input_wait_s, None),
+            ("step.input_fraction", frac, None),
+        ]
+    if isinstance(sample, StackWindow):
+        return [
+            ("stacks.rate", sample.rate_hz, sample.error),
+            ("stacks.sampler_cpu", sample.sampler_cpu, sample.error),
+        ]
+    return []
+
+
+def _num(v: int | float | None) -> float | None:
+    return None if v is None else float(v)

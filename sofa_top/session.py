@@ -1,0 +1,289 @@
+"""The session hub: the single data path from collectors to the store, the rings and the UI.
+
+collectors (threads) --emit--> queue --> hub thread --> SessionStore (commit <= 0.5 s)
+                                                   \\--> Rings / latest samples --> Snapshot
+                                                        --> on_snapshot (UI: post_message)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import queue
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from sofa_top import __version__
+from sofa_top.collector import Collector
+from sofa_top.ring import Rings
+from sofa_top.samples import (
+    Event,
+    GpuSample,
+    ProcessSample,
+    Sample,
+    StackCount,
+    StackWindow,
+    StepSample,
+    SystemSample,
+)
+from sofa_top.series import RateState, points_of
+from sofa_top.snapshot import Snapshot, StackSummary, TargetInfo
+from sofa_top.source import OnSnapshot
+from sofa_top.stackstats import summarize
+from sofa_top.store import SessionStore
+
+COMMIT_EVERY_S = 0.5  # the promise is "at least once a second"; half leaves margin
+STACK_SUMMARY_S = 5.0  # the stacks pane aggregates this much recent history
+QUEUE_MAX = 10_000
+
+
+class Session:
+    """Runs collectors, records everything they emit and produces UI snapshots."""
+
+    def __init__(
+        self,
+        target: TargetInfo,
+        collectors: Sequence[Collector],
+        store: SessionStore,
+        *,
+        mode: str,
+        snapshot_interval: float = 1.0,
+        extra_meta: dict[str, Any] | None = None,
+    ) -> None:
+        self.target = target
+        self.collectors = list(collectors)
+        self.store = store
+        self.session_path = str(store.path)
+        self.snapshot_interval = snapshot_interval
+        self.started = time.time()
+        self._queue: queue.Queue[Sample] = queue.Queue(maxsize=QUEUE_MAX)
+        self._stop_collectors = threading.Event()
+        self._stop_hub = threading.Event()
+        self._done = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._hub: threading.Thread | None = None
+        self._on_snapshot: OnSnapshot | None = None
+        self._lock = threading.Lock()
+        self.dropped = 0
+        self.end_reason = ""
+        # UI-side state, touched only by the hub thread.
+        self._rings = Rings()
+        self._rates: RateState = {}
+        self._process: ProcessSample | None = None
+        self._system: SystemSample | None = None
+        self._gpu: GpuSample | None = None
+        self._windows: deque[StackWindow] = deque(maxlen=120)
+        self._events: deque[Event] = deque(maxlen=200)
+        self._steps: deque[StepSample] = deque(maxlen=2000)
+        self.target_exited = False
+        self.exit_code: int | None = None
+        store.set_meta(
+            mode=mode,
+            target={"pid": target.pid, "name": target.name, "cmdline": list(target.cmdline)},
+            host=platform.node(),
+            versions={"sofa_top": __version__, "python": sys.version.split()[0]},
+            started=self.started,
+            cpu_count=os.cpu_count() or 1,
+            **(extra_meta or {}),
+        )
+        store.commit()
+
+    # -- SnapshotSource --------------------------------------------------------------------
+    def start(self, on_snapshot: OnSnapshot | None = None) -> None:
+        """Start the collector threads and the hub thread; returns at once."""
+        self._on_snapshot = on_snapshot
+        for c in self.collectors:
+            t = threading.Thread(target=self._run_collector, args=(c,), name=f"sofa-{c.name}")
+            t.daemon = True
+            t.start()
+            self._threads.append(t)
+        self._hub = threading.Thread(target=self._hub_loop, name="sofa-hub", daemon=True)
+        self._hub.start()
+
+    def stop(self, reason: str = "stopped") -> None:
+        """Stop collecting, flush everything queued, finalize the file. Idempotent."""
+        with self._lock:
+            if not self.end_reason:
+                self.end_reason = reason
+        self._stop_collectors.set()
+        for t in self._threads:
+            t.join(timeout=3.0)
+        self._stop_hub.set()
+        if self._hub is not None:
+            self._hub.join(timeout=5.0)
+        else:  # never started: still leave a finalized file behind
+            self._finalize()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the session is finalized (target exit or stop); True if it was."""
+        return self._done.wait(timeout)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    # -- internals -------------------------------------------------------------------------
+    def _emit(self, sample: Sample) -> None:
+        try:
+            self._queue.put_nowait(sample)
+        except queue.Full:
+            # The hub fell behind (e.g. a stalled disk); dropping beats blocking collectors.
+            self.dropped += 1
+
+    def _run_collector(self, c: Collector) -> None:
+        try:
+            c.run(self._emit, self._stop_collectors)
+        except Exception as exc:  # a collector bug must not take the session down
+            self._emit(
+                Event(time.time(), "collector-failed", f"{c.name} collector stopped: {exc!r}")
+            )
+
+    def _hub_loop(self) -> None:
+        next_snapshot = time.monotonic()
+        try:
+            while True:
+                batch = self._drain(timeout=0.05)
+                if batch:
+                    self.store.write(batch)
+                    for s in batch:
+                        self._absorb(s)
+                if time.monotonic() - self.store.last_commit >= COMMIT_EVERY_S:
+                    self.store.commit()
+                if self.target_exited and not self._stop_collectors.is_set():
+                    with self._lock:
+                        self.end_reason = self.end_reason or "target exited"
+                    self._stop_collectors.set()
+                    self._stop_hub.set()
+                if self._stop_hub.is_set():
+                    # Collectors are stopped (or stopping): take what they left, then finish.
+                    for t in self._threads:
+                        t.join(timeout=3.0)
+                    rest = self._drain(timeout=0)
+                    self.store.write(rest)
+                    for s in rest:
+                        self._absorb(s)
+                    break
+                now = time.monotonic()
+                if now >= next_snapshot:
+                    next_snapshot = now + self.snapshot_interval
+                    self._publish()
+        finally:
+            self._finalize()
+            self._publish()
+
+    def _drain(self, timeout: float) -> list[Sample]:
+        out: list[Sample] = []
+        try:
+            out.append(self._queue.get(timeout=timeout) if timeout else self._queue.get_nowait())
+            while len(out) < 5000:
+                out.append(self._queue.get_nowait())
+        except queue.Empty:
+            pass
+        return out
+
+    def _absorb(self, s: Sample) -> None:
+        for name, value, _err in points_of(s, self._rates):
+            self._rings.add(name, s.ts, value)
+        if isinstance(s, ProcessSample):
+            self._process = s
+            if not s.target_alive and not self.target_exited:
+                self.target_exited = True
+                self.exit_code = s.exit_code
+                code = "unknown" if s.exit_code is None else str(s.exit_code)
+                ev = Event(
+                    s.ts, "target-exit", f"target exited (code {code})", {"exit_code": s.exit_code}
+                )
+                self._events.append(ev)
+                self.store.write([ev])
+        elif isinstance(s, SystemSample):
+            self._system = s
+        elif isinstance(s, GpuSample):
+            self._gpu = s
+        elif isinstance(s, StackWindow):
+            self._windows.append(s)
+        elif isinstance(s, StepSample):
+            self._steps.append(s)
+        elif isinstance(s, Event):
+            self._events.append(s)
+
+    _finalized = False
+
+    def _finalize(self) -> None:
+        if self._finalized:
+            return
+        self._finalized = True
+        meta: dict[str, Any] = {"ended": time.time(), "end_reason": self.end_reason or "stopped"}
+        if self.exit_code is not None:
+            meta["exit_code"] = self.exit_code
+        if self.dropped:
+            meta["dropped_samples"] = self.dropped
+        with contextlib.suppress(Exception):
+            self.store.close(**meta)
+        self._done.set()
+
+    def snapshot(self) -> Snapshot:
+        """Build an immutable view of the recent session (called on the hub thread)."""
+        now = time.time()
+        recent = [w for w in self._windows if w.ts_end >= now - STACK_SUMMARY_S] or list(
+            self._windows
+        )[-1:]
+        summary: StackSummary | None = summarize(recent) if recent else None
+        by_thread: dict[int, StackSummary] = {}
+        if summary is not None:
+            # Group once (O(samples)) rather than filter per thread (O(threads x samples)):
+            # a torch process easily has 150 threads.
+            per_tid: dict[int, list[StackWindow]] = {}
+            for w in recent:
+                groups: dict[int, list[StackCount]] = {}
+                for c in w.stacks:
+                    groups.setdefault(c.tid, []).append(c)
+                for tid, counts in groups.items():
+                    per_tid.setdefault(tid, []).append(replace(w, stacks=tuple(counts)))
+            for tid, windows in per_tid.items():
+                ts = summarize(windows)
+                if ts is not None:
+                    by_thread[tid] = ts
+        return Snapshot(
+            ts=now,
+            started=self.started,
+            target=self.target,
+            session_path=self.session_path,
+            recording=not self._finalized,
+            history=self._rings.history(),
+            process=self._process,
+            system=self._system,
+            gpu=self._gpu,
+            stacks=summary,
+            stacks_by_thread=by_thread,
+            last_stack_window=self._windows[-1] if self._windows else None,
+            events=tuple(self._events)[-50:],
+            target_exited=self.target_exited,
+            exit_code=self.exit_code,
+            cpu_count=os.cpu_count() or 1,
+        )
+
+    def steps(self) -> list[StepSample]:
+        return list(self._steps)
+
+    def _publish(self) -> None:
+        cb = self._on_snapshot
+        if cb is None:
+            return
+        try:
+            cb(self.snapshot())
+        except Exception as exc:  # the UI going away must not stop recording
+            self._events.append(Event(time.time(), "ui-error", f"snapshot delivery failed: {exc}"))
+
+
+def session_file(path: str | None, name: str) -> Path:
+    """The session path from ``-o`` or a fresh default one."""
+    from sofa_top.store import default_session_path
+
+    return Path(path).expanduser() if path else default_session_path(name)

@@ -1,0 +1,346 @@
+"""The session store: one SQLite file per session, in WAL mode.
+
+Schema (version ``SCHEMA_VERSION``, also in ``PRAGMA user_version``):
+
+- ``meta(key TEXT PRIMARY KEY, value TEXT)`` -- JSON values: ``schema_version``, ``mode``
+  (attach/launch/record), ``target`` ({pid, name, cmdline}), ``host``, ``versions``,
+  ``started``/``ended`` (Unix time), ``exit_code``, ``end_reason``, ``cpu_count``, ``mem_total``.
+- ``series(id INTEGER PRIMARY KEY, name TEXT UNIQUE, unit TEXT)`` -- names in ``sofa_top.series``.
+- ``points(series_id, ts REAL, value REAL NULL, error TEXT NULL)`` -- numeric samples.
+- ``processes(pid, create_time, ppid, name, cmdline, role, first_seen, last_seen, alive)``
+  -- one row per process of the target tree (PRIMARY KEY pid, create_time: PID reuse safe).
+- ``stack_strings(id INTEGER PRIMARY KEY, frames TEXT UNIQUE)`` -- interned stacks, JSON
+  ``[[function, filename, line], ...]`` outermost first.
+- ``stack_windows(id INTEGER PRIMARY KEY, ts_start, ts_end, rate_hz, samples, sampler_cpu,
+  error, hint)`` and ``stack_counts(window_id, pid, tid, thread_name, stack_id, count, klass)``.
+- ``steps(ts, step, start, duration_s, input_wait_s, source, batch_size, pid)``.
+- ``events(ts REAL, kind TEXT, message TEXT, data TEXT)`` -- markers (JSON data); agent reports
+  and tf.data pipelines are stored here too (kinds ``agent``, ``pipeline``).
+
+Durability: the writer commits at least once per second (``Session`` calls ``commit``), WAL
+with ``synchronous=NORMAL`` survives the writer being SIGKILLed (only an OS crash can lose the
+last commit). Readers open the file read-only and never block the writer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from sofa_top.errors import UserError
+from sofa_top.samples import (
+    AgentInfo,
+    Event,
+    Frame,
+    PipelineSample,
+    ProcessSample,
+    Sample,
+    StackClass,
+    StackCount,
+    StackWindow,
+    StepSample,
+)
+from sofa_top.series import RateState, points_of, unit_of
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS series (id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, unit TEXT);
+CREATE TABLE IF NOT EXISTS points (series_id INTEGER NOT NULL, ts REAL NOT NULL, value REAL,
+    error TEXT);
+CREATE INDEX IF NOT EXISTS points_by_series ON points (series_id, ts);
+CREATE TABLE IF NOT EXISTS processes (pid INTEGER, create_time REAL, ppid INTEGER, name TEXT,
+    cmdline TEXT, role TEXT, first_seen REAL, last_seen REAL, alive INTEGER,
+    PRIMARY KEY (pid, create_time));
+CREATE TABLE IF NOT EXISTS stack_strings (id INTEGER PRIMARY KEY, frames TEXT UNIQUE NOT NULL);
+CREATE TABLE IF NOT EXISTS stack_windows (id INTEGER PRIMARY KEY, ts_start REAL, ts_end REAL,
+    rate_hz REAL, samples INTEGER, sampler_cpu REAL, error TEXT, hint TEXT);
+CREATE TABLE IF NOT EXISTS stack_counts (window_id INTEGER, pid INTEGER, tid INTEGER,
+    thread_name TEXT, stack_id INTEGER, count INTEGER, klass TEXT);
+CREATE INDEX IF NOT EXISTS stack_counts_by_window ON stack_counts (window_id);
+CREATE TABLE IF NOT EXISTS steps (ts REAL, step INTEGER, start REAL, duration_s REAL,
+    input_wait_s REAL, source TEXT, batch_size INTEGER, pid INTEGER);
+CREATE TABLE IF NOT EXISTS events (ts REAL NOT NULL, kind TEXT NOT NULL, message TEXT,
+    data TEXT);
+"""
+
+
+def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
+    if readonly:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+    else:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout = 2000")
+    return conn
+
+
+class SessionStore:
+    """Writes one session. Use from a single thread (the session hub's)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists():
+                raise UserError(f"session file already exists: {path}")
+            self._db = _connect(path, readonly=False)
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except (OSError, sqlite3.Error) as exc:
+            raise UserError(f"cannot write session file {path}: {_reason(exc)}") from None
+        self._series: dict[str, int] = {}
+        self._stacks: dict[tuple[Frame, ...], int] = {}
+        self._rates: RateState = {}
+        self._in_tx = False
+        self.last_commit = time.monotonic()
+        self.set_meta(schema_version=SCHEMA_VERSION)
+
+    # -- writing ---------------------------------------------------------------------------
+    def _begin(self) -> None:
+        if not self._in_tx:
+            self._db.execute("BEGIN")
+            self._in_tx = True
+
+    def set_meta(self, **values: Any) -> None:
+        """Set metadata keys (JSON-encoded values)."""
+        self._begin()
+        self._db.executemany(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+            [(k, json.dumps(v)) for k, v in values.items()],
+        )
+
+    def write(self, samples: Iterable[Sample]) -> None:
+        """Append samples inside the open transaction (``commit`` makes them durable)."""
+        self._begin()
+        for s in samples:
+            self._write_one(s)
+
+    def _series_id(self, name: str) -> int:
+        sid = self._series.get(name)
+        if sid is None:
+            cur = self._db.execute(
+                "INSERT INTO series (name, unit) VALUES (?, ?)", (name, unit_of(name))
+            )
+            sid = int(cur.lastrowid or 0)
+            self._series[name] = sid
+        return sid
+
+    def _stack_id(self, frames: tuple[Frame, ...]) -> int:
+        sid = self._stacks.get(frames)
+        if sid is None:
+            text = json.dumps([[f.function, f.filename, f.line] for f in frames])
+            cur = self._db.execute("INSERT INTO stack_strings (frames) VALUES (?)", (text,))
+            sid = int(cur.lastrowid or 0)
+            self._stacks[frames] = sid
+        return sid
+
+    def _write_one(self, s: Sample) -> None:
+        db = self._db
+        pts = points_of(s, self._rates)
+        if pts:
+            db.executemany(
+                "INSERT INTO points (series_id, ts, value, error) VALUES (?, ?, ?, ?)",
+                [(self._series_id(n), s.ts, v, e) for n, v, e in pts],
+            )
+        if isinstance(s, ProcessSample):
+            db.executemany(
+                "INSERT INTO processes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT "
+                "(pid, create_time) DO UPDATE SET last_seen = excluded.last_seen, "
+                "alive = excluded.alive, role = excluded.role",
+                [
+                    (
+                        p.pid,
+                        p.create_time,
+                        p.ppid,
+                        p.name,
+                        json.dumps(list(p.cmdline)),
+                        p.role,
+                        s.ts,
+                        s.ts,
+                        int(p.alive),
+                    )
+                    for p in s.procs
+                ],
+            )
+        elif isinstance(s, StackWindow):
+            cur = db.execute(
+                "INSERT INTO stack_windows (ts_start, ts_end, rate_hz, samples, sampler_cpu, "
+                "error, hint) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (s.ts_start, s.ts_end, s.rate_hz, s.samples, s.sampler_cpu, s.error, s.hint),
+            )
+            wid = cur.lastrowid
+            db.executemany(
+                "INSERT INTO stack_counts VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (wid, c.pid, c.tid, c.thread_name, self._stack_id(c.frames), c.count, c.klass)
+                    for c in s.stacks
+                ],
+            )
+        elif isinstance(s, StepSample):
+            db.execute(
+                "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    s.ts,
+                    s.step,
+                    s.start,
+                    s.duration_s,
+                    s.input_wait_s,
+                    s.source,
+                    s.batch_size,
+                    s.pid,
+                ),
+            )
+        elif isinstance(s, Event):
+            self._event(s.ts, s.kind, s.message, s.data)
+        elif isinstance(s, PipelineSample):
+            self._event(s.ts, "pipeline", s.framework, asdict(s))
+        elif isinstance(s, AgentInfo):
+            self._event(s.ts, "agent", f"agent in pid {s.pid}", asdict(s))
+
+    def _event(self, ts: float, kind: str, message: str, data: dict[str, Any]) -> None:
+        self._db.execute(
+            "INSERT INTO events VALUES (?, ?, ?, ?)",
+            (ts, kind, message, json.dumps(data, default=str)),
+        )
+
+    def commit(self) -> None:
+        """Make everything written so far durable."""
+        if self._in_tx:
+            self._db.execute("COMMIT")
+            self._in_tx = False
+        self.last_commit = time.monotonic()
+
+    def close(self, **final_meta: Any) -> None:
+        """Write final metadata, commit and close (checkpointing the WAL into the file)."""
+        if final_meta:
+            self.set_meta(**final_meta)
+        self.commit()
+        # A reader holding the WAL only delays the checkpoint; the data is committed anyway.
+        with contextlib.suppress(sqlite3.Error):
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._db.close()
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+class SessionReader:
+    """Read-only access to a session file (also while another sofa-top is writing it)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        if not path.is_file():
+            raise UserError(f"no such session file: {path}")
+        try:
+            self._db = _connect(path, readonly=True)
+            version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+            self._db.execute("SELECT count(*) FROM meta").fetchone()
+        except sqlite3.Error as exc:
+            raise UserError(f"not a readable sofa-top session: {path} ({exc})") from None
+        if version > SCHEMA_VERSION:
+            raise UserError(
+                f"session {path} uses schema v{version}; this sofa-top reads up to "
+                f"v{SCHEMA_VERSION} (upgrade sofa-top)"
+            )
+        if version < 1:
+            raise UserError(f"not a sofa-top session: {path}")
+
+    def meta(self) -> dict[str, Any]:
+        """All metadata keys, JSON-decoded."""
+        return {k: json.loads(v) for k, v in self._db.execute("SELECT key, value FROM meta")}
+
+    def series_names(self) -> list[str]:
+        return [r[0] for r in self._db.execute("SELECT name FROM series ORDER BY name")]
+
+    def points(self, series: str) -> list[tuple[float, float | None, str | None]]:
+        """(ts, value, error) of one series, in time order."""
+        return list(
+            self._db.execute(
+                "SELECT p.ts, p.value, p.error FROM points p JOIN series s ON s.id = p.series_id "
+                "WHERE s.name = ? ORDER BY p.ts",
+                (series,),
+            )
+        )
+
+    def stack_windows(self) -> Iterator[StackWindow]:
+        """All stack windows with their counts, in time order."""
+        frames_by_id: dict[int, tuple[Frame, ...]] = {}
+        for sid, text in self._db.execute("SELECT id, frames FROM stack_strings"):
+            frames_by_id[sid] = tuple(Frame(f, fn, int(ln)) for f, fn, ln in json.loads(text))
+        counts: dict[int, list[StackCount]] = {}
+        for wid, pid, tid, tname, sid, count, klass in self._db.execute(
+            "SELECT window_id, pid, tid, thread_name, stack_id, count, klass FROM stack_counts"
+        ):
+            kl: StackClass = klass
+            counts.setdefault(wid, []).append(
+                StackCount(pid, tid, tname, frames_by_id.get(sid, ()), count, kl)
+            )
+        for row in self._db.execute(
+            "SELECT id, ts_start, ts_end, rate_hz, samples, sampler_cpu, error, hint "
+            "FROM stack_windows ORDER BY ts_start"
+        ):
+            wid, t0, t1, rate, n, cpu, err, hint = row
+            yield StackWindow(t0, t1, rate, n, tuple(counts.get(wid, ())), cpu, err, hint)
+
+    def steps(self) -> list[StepSample]:
+        return [
+            StepSample(*r)
+            for r in self._db.execute(
+                "SELECT ts, step, start, duration_s, input_wait_s, source, batch_size, pid "
+                "FROM steps ORDER BY ts"
+            )
+        ]
+
+    def events(self, kind: str | None = None) -> list[Event]:
+        q = "SELECT ts, kind, message, data FROM events"
+        args: tuple[str, ...] = ()
+        if kind is not None:
+            q += " WHERE kind = ?"
+            args = (kind,)
+        return [
+            Event(ts, k, msg or "", json.loads(data) if data else {})
+            for ts, k, msg, data in self._db.execute(q + " ORDER BY ts", args)
+        ]
+
+    def processes(self) -> list[dict[str, Any]]:
+        cols = ("pid", "create_time", "ppid", "name", "cmdline", "role", "first_seen")
+        rows = self._db.execute(
+            "SELECT pid, create_time, ppid, name, cmdline, role, first_seen, last_seen, alive "
+            "FROM processes ORDER BY first_seen"
+        )
+        out = []
+        for r in rows:
+            d = dict(zip(cols, r[:7], strict=True))
+            d["cmdline"] = json.loads(d["cmdline"])
+            d["last_seen"], d["alive"] = r[7], bool(r[8])
+            out.append(d)
+        return out
+
+    def time_range(self) -> tuple[float, float] | None:
+        row = self._db.execute("SELECT min(ts), max(ts) FROM points").fetchone()
+        return None if row[0] is None else (float(row[0]), float(row[1]))
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def default_session_path(name: str) -> Path:
+    """A fresh file name under the sessions directory."""
+    from sofa_top.paths import sessions_dir
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:40] or "session"
+    return sessions_dir() / f"{stamp}-{safe}-{os.getpid()}.sofa"

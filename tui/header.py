@@ -1,0 +1,94 @@
+"""Dashboard header: target, elapsed time, recording state and the session file."""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+from textual.geometry import Size
+from textual.widget import Widget
+
+from sofa_top.snapshot import Snapshot
+from sofa_top.tui.formatting import cmdline_text, human_duration, truncate, truncate_left
+
+REC_STYLE = Style(color="red", bold=True)
+PAUSED_STYLE = Style(color="black", bgcolor="yellow", bold=True)
+DIM = Style(color="grey62")
+BOLD = Style(bold=True)
+
+
+class DashboardHeader(Widget):
+    """Two lines: who is profiled and for how long; where the session is being written."""
+
+    DEFAULT_CSS = """
+    DashboardHeader { height: 2; width: 1fr; }
+    """
+
+    def __init__(self, session_path: str, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.session_path = session_path
+        self.snapshot: Snapshot | None = None
+        self.paused = False
+        self.now: float | None = None
+        self.status: str | None = None  # e.g. "stopping: finalizing the session…"
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return 2
+
+    def update_state(
+        self,
+        *,
+        snapshot: Snapshot | None = None,
+        paused: bool | None = None,
+        now: float | None = None,
+        status: str | None = None,
+    ) -> None:
+        """Change what the header shows (arguments left as None keep their value)."""
+        if snapshot is not None:
+            self.snapshot = snapshot
+            self.session_path = snapshot.session_path or self.session_path
+        if paused is not None:
+            self.paused = paused
+        if now is not None:
+            self.now = now
+        if status is not None:
+            self.status = status
+        self.refresh()
+
+    def state_text(self) -> Text:
+        """The recording indicator: ● REC, paused view, or not recording."""
+        if self.status:
+            return Text(f" {self.status} ", PAUSED_STYLE)
+        if self.paused:
+            return Text(" ❚❚ paused view ", PAUSED_STYLE)
+        if self.snapshot is None:
+            return Text("○ starting", DIM)
+        if self.snapshot.recording:
+            return Text("● REC", REC_STYLE)
+        return Text("○ not recording", DIM)
+
+    def render(self) -> Text:
+        width = max(1, self.size.width)
+        state = self.state_text()
+        snapshot = self.snapshot
+        if snapshot is None:
+            who = Text("sofa-top · waiting for the first snapshot…", DIM)
+            elapsed = Text("")
+        else:
+            target = snapshot.target
+            seconds = (self.now if self.now is not None else snapshot.ts) - snapshot.started
+            elapsed = Text(f"⏱ {human_duration(seconds)}")
+            who = Text.assemble(("pid ", DIM), (str(target.pid), BOLD), " ")
+            command = cmdline_text(target.cmdline, target.name)
+            # Everything else on the line is short; the command line gets what is left.
+            room = width - who.cell_len - elapsed.cell_len - state.cell_len - 4
+            who.append(truncate(command, max(room, 0)))
+        first = Text.assemble(state, "  ", who)
+        pad = width - first.cell_len - elapsed.cell_len
+        if pad > 0:
+            first.append(" " * pad)
+        first.append_text(elapsed)
+        first.truncate(width)
+        label = "session "
+        second = Text.assemble((label, DIM), truncate_left(self.session_path, width - len(label)))
+        second.truncate(width)
+        return Text("\n").join([first, second])

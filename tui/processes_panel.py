@@ -1,0 +1,138 @@
+"""Processes pane: the target and its descendants, one row each, in tree order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.geometry import Size
+from textual.widget import Widget
+
+from sofa_top.samples import ProcessSample, ProcInfo
+from sofa_top.tui.formatting import human_bytes, human_bytes_short, percent
+
+EXITED_STYLE = Style(color="grey50", strike=True)
+TARGET_STYLE = Style(bold=True)
+WIDE = 44  # inner width from which the threads column and long units fit
+
+
+def tree_order(procs: Sequence[ProcInfo], target: int) -> list[tuple[ProcInfo, int]]:
+    """Processes depth-first from ``target`` (children by pid), with their depth.
+
+    Processes whose parent is not in the tree (re-parented orphans) follow at depth 0.
+    """
+    by_parent: dict[int, list[ProcInfo]] = {}
+    pids = {p.pid for p in procs}
+    for proc in procs:
+        by_parent.setdefault(proc.ppid, []).append(proc)
+    for children in by_parent.values():
+        children.sort(key=lambda p: p.pid)
+    ordered: list[tuple[ProcInfo, int]] = []
+    seen: set[int] = set()
+
+    def visit(proc: ProcInfo, depth: int) -> None:
+        if proc.pid in seen:
+            return
+        seen.add(proc.pid)
+        ordered.append((proc, depth))
+        for child in by_parent.get(proc.pid, []):
+            visit(child, depth + 1)
+
+    roots = [p for p in procs if p.pid == target]
+    roots += sorted(
+        (p for p in procs if p.pid != target and p.ppid not in pids), key=lambda p: p.pid
+    )
+    for root in roots:
+        visit(root, 0)
+    for proc in sorted(procs, key=lambda p: p.pid):
+        visit(proc, 0)  # cycles in ppid data must not hide a process
+    return ordered
+
+
+def process_table(sample: ProcessSample, width: int) -> Table:
+    """A rich table of ``sample`` fitted to ``width`` cells."""
+    wide = width >= WIDE
+    table = Table(box=None, expand=True, pad_edge=False, show_edge=False, header_style="bold")
+    table.add_column("pid", justify="right", no_wrap=True)
+    table.add_column("role", ratio=1, no_wrap=True, overflow="ellipsis")
+    table.add_column("CPU%", justify="right", no_wrap=True)
+    table.add_column("RSS", justify="right", no_wrap=True)
+    if wide:
+        table.add_column("thr", justify="right", no_wrap=True)
+    table.add_column("state", no_wrap=True, overflow="ellipsis", max_width=10 if wide else 6)
+    for proc, depth in tree_order(sample.procs, sample.target_pid):
+        exited = not proc.alive or proc.state == "exited"
+        role = proc.role or proc.name
+        indent = "  " * max(depth - 1, 0) + ("└ " if depth else "")
+        rss = human_bytes(proc.rss) if wide else human_bytes_short(proc.rss)
+        state = "✗ exited" if exited else proc.state
+        cells: list[str | Text] = [
+            str(proc.pid),
+            indent + role,
+            "-" if exited else percent(proc.cpu_percent),
+            "-" if exited else rss,
+        ]
+        if wide:
+            cells.append("-" if exited or proc.num_threads is None else str(proc.num_threads))
+        cells.append(state)
+        style = EXITED_STYLE if exited else (TARGET_STYLE if proc.pid == sample.target_pid else "")
+        table.add_row(*cells, style=style)
+    return table
+
+
+class ProcessesBody(Widget):
+    """Draws the table; one line per process plus the header."""
+
+    DEFAULT_CSS = """
+    ProcessesBody { height: auto; width: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.sample: ProcessSample | None = None
+
+    def show(self, sample: ProcessSample | None) -> None:
+        """Replace what is drawn."""
+        self.sample = sample
+        self.refresh(layout=True)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        if self.sample is None or not self.sample.procs:
+            return 1
+        return len(self.sample.procs) + 1
+
+    def render(self) -> Table | Text:
+        sample = self.sample
+        if sample is None:
+            return Text("waiting for the first process reading…", Style(color="grey62"))
+        if not sample.procs:
+            return Text(sample.error or "no processes", Style(color="grey62"))
+        return process_table(sample, self.size.width)
+
+
+class ProcessesPane(VerticalScroll, can_focus=True):
+    """The processes pane (scrolls when the tree is taller than the pane)."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.border_title = "processes"
+
+    def compose(self) -> ComposeResult:
+        yield ProcessesBody(id="processes-body")
+
+    def show(self, sample: ProcessSample | None) -> None:
+        """Draw ``sample``; the title counts processes, exited ones and threads."""
+        self.query_one(ProcessesBody).show(sample)
+        if sample is None:
+            return
+        exited = sum(1 for p in sample.procs if not p.alive or p.state == "exited")
+        title = f"processes · {len(sample.procs) - exited}"
+        if exited:
+            title += f" (+{exited} exited)"
+        if sample.tree_threads is not None:
+            title += f" · {sample.tree_threads} thr"
+        self.border_title = title

@@ -1,0 +1,290 @@
+"""Stacks pane: hot functions (sortable), a thread selector and the time split."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rich.style import Style
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.coordinate import Coordinate
+from textual.events import Resize
+from textual.widgets import DataTable, Select, Static
+
+from sofa_top.samples import STACK_CLASSES
+from sofa_top.snapshot import FunctionStat, Snapshot, StackSummary, ThreadStat
+from sofa_top.tui.formatting import short_path, truncate, truncate_left
+from sofa_top.tui.split_bar import SplitBar, class_style
+
+ALL_THREADS = -1
+MAX_ROWS = 200  # more rows than anyone scrolls through; keeps a refresh cheap
+
+ERROR_STYLE = Style(color="red", bold=True)
+HINT_STYLE = Style(color="yellow", bold=True)
+DIM = Style(color="grey62", italic=True)
+
+
+@dataclass(frozen=True, slots=True)
+class SortColumn:
+    """A column of the hot-functions table and how it sorts."""
+
+    key: str
+    label: str
+    descending: bool  # default direction: biggest numbers first, names A-Z
+
+
+SORT_COLUMNS: tuple[SortColumn, ...] = (
+    SortColumn("own", "own %", True),
+    SortColumn("total", "total %", True),
+    SortColumn("function", "function", False),
+    SortColumn("file", "file:line", False),
+    SortColumn("thread", "thread", False),
+    SortColumn("class", "class", False),
+)
+_BY_KEY = {c.key: c for c in SORT_COLUMNS}
+# Display order differs from the cycling order: names first, numbers after.
+COLUMN_ORDER: tuple[str, ...] = ("function", "file", "own", "total", "thread", "class")
+
+_SORT_KEYS: dict[str, Callable[[FunctionStat], str | float | tuple[str, int] | int]] = {
+    "own": lambda f: f.own_pct,
+    "total": lambda f: f.total_pct,
+    "function": lambda f: f.function.lower(),
+    "file": lambda f: (f.filename, f.line),
+    "thread": lambda f: f.thread.lower(),
+    "class": lambda f: STACK_CLASSES.index(f.klass) if f.klass in STACK_CLASSES else 99,
+}
+
+
+def sort_functions(
+    functions: Sequence[FunctionStat], key: str, descending: bool
+) -> list[FunctionStat]:
+    """Sort by ``key``; ties keep the hottest (own %) first so the order is stable."""
+    ordered = sorted(functions, key=lambda f: (-f.own_pct, f.function, f.filename, f.line))
+    return sorted(ordered, key=_SORT_KEYS[key], reverse=descending)
+
+
+def next_sort(key: str) -> SortColumn:
+    """The sort column after ``key`` (wrapping around)."""
+    keys = [c.key for c in SORT_COLUMNS]
+    index = keys.index(key) if key in keys else -1
+    return SORT_COLUMNS[(index + 1) % len(SORT_COLUMNS)]
+
+
+def thread_label(thread: ThreadStat) -> str:
+    """How a thread is named in the selector."""
+    return f"{thread.name or 'thread'} · tid {thread.tid}"
+
+
+def column_widths(width: int) -> dict[str, int]:
+    """Cell widths for the table at ``width`` cells (cell padding and scrollbar excluded)."""
+    thread_w = 16 if width >= 120 else 10
+    fixed = {"own": 6, "total": 7, "thread": thread_w, "class": 7}
+    # Two cells of padding per column and two for the vertical scrollbar.
+    rest = width - sum(fixed.values()) - 2 * len(COLUMN_ORDER) - 2
+    function_w = max(8, int(rest * 0.55))
+    file_w = max(8, rest - function_w)
+    return {"function": function_w, "file": file_w, **fixed}
+
+
+class StacksPanel(Vertical, can_focus=False):
+    """Hot functions of the selected thread (or all), or why stacks are unavailable."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.snapshot: Snapshot | None = None
+        self.thread = ALL_THREADS
+        self.sort_key = "own"
+        self.descending = True
+        self._thread_options: tuple[tuple[str, int], ...] = ()
+        self._columns_state: tuple[int, str, bool] | None = None
+        self.border_title = "hot functions"
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="stacks-controls"):
+            yield Select[int](
+                [("all threads", ALL_THREADS)],
+                value=ALL_THREADS,
+                allow_blank=False,
+                compact=True,
+                id="thread-select",
+            )
+            yield SplitBar(id="split-bar")
+        yield DataTable[Text | str](id="hot-table", cursor_type="row", zebra_stripes=True)
+        yield Static(id="stacks-message")
+
+    @property
+    def table(self) -> DataTable[Text | str]:
+        """The hot-functions table."""
+        return self.query_one("#hot-table", DataTable)
+
+    # -- state changes -------------------------------------------------------------------------
+
+    def show(self, snapshot: Snapshot | None) -> None:
+        """Draw ``snapshot`` with the current thread and sort."""
+        self.snapshot = snapshot
+        if snapshot is not None:
+            self._update_thread_options(snapshot)
+        self._redraw()
+
+    def cycle_sort(self) -> SortColumn:
+        """Sort by the next column (key ``s``)."""
+        column = next_sort(self.sort_key)
+        self.set_sort(column.key, column.descending)
+        return column
+
+    def set_sort(self, key: str, descending: bool) -> None:
+        """Sort the table by column ``key``."""
+        self.sort_key = key
+        self.descending = descending
+        self._redraw()
+
+    def select_thread(self, tid: int) -> None:
+        """Show one thread (``ALL_THREADS`` for all)."""
+        self.thread = tid
+        self._redraw()
+
+    @on(Select.Changed, "#thread-select")
+    def _thread_changed(self, event: Select.Changed) -> None:
+        if isinstance(event.value, int):
+            self.select_thread(event.value)
+
+    @on(DataTable.HeaderSelected, "#hot-table")
+    def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
+        key = str(event.column_key.value)
+        if key not in _BY_KEY:
+            return
+        if key == self.sort_key:
+            self.set_sort(key, not self.descending)
+        else:
+            self.set_sort(key, _BY_KEY[key].descending)
+
+    def on_resize(self, event: Resize) -> None:
+        self._redraw()
+
+    # -- drawing -------------------------------------------------------------------------------
+
+    def _update_thread_options(self, snapshot: Snapshot) -> None:
+        threads = snapshot.stacks.threads if snapshot.stacks is not None else ()
+        options = tuple(
+            (thread_label(t), t.tid) for t in sorted(threads, key=lambda t: (t.pid, t.tid))
+        )
+        # A thread that stopped appearing stays selectable while it is selected.
+        if self.thread != ALL_THREADS and self.thread not in {tid for _, tid in options}:
+            options += ((f"tid {self.thread} (no samples)", self.thread),)
+        if options == self._thread_options:
+            return
+        self._thread_options = options
+        select = self.query_one("#thread-select", Select)
+        # set_options resets the value; restoring it must not look like a user choice.
+        with select.prevent(Select.Changed):
+            select.set_options([("all threads", ALL_THREADS), *options])
+            select.value = self.thread
+
+    def current_summary(self) -> StackSummary | None:
+        """The summary for the selected thread (or all threads)."""
+        if self.snapshot is None:
+            return None
+        if self.thread == ALL_THREADS:
+            return self.snapshot.stacks
+        return self.snapshot.stacks_by_thread.get(self.thread)
+
+    def _message(self, text: Text | None) -> None:
+        message = self.query_one("#stacks-message", Static)
+        table = self.table
+        if text is None:
+            message.display = False
+            table.display = True
+        else:
+            message.update(text)
+            message.display = True
+            table.display = False
+
+    def _redraw(self) -> None:
+        if not self.is_mounted:
+            return
+        snapshot = self.snapshot
+        split_bar = self.query_one(SplitBar)
+        window = snapshot.last_stack_window if snapshot is not None else None
+        summary = self.current_summary()
+        self._update_titles(summary)
+        if window is not None and window.error:
+            text = Text.assemble(("stacks unavailable: ", ERROR_STYLE), window.error)
+            if window.hint:
+                text.append("\n\n")
+                text.append("how to fix: ", HINT_STYLE)
+                text.append(window.hint)
+            text.append("\n\nThe other panes keep working.", DIM)
+            split_bar.show(None)
+            self._message(text)
+            return
+        if summary is None:
+            waiting = (
+                "waiting for stack samples…"
+                if self.thread == ALL_THREADS
+                else f"no samples for tid {self.thread} in the recent window"
+            )
+            split_bar.show(None)
+            self._message(Text(waiting, DIM))
+            return
+        split_bar.show(summary.split)
+        self._message(None)
+        self._populate(sort_functions(summary.functions, self.sort_key, self.descending))
+
+    def _update_titles(self, summary: StackSummary | None) -> None:
+        who = "all threads" if self.thread == ALL_THREADS else f"tid {self.thread}"
+        title = f"hot functions · {who}"
+        subtitle = f"sort: {_BY_KEY[self.sort_key].label} {'▼' if self.descending else '▲'} (s)"
+        if summary is not None:
+            span = max(0.0, summary.ts_end - summary.ts_start)
+            title += f" · {summary.rate_hz:.0f} Hz · {summary.thread_samples} samples/{span:.0f}s"
+            if summary.sampler_cpu is not None:
+                subtitle = f"py-spy {summary.sampler_cpu:.1f}% CPU · {subtitle}"
+        self.border_title = title
+        self.border_subtitle = subtitle
+
+    def _ensure_columns(self, width: int) -> dict[str, int]:
+        widths = column_widths(width)
+        state = (width, self.sort_key, self.descending)
+        if state == self._columns_state:
+            return widths
+        self._columns_state = state
+        table = self.table
+        table.clear(columns=True)
+        arrow = " ▼" if self.descending else " ▲"
+        for key in COLUMN_ORDER:
+            label = _BY_KEY[key].label + (arrow if key == self.sort_key else "")
+            justify = "right" if key in ("own", "total") else "left"
+            style = "bold underline" if key == self.sort_key else ""
+            table.add_column(Text(label, style=style, justify=justify), key=key, width=widths[key])
+        return widths
+
+    def _populate(self, functions: list[FunctionStat]) -> None:
+        table = self.table
+        width = table.size.width or max(self.size.width - 2, 40)
+        cursor_key: str | None = None
+        if table.row_count and table.is_valid_row_index(table.cursor_row):
+            cell_key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0))
+            cursor_key = str(cell_key.row_key.value)
+        widths = self._ensure_columns(width)
+        table.clear()
+        keys: list[str] = []
+        for stat in functions[:MAX_ROWS]:
+            key = f"{stat.function}|{stat.filename}|{stat.line}"
+            if key in table.rows:
+                key = f"{key}|{len(keys)}"
+            keys.append(key)
+            table.add_row(
+                Text(truncate(stat.function, widths["function"])),
+                Text(truncate_left(short_path(stat.filename, stat.line), widths["file"])),
+                Text(f"{stat.own_pct:.1f}", justify="right"),
+                Text(f"{stat.total_pct:.1f}", justify="right"),
+                Text(truncate(stat.thread, widths["thread"])),
+                Text(stat.klass, style=class_style(stat.klass)),
+                key=key,
+            )
+        # Refreshing every second must not yank the cursor back to the top.
+        if cursor_key is not None and cursor_key in keys:
+            table.move_cursor(row=keys.index(cursor_key), animate=False)
