@@ -23,6 +23,7 @@ from typing import Any
 
 from sofa_top.stackstats import summarize
 from sofa_top.store import SessionReader
+from sofa_top.verdicts import Evidence, judge
 
 TOP_N = 10
 
@@ -81,6 +82,14 @@ def session_summary(path: str | Path) -> dict[str, Any]:
             }
             for f in summary.functions[:TOP_N]
         ]
+    verdict = judge(
+        Evidence(
+            steps=steps,
+            stacks=summary,
+            tree_cpu=tree_mean,
+            cpu_count=int(meta.get("cpu_count") or 1),
+        )
+    )
     durations = [s.duration_s for s in steps]
     waits = sum(s.input_wait_s for s in steps)
     return {
@@ -93,7 +102,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
         "duration_s": round(ended - started, 3) if started and ended else None,
         "exit_code": meta.get("exit_code"),
         "end_reason": meta.get("end_reason"),
-        "verdict": None,
+        "verdict": verdict.as_json(),
         "steps": {
             "count": len(steps),
             "median_step_s": statistics.median(durations) if durations else None,
@@ -127,6 +136,10 @@ def render_summary(s: dict[str, Any]) -> None:
     con = Console()
     t = s.get("target") or {}
     con.print(f"[bold]sofa-top[/] session [cyan]{s['session']}[/]")
+    v = s["verdict"]
+    con.print(f"[bold]{v['headline']}[/] (confidence {v['confidence']:.0%})")
+    for rec in v["recommendations"]:
+        con.print(f"  -> {rec}")
     con.print(
         f"target PID {t.get('pid')} ({' '.join(t.get('cmdline') or [])[:80]}), "
         f"{s['duration_s']} s, ended: {s['end_reason']}"

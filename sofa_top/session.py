@@ -24,8 +24,10 @@ from sofa_top import __version__
 from sofa_top.collector import Collector
 from sofa_top.ring import Rings
 from sofa_top.samples import (
+    AgentInfo,
     Event,
     GpuSample,
+    PipelineSample,
     ProcessSample,
     Sample,
     StackCount,
@@ -38,6 +40,7 @@ from sofa_top.snapshot import Snapshot, StackSummary, TargetInfo
 from sofa_top.source import OnSnapshot
 from sofa_top.stackstats import summarize
 from sofa_top.store import SessionStore
+from sofa_top.verdicts import WINDOW_S, Evidence, Verdict, judge
 
 COMMIT_EVERY_S = 0.5  # the promise is "at least once a second"; half leaves margin
 STACK_SUMMARY_S = 5.0  # the stacks pane aggregates this much recent history
@@ -82,6 +85,9 @@ class Session:
         self._windows: deque[StackWindow] = deque(maxlen=120)
         self._events: deque[Event] = deque(maxlen=200)
         self._steps: deque[StepSample] = deque(maxlen=2000)
+        self._pipeline: PipelineSample | None = None
+        self._frameworks: tuple[str, ...] = ()
+        self._verdict: Verdict | None = None
         self.target_exited = False
         self.exit_code: int | None = None
         store.set_meta(
@@ -212,6 +218,10 @@ class Session:
             self._steps.append(s)
         elif isinstance(s, Event):
             self._events.append(s)
+        elif isinstance(s, PipelineSample):
+            self._pipeline = s
+        elif isinstance(s, AgentInfo):
+            self._frameworks = tuple(name for name, _v in s.frameworks)
 
     _finalized = False
 
@@ -250,6 +260,7 @@ class Session:
                 ts = summarize(windows)
                 if ts is not None:
                     by_thread[tid] = ts
+        verdict = self._judge(now, summary, by_thread)
         return Snapshot(
             ts=now,
             started=self.started,
@@ -267,7 +278,39 @@ class Session:
             target_exited=self.target_exited,
             exit_code=self.exit_code,
             cpu_count=os.cpu_count() or 1,
+            verdict=verdict,
+            steps=tuple(self._steps)[-600:],
         )
+
+    def _judge(
+        self, now: float, summary: StackSummary | None, by_thread: dict[int, StackSummary]
+    ) -> Verdict | None:
+        """Re-evaluate the verdict over the last ~10 s; store a marker when it changes."""
+        if self.target_exited:
+            return self._verdict
+        cutoff = now - WINDOW_S
+        steps = [s for s in self._steps if s.ts >= cutoff]
+        windows = [w for w in self._windows if w.ts_end >= cutoff]
+        cpu = self._rings.series.get("tree.cpu")
+        verdict = judge(
+            Evidence(
+                steps=steps,
+                stacks=summarize(windows) if windows else summary,
+                tree_cpu=cpu.last if cpu is not None else None,
+                cpu_count=os.cpu_count() or 1,
+                system=self._system,
+                gpu=self._gpu,
+                pipeline=self._pipeline,
+                frameworks=self._frameworks,
+            )
+        )
+        prev = self._verdict
+        if prev is None or (prev.kind, prev.severity) != (verdict.kind, verdict.severity):
+            ev = Event(now, "verdict", verdict.headline, verdict.as_json())
+            self._events.append(ev)
+            self.store.write([ev])
+        self._verdict = verdict
+        return verdict
 
     def steps(self) -> list[StepSample]:
         return list(self._steps)

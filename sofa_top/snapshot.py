@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sofa_top.samples import (
     Event,
@@ -15,9 +16,13 @@ from sofa_top.samples import (
     ProcessSample,
     StackClass,
     StackWindow,
+    StepSample,
     SystemSample,
 )
 from sofa_top.units import Percent, Pid, Timestamp
+
+if TYPE_CHECKING:
+    from sofa_top.verdicts import Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,3 +90,5 @@ class Snapshot:
     target_exited: bool = False
     exit_code: int | None = None
     cpu_count: int = 1
+    verdict: Verdict | None = None  # judged over about the last 10 s
+    steps: tuple[StepSample, ...] = ()  # recent steps (launch mode), oldest first

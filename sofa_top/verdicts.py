@@ -1,0 +1,346 @@
+"""Verdicts: why is the workload slow? Pure functions over the recent window of samples.
+
+Thresholds live here and nowhere else. They follow the TensorBoard/XProf input-pipeline
+analyzer: a step spending >= 20% of its time waiting for input is *highly* input-bound, >= 5%
+*moderately*; below that the input pipeline is not the problem.
+
+Evidence, best first:
+1. step telemetry from the in-process agent (launch mode): exact input wait per step;
+2. stack classification (attach mode): the share of the training thread's samples spent
+   waiting in an input iterator vs inside framework compute.
+Where neither says enough, the verdict is ``unknown`` with the reason, never a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sofa_top.samples import GpuSample, PipelineSample, StepSample, SystemSample
+from sofa_top.snapshot import StackSummary
+from sofa_top.units import Percent
+
+HIGH_INPUT_FRACTION = 0.20  # XProf: "highly input-bound"
+MODERATE_INPUT_FRACTION = 0.05  # XProf: "moderately input-bound"
+MIN_STEPS = 3  # fewer steps in the window say too little
+MIN_THREAD_SAMPLES = 50  # about half a second of stacks at 100 Hz
+STACK_INPUT_FRACTION = HIGH_INPUT_FRACTION  # same bar for the stack-based estimate
+STACK_DOMINANT = 0.50  # a class holding half the training thread's samples dominates it
+IDLE_CPU_PERCENT = 5.0  # the whole tree below this (of one core) is idle
+GPU_UNDERUSED_PERCENT = 50.0  # a GPU below this while compute-bound is underused
+MEMORY_PRESSURE = 0.95  # used / total memory
+WINDOW_S = 10.0  # verdicts look at about the last 10 s
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    text: str  # a concrete code change
+    toggle: str | None = None  # the optimizer toggle that tries it: prefetch, xla, depth-first
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    kind: str  # input-bound, compute-bound, python-overhead, idle, memory-pressure, unknown, ...
+    confidence: float  # 0..1
+    headline: str  # one line a person reads first
+    evidence: Mapping[str, object] = field(default_factory=dict)
+    recommendations: tuple[Recommendation, ...] = ()
+    severity: str = ""  # "high" / "moderate" for input-bound
+
+    def as_json(self) -> dict[str, object]:
+        """The ``verdict`` object of ``record --json``."""
+        return {
+            "kind": self.kind,
+            "confidence": round(self.confidence, 2),
+            "headline": self.headline,
+            "severity": self.severity,
+            "evidence": dict(self.evidence),
+            "recommendations": [r.text for r in self.recommendations],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What the verdict may look at; every field may be missing."""
+
+    steps: Sequence[StepSample] = ()
+    stacks: StackSummary | None = None
+    tree_cpu: Percent | None = None  # % of one core, summed over the tree
+    cpu_count: int = 1
+    system: SystemSample | None = None
+    gpu: GpuSample | None = None
+    pipeline: PipelineSample | None = None
+    frameworks: tuple[str, ...] = ()  # e.g. ("tensorflow",), from the agent or the stacks
+
+
+def _pipeline_recommendations(p: PipelineSample | None, fw: str) -> list[Recommendation]:
+    recs: list[Recommendation] = []
+    if p is not None and p.framework == "tf.data":
+        kinds = {s.kind for s in p.stages}
+        for s in p.stages:
+            if s.kind in ("map", "interleave") and (s.parallelism or 1) <= 1:
+                recs.append(
+                    Recommendation(
+                        f"{s.kind}: num_parallel_calls=tf.data.AUTOTUNE "
+                        f"(stage {s.name} runs serially)",
+                        "prefetch",
+                    )
+                )
+        if "prefetch" not in kinds:
+            recs.append(Recommendation("add .prefetch(tf.data.AUTOTUNE) after batch()", "prefetch"))
+    elif p is not None and p.framework == "torch":
+        workers = next((s.parallelism for s in p.stages if s.kind == "source"), None)
+        if not workers:
+            recs.append(
+                Recommendation(
+                    "DataLoader(num_workers=2, persistent_workers=True) "
+                    "(it loads in the main process)",
+                    "prefetch",
+                )
+            )
+    if not recs:
+        if fw == "tensorflow":
+            recs = [
+                Recommendation("map: num_parallel_calls=tf.data.AUTOTUNE", "prefetch"),
+                Recommendation("add .prefetch(tf.data.AUTOTUNE) after batch()", "prefetch"),
+            ]
+        elif fw == "torch":
+            recs = [
+                Recommendation("DataLoader(num_workers=2, persistent_workers=True)", "prefetch")
+            ]
+        else:
+            recs = [
+                Recommendation(
+                    "overlap input with compute: prefetch batches in the "
+                    "background and parallelize preprocessing",
+                    "prefetch",
+                )
+            ]
+    return recs
+
+
+def _framework(ev: Evidence) -> str:
+    if ev.pipeline is not None:
+        return "tensorflow" if ev.pipeline.framework == "tf.data" else "torch"
+    for fw in ev.frameworks:
+        if fw in ("tensorflow", "torch"):
+            return fw
+    if ev.stacks is not None:
+        files = " ".join(f.filename for f in ev.stacks.functions[:30])
+        if "tensorflow" in files or "keras" in files:
+            return "tensorflow"
+        if "torch" in files:
+            return "torch"
+    return ""
+
+
+def _bottleneck(p: PipelineSample | None) -> str | None:
+    if p is None:
+        return None
+    stage = next((s for s in p.stages if s.is_bottleneck), None)
+    return None if stage is None else stage.name
+
+
+def _cpu_saturation(ev: Evidence) -> float | None:
+    if ev.tree_cpu is None:
+        return None
+    return min(1.0, ev.tree_cpu / (100.0 * max(1, ev.cpu_count)))
+
+
+def _gpu_util(ev: Evidence) -> float | None:
+    if ev.gpu is None or ev.gpu.status != "ok":
+        return None
+    utils = [d.util for d in ev.gpu.devices if d.util is not None]
+    return max(utils) if utils else None
+
+
+def judge(ev: Evidence) -> Verdict:
+    """The verdict for one window of evidence."""
+    fw = _framework(ev)
+    base: dict[str, object] = {
+        "cpu_saturation": _round(_cpu_saturation(ev)),
+        "gpu_util_percent": _gpu_util(ev),
+    }
+    if ev.system is not None and ev.system.mem_total:
+        used = ev.system.mem_used / ev.system.mem_total
+        if used >= MEMORY_PRESSURE:
+            return Verdict(
+                "memory-pressure",
+                0.8,
+                f"memory-pressure: {used:.0%} of RAM in use; swapping slows every step",
+                {**base, "memory_used_fraction": round(used, 3)},
+                (
+                    Recommendation(
+                        "lower the batch size or the DataLoader "
+                        "prefetch_factor / tf.data buffer sizes"
+                    ),
+                ),
+            )
+    if len(ev.steps) >= MIN_STEPS:
+        return _judge_steps(ev, fw, base)
+    if (
+        ev.tree_cpu is not None
+        and ev.tree_cpu < IDLE_CPU_PERCENT
+        and (ev.stacks is None or _split(ev.stacks, "idle") >= STACK_DOMINANT)
+    ):
+        return Verdict("idle", 0.7, f"idle: the process tree uses {ev.tree_cpu:.0f}% CPU", base)
+    if ev.stacks is not None:
+        return _judge_stacks(ev, fw, base)
+    return Verdict(
+        "unknown",
+        0.0,
+        "unknown: no step telemetry and no stack samples yet",
+        base,
+        (Recommendation("run it under `sofa-top launch -- CMD` for exact per-step input wait"),),
+    )
+
+
+def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
+    total = sum(s.duration_s for s in ev.steps)
+    wait = sum(s.input_wait_s for s in ev.steps)
+    frac = wait / total if total > 0 else 0.0
+    evidence = {
+        **base,
+        "input_fraction": round(frac, 3),
+        "steps": len(ev.steps),
+        "median_step_s": _median([s.duration_s for s in ev.steps]),
+        "bottleneck_stage": _bottleneck(ev.pipeline),
+    }
+    conf = min(0.95, 0.5 + 0.05 * len(ev.steps))
+    if frac >= MODERATE_INPUT_FRACTION:
+        high = frac >= HIGH_INPUT_FRACTION
+        where = f" in stage {evidence['bottleneck_stage']}" if evidence["bottleneck_stage"] else ""
+        return Verdict(
+            "input-bound",
+            conf if high else conf * 0.8,
+            f"input-bound: {frac:.0%} of each step waits for input{where}",
+            evidence,
+            tuple(_pipeline_recommendations(ev.pipeline, fw)),
+            severity="high" if high else "moderate",
+        )
+    gpu = _gpu_util(ev)
+    if gpu is not None and gpu < GPU_UNDERUSED_PERCENT:
+        return Verdict(
+            "gpu-underutilized",
+            conf * 0.8,
+            f"gpu-underutilized: compute-bound on the host, GPU at {gpu:.0f}%",
+            evidence,
+            (Recommendation("move the model and batches to the GPU, raise the batch size"),),
+        )
+    return Verdict(
+        "compute-bound",
+        conf,
+        f"compute-bound: only {frac:.0%} of each step waits for input",
+        evidence,
+        _compute_recommendations(fw),
+    )
+
+
+def _compute_recommendations(fw: str) -> tuple[Recommendation, ...]:
+    if fw == "tensorflow":
+        return (
+            Recommendation(
+                "compile the step with XLA: model.compile(jit_compile=True) or "
+                "@tf.function(jit_compile=True)",
+                "xla",
+            ),
+        )
+    if fw == "torch":
+        return (
+            Recommendation("model.compile() (torch.compile)", "xla"),
+            Recommendation(
+                "run memory-bound layer chains depth-first: "
+                "model = sofa_top.optimizers.depth_first(model)",
+                "depth-first",
+            ),
+        )
+    return ()
+
+
+def _split(s: StackSummary, klass: str) -> float:
+    return float(s.split.get(klass, 0.0))
+
+
+def _training_thread(s: StackSummary) -> Mapping[str, float]:
+    """The busiest non-idle thread's split (the training loop, in nearly every program)."""
+    best = None
+    for t in s.threads:
+        active = t.samples * (1.0 - t.split.get("idle", 0.0))
+        if best is None or active > best[0]:
+            best = (active, t.split)
+    return best[1] if best else s.split
+
+
+def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
+    s = ev.stacks
+    assert s is not None
+    if s.thread_samples < MIN_THREAD_SAMPLES:
+        return Verdict("unknown", 0.0, "unknown: too few stack samples yet", base)
+    split = _training_thread(s)
+    inp, comp, py = (split.get(k, 0.0) for k in ("input", "compute", "python"))
+    evidence = {
+        **base,
+        "input_share": round(inp, 3),
+        "compute_share": round(comp, 3),
+        "python_share": round(py, 3),
+        "source": "stacks",
+    }
+    files = " ".join(f.filename for f in s.functions[:40])
+    if inp >= STACK_INPUT_FRACTION:
+        return Verdict(
+            "input-bound",
+            0.6,
+            f"input-bound: the training thread waits for input in {inp:.0%} of samples",
+            evidence,
+            tuple(_pipeline_recommendations(None, fw)),
+            severity="high",
+        )
+    if "keras" in files and "trainer" in files:
+        # Keras fit pulls batches inside a compiled function: the stacks cannot see the wait.
+        return Verdict(
+            "unknown",
+            0.2,
+            "unknown: Keras fit reads its input inside a compiled step, invisible "
+            "to stack sampling",
+            evidence,
+            (
+                Recommendation(
+                    "run it under `sofa-top launch -- CMD` for exact per-step input wait"
+                ),
+            ),
+        )
+    if comp >= STACK_DOMINANT:
+        return Verdict(
+            "compute-bound",
+            0.6,
+            f"compute-bound: {comp:.0%} of the training thread's samples in framework compute",
+            evidence,
+            _compute_recommendations(fw),
+        )
+    if py >= STACK_DOMINANT:
+        return Verdict(
+            "python-overhead",
+            0.6,
+            f"python-overhead: {py:.0%} of samples in plain Python code",
+            evidence,
+            (Recommendation("move the hot Python function into vectorized framework ops"),),
+        )
+    return Verdict(
+        "unknown",
+        0.2,
+        "unknown: the stacks show no dominant activity",
+        evidence,
+        (Recommendation("run it under `sofa-top launch -- CMD` for exact per-step input wait"),),
+    )
+
+
+def _median(v: Sequence[float]) -> float | None:
+    if not v:
+        return None
+    s = sorted(v)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)

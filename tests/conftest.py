@@ -1,0 +1,40 @@
+"""Shared fixtures: real processes, started and always reaped."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+WORKLOADS = Path(__file__).parent / "workloads"
+REPO = Path(__file__).parent.parent
+SOFA_TOP = str(Path(sys.executable).with_name("sofa-top"))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """Sessions written by tests never land in the user's data dir."""
+    monkeypatch.setenv("SOFA_TOP_DATA_DIR", str(tmp_path_factory.mktemp("sofa-data")))
+
+
+@pytest.fixture
+def busy_python() -> Iterator[subprocess.Popen[bytes]]:
+    """A real pure-Python busy loop (function ``spin_here``) running for up to 120 s."""
+    p = subprocess.Popen([sys.executable, str(WORKLOADS / "busy_python.py"), "120"])
+    yield p
+    p.kill()
+    p.wait()
+
+
+def run_cli(*args: str, timeout: float = 60, env: dict[str, str] | None = None,
+            user: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real ``sofa-top`` console script."""
+    cmd = [SOFA_TOP, *args]
+    if user is not None:
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)

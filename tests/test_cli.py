@@ -1,0 +1,174 @@
+"""The real ``sofa-top`` command against real processes: bad input is one line, never a
+traceback; record works headless; the session survives SIGKILL and closes cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SOFA_TOP, run_cli
+
+from sofa_top import __version__
+from sofa_top.store import SessionReader
+
+
+def _one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode != 0, proc
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def test_version() -> None:
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"sofa-top {__version__}"
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["attach"], "required"),
+        (["attach", "abc"], "not a PID"),
+        (["attach", "-5"], "PID"),
+        (["attach", "1", "--interval", "0"], "positive"),
+        (["attach", "1", "--stack-rate", "nan"], "positive"),
+        (["record", "--pid", "1", "--duration", "-1"], "duration"),
+        (["record"], "--pid"),
+        (["--bogus"], "unrecognized"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_flags(args: list[str], expected: str) -> None:
+    assert expected in _one_line_error(run_cli(*args))
+
+
+@pytest.mark.parametrize("cmd", ["attach", "record"])
+def test_unknown_pid(cmd: str) -> None:
+    pid = 4_000_000  # above the default pid_max, so it cannot exist
+    args = [cmd, str(pid)] if cmd == "attach" else [cmd, "--pid", str(pid)]
+    assert f"no process with PID {pid}" in _one_line_error(run_cli(*args))
+
+
+def test_zombie() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # exited but not reaped: a zombie
+        with open(f"/proc/{child.pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        time.sleep(0.05)
+    try:
+        assert "zombie" in _one_line_error(run_cli("attach", str(child.pid)))
+    finally:
+        child.wait()
+
+
+def test_unwritable_output(tmp_path: Path, busy_python: subprocess.Popen[bytes]) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    line = _one_line_error(
+        run_cli("record", "--pid", str(busy_python.pid), "-o", str(blocker / "s.sofa"))
+    )
+    assert "cannot write session file" in line
+    existing = tmp_path / "existing.sofa"
+    existing.write_text("keep me")
+    line = _one_line_error(run_cli("record", "--pid", str(busy_python.pid), "-o", str(existing)))
+    assert "already exists" in line and existing.read_text() == "keep me"
+
+
+def test_record_json_busy_loop(tmp_path: Path, busy_python: subprocess.Popen[bytes]) -> None:
+    out = tmp_path / "busy.sofa"
+    proc = run_cli("record", "--pid", str(busy_python.pid), "--duration", "4", "--json", "-o",
+                   str(out))
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["session"] == str(out) and summary["target"]["pid"] == busy_python.pid
+    assert summary["end_reason"] == "duration reached"
+    assert 3.5 <= summary["duration_s"] <= 8
+    assert summary["cpu"]["tree_mean_percent"] > 60  # a busy loop keeps one core busy
+    assert summary["gpu"] is None or summary["gpu"]["devices"] == []
+    top = summary["stacks"]["top"][0]
+    assert top["function"] == "spin_here" and top["own_pct"] > 50
+    assert summary["stacks"]["split"]["python"] > 0.4
+
+
+def test_record_non_python_target(tmp_path: Path) -> None:
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        proc = run_cli("record", "--pid", str(sleeper.pid), "--duration", "3", "--json", "-o",
+                       str(tmp_path / "s.sofa"))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["cpu"]["tree_mean_percent"] is not None  # CPU/memory still recorded
+    assert "not a Python process" in (summary["stacks"]["error"] or "")
+
+
+def test_record_stops_when_target_exits(tmp_path: Path) -> None:
+    short = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
+    proc = run_cli("record", "--pid", str(short.pid), "--json", "-o", str(tmp_path / "s.sofa"))
+    short.wait()
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["end_reason"] == "target exited"
+
+
+def test_sigkill_keeps_data_to_the_last_second(
+    tmp_path: Path, busy_python: subprocess.Popen[bytes]
+) -> None:
+    out = tmp_path / "killed.sofa"
+    rec = subprocess.Popen([SOFA_TOP, "record", "--pid", str(busy_python.pid), "-o", str(out)],
+                           stderr=subprocess.DEVNULL)
+    time.sleep(5)
+    killed_at = time.time()
+    os.kill(rec.pid, signal.SIGKILL)
+    rec.wait()
+    r = SessionReader(out)
+    t0, t1 = r.time_range() or (0.0, 0.0)
+    assert killed_at - t1 <= 1.2, f"last point {killed_at - t1:.2f} s before the kill"
+    assert len(r.points("tree.cpu")) >= 20  # ~10 Hz for several seconds
+    assert "ended" not in r.meta()  # it really was killed, not finalized
+
+
+def test_sigterm_finalizes(tmp_path: Path, busy_python: subprocess.Popen[bytes]) -> None:
+    out = tmp_path / "term.sofa"
+    rec = subprocess.Popen([SOFA_TOP, "record", "--pid", str(busy_python.pid), "-o", str(out),
+                            "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    rec.send_signal(signal.SIGTERM)
+    stdout, stderr = rec.communicate(timeout=30)
+    assert rec.returncode == 0 and "Traceback" not in stderr
+    assert json.loads(stdout)["end_reason"] == "SIGTERM"
+    meta = SessionReader(out).meta()
+    assert meta["end_reason"] == "SIGTERM" and meta["ended"] > meta["started"]
+    assert busy_python.poll() is None  # the target is untouched
+
+
+def test_ptrace_denied_as_unprivileged_user(
+    tmp_path: Path, busy_python: subprocess.Popen[bytes]
+) -> None:
+    """A real ptrace denial: sofa-top runs as 'nobody' against a root-owned process. The
+    recording still works; the stacks say why they are missing and how to fix it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to an unprivileged user")
+    # pytest's tmp_path lives under a 0700 root directory that 'nobody' cannot enter.
+    out_dir = Path(tempfile.mkdtemp(prefix="sofa-top-nobody-"))
+    os.chmod(out_dir, 0o777)
+    proc = run_cli("record", "--pid", str(busy_python.pid), "--duration", "3", "--json", "-o",
+                   str(out_dir / "s.sofa"), user="nobody",
+                   env={"SOFA_TOP_DATA_DIR": str(out_dir), "HOME": str(out_dir)})
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["cpu"]["tree_mean_percent"] > 50
+    assert "ptrace" in (summary["stacks"]["error"] or "").lower()
+    assert "ptrace_scope" in (summary["stacks"]["hint"] or "")
