@@ -17,6 +17,7 @@ Missing processes and permissions are data: an exited process is reported once w
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -24,8 +25,9 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-import psutil  # type: ignore[import-untyped]
+import psutil
 
 from sofa_top.collector import Emit
 from sofa_top.errors import UserError
@@ -88,7 +90,7 @@ class ProcessCollector:
         self,
         pid: Pid,
         interval: Seconds = 0.1,
-        popen: subprocess.Popen[bytes] | None = None,
+        popen: subprocess.Popen[Any] | None = None,
         *,
         create_time: Timestamp | None = None,
     ) -> None:
@@ -106,7 +108,7 @@ class ProcessCollector:
         self._target_error: str | None = None
         self._exit_reported = False
         self._tree_pids: frozenset[Pid] = frozenset({pid})
-        self._prev_cpu: list[object] | None = None
+        self._prev_cpu: list[Any] | None = None
         self._swap: tuple[Bytes, Bytes] = (0, 0)
         self._swap_ts = 0.0
         self._has_children_file: bool | None = None
@@ -177,7 +179,10 @@ class ProcessCollector:
         try:
             proc = psutil.Process(self.pid)
             ct = float(proc.create_time())
-            if self._expected_create_time is not None and abs(ct - self._expected_create_time) > 0.05:
+            if (
+                self._expected_create_time is not None
+                and abs(ct - self._expected_create_time) > 0.005
+            ):
                 self._mark_target_gone(f"PID {self.pid} now belongs to another process")
                 return
             self._tracked[self.pid] = self._new_tracked(proc, ct, parent=None)
@@ -239,7 +244,9 @@ class ProcessCollector:
             error=error,
         )
 
-    def _new_tracked(self, proc: psutil.Process, ct: Timestamp, parent: _Tracked | None) -> _Tracked:
+    def _new_tracked(
+        self, proc: psutil.Process, ct: Timestamp, parent: _Tracked | None
+    ) -> _Tracked:
         try:
             name = str(proc.name())
             cmdline = tuple(str(a) for a in proc.cmdline())
@@ -294,10 +301,8 @@ class ProcessCollector:
         if name != t.name:
             # exec() happened (fork+exec, or a DataLoader worker renaming itself): re-derive.
             t.name = name
-            try:
+            with contextlib.suppress(psutil.Error):
                 t.cmdline = tuple(str(a) for a in p.cmdline())
-            except psutil.Error:
-                pass
             if t.role != ROLE_TARGET:
                 parent = self._tracked.get(t.ppid)
                 t.role = _role_for(name, t.cmdline, parent.role if parent else ROLE_CHILD)
@@ -373,7 +378,9 @@ class ProcessCollector:
 
     def _children_of(self, pid: Pid) -> list[Pid]:
         if self._has_children_file is None:
-            self._has_children_file = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+            self._has_children_file = os.path.exists(
+                f"/proc/{os.getpid()}/task/{os.getpid()}/children"
+            )
         if not self._has_children_file:
             return _children_via_psutil(pid)
         kids: list[Pid] = []
@@ -467,14 +474,13 @@ def _children_via_psutil(pid: Pid) -> list[Pid]:
         return []
 
 
-def _field(t: object, name: str) -> float:
+def _field(t: Any, name: str) -> float:
     return float(getattr(t, name, 0.0))
 
 
-def _cpu_total(t: object) -> float:
+def _cpu_total(t: Any) -> float:
     # On Linux guest time is already included in user/nice (same correction as psutil).
-    values: Iterable[float] = t  # type: ignore[assignment]
-    return float(sum(values)) - _field(t, "guest") - _field(t, "guest_nice")
+    return float(sum(t)) - _field(t, "guest") - _field(t, "guest_nice")
 
 
 def _clamp_pct(v: float) -> Percent:

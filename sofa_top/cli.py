@@ -6,15 +6,15 @@ Every user-facing failure is a ``UserError``: one line on stderr, a non-zero exi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
@@ -22,6 +22,8 @@ from sofa_top import __version__
 from sofa_top.errors import UserError
 
 if TYPE_CHECKING:
+    from sofa_top.agent_server import AgentServer
+    from sofa_top.collector import Collector
     from sofa_top.session import Session
 
 DEFAULT_INTERVAL_S = 0.1
@@ -89,11 +91,23 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("pid", type=_pid, metavar="PID")
     sampling(a)
 
-    r = sub.add_parser("record", help="record a process headless (no screen)")
-    r.add_argument("--pid", type=_pid, required=True, metavar="PID")
+    r = sub.add_parser(
+        "record",
+        help="record headless (no screen): --pid PID, or -- CMD to launch",
+        usage="sofa-top record (--pid PID | -- CMD [ARGS...]) [options]",
+    )
+    r.add_argument("--pid", type=_pid, metavar="PID")
     r.add_argument("--duration", type=_positive_float, metavar="S", help="stop after S seconds")
     r.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     sampling(r)
+
+    la = sub.add_parser(
+        "launch",
+        help="start CMD with the in-process agent and open the dashboard",
+        usage="sofa-top launch [--name N] [-o FILE] -- CMD [ARGS...]",
+    )
+    la.add_argument("--name", help="session name (default: the command)")
+    sampling(la)
 
     d = sub.add_parser("demo", help="run a bundled input-bound workload under sofa-top")
     d.add_argument("framework", nargs="?", choices=("tf", "torch"), default="tf")
@@ -106,13 +120,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sofa-top`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first "--" is the workload's command line, untouched by argparse.
+    cmd: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, cmd = argv[:i], argv[i + 1 :]
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.cmd = cmd
     try:
+        if cmd and args.command not in ("launch", "record"):
+            raise UserError(f"'{args.command or 'sofa-top'}' takes no command after --")
         if args.command == "attach":
             return _attach(args)
         if args.command == "record":
             return _record(args)
+        if args.command == "launch":
+            if not cmd:
+                raise UserError("launch needs a command: sofa-top launch -- python train.py")
+            return _launch(args)
         if args.command == "demo":
             return _demo(args)
         if args.command == "doctor":
@@ -128,43 +155,154 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _open_session(
-    args: argparse.Namespace, mode: str, popen: subprocess.Popen[bytes] | None = None
-) -> Session:
-    from sofa_top.collector import Collector
+class _Run:
+    """A session plus, in launch mode, the workload sofa-top started and its agent server."""
+
+    def __init__(
+        self,
+        session: Session,
+        popen: subprocess.Popen[bytes] | None = None,
+        server: AgentServer | None = None,
+    ) -> None:
+        self.session = session
+        self.popen = popen
+        self.server = server
+
+    def finish(self, reason: str) -> None:
+        """Stop the workload sofa-top launched (if still running), then the session."""
+        if self.popen is not None:
+            terminate_workload(self.popen)
+        self.session.stop(reason)
+        if self.server is not None:
+            self.server.close()
+
+
+def terminate_workload(popen: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    """SIGTERM the workload's process group, then SIGKILL it after ``grace_s``."""
+    if popen.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(popen.pid, signal.SIGTERM)
+    try:
+        popen.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(popen.pid, signal.SIGKILL)
+        popen.wait()
+
+
+def _collectors(
+    args: argparse.Namespace, pid: int, popen: subprocess.Popen[bytes] | None
+) -> list[Collector]:
     from sofa_top.collectors.gpu import GpuCollector
     from sofa_top.collectors.process import ProcessCollector
-    from sofa_top.session import Session, session_file
-    from sofa_top.store import SessionStore
-    from sofa_top.target import resolve_pid, tree_pids
+    from sofa_top.target import tree_pids
 
-    target = resolve_pid(args.pid)
-    if popen is not None:
-        target = replace(target, launched=True)
-    store = SessionStore(session_file(args.output, f"{target.name}-{target.pid}"))
     collectors: list[Collector] = [
-        ProcessCollector(target.pid, interval=args.interval, popen=popen),
-        GpuCollector(lambda: tree_pids(target.pid)),
+        ProcessCollector(pid, interval=args.interval, popen=popen),
+        GpuCollector(lambda: tree_pids(pid)),
     ]
     if not args.no_stacks:
         from sofa_top.collectors.stacks import StackCollector
 
-        collectors.append(StackCollector(target.pid, rate_hz=args.stack_rate))
-    return Session(target, collectors, store, mode=mode)
+        collectors.append(StackCollector(pid, rate_hz=args.stack_rate))
+    return collectors
+
+
+def _open_attach(args: argparse.Namespace, mode: str) -> _Run:
+    from sofa_top.session import Session, session_file
+    from sofa_top.store import SessionStore
+    from sofa_top.target import resolve_pid
+
+    target = resolve_pid(args.pid)
+    store = SessionStore(session_file(args.output, f"{target.name}-{target.pid}"))
+    return _Run(Session(target, _collectors(args, target.pid, None), store, mode=mode))
+
+
+def _open_launch(
+    args: argparse.Namespace, mode: str, settings: dict[str, object] | None = None
+) -> _Run:
+    from sofa_top.agent.launch_env import agent_env
+    from sofa_top.agent_server import AgentCollector, AgentServer
+    from sofa_top.collectors.logs import LogCollector
+    from sofa_top.session import Session, session_file
+    from sofa_top.snapshot import TargetInfo
+    from sofa_top.store import SessionStore
+
+    cmd: list[str] = args.cmd
+    name = getattr(args, "name", None) or os.path.basename(cmd[0])
+    path = session_file(args.output, name)
+    if path.exists():
+        raise UserError(f"session file already exists: {path}")
+    server = AgentServer()
+    env = {**os.environ, **agent_env(server.socket_path, settings or {})}
+    try:
+        # A new session: the terminal's Ctrl-C reaches sofa-top, which decides what to stop.
+        popen = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    except FileNotFoundError:
+        server.close()
+        raise UserError(f"command not found: {cmd[0]}") from None
+    except OSError as exc:
+        server.close()
+        raise UserError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
+    assert popen.stdout is not None and popen.stderr is not None
+    try:
+        store = SessionStore(path)
+    except UserError:
+        terminate_workload(popen)
+        server.close()
+        raise
+    target = TargetInfo(pid=popen.pid, name=name, cmdline=tuple(cmd), launched=True)
+    collectors = _collectors(args, popen.pid, popen)
+    collectors += [
+        AgentCollector(server),
+        LogCollector({"stdout": popen.stdout, "stderr": popen.stderr}),
+    ]
+    session = Session(target, collectors, store, mode=mode, extra_meta={"settings": settings or {}})
+    return _Run(session, popen, server)
 
 
 def _attach(args: argparse.Namespace) -> int:
+    return _dashboard(_open_attach(args, "attach"))
+
+
+def _launch(args: argparse.Namespace) -> int:
+    return _dashboard(_open_launch(args, "launch"))
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from sofa_top.demos import DEMOS
+
+    args.cmd = [sys.executable, str(DEMOS[args.framework])]
+    if args.seconds:
+        args.cmd += ["--seconds", str(args.seconds)]
+    args.name = f"demo-{args.framework}"
+    return _dashboard(_open_launch(args, "launch"))
+
+
+def _dashboard(run: _Run) -> int:
     from sofa_top.tui.app import run_dashboard
 
-    session = _open_session(args, "attach")
-    path = run_dashboard(session)
-    session.stop("user quit")
-    print(f"session saved: {path or session.session_path}")
+    try:
+        path = run_dashboard(run.session)
+    finally:
+        run.finish("user quit")
+    print(f"session saved: {path or run.session.session_path}")
     return 0
 
 
 def _record(args: argparse.Namespace) -> int:
-    session = _open_session(args, "record")
+    if (args.pid is None) == (not args.cmd):
+        raise UserError("record needs either --pid PID or -- CMD [ARGS...] (not both)")
+    run = _open_launch(args, "record") if args.cmd else _open_attach(args, "record")
+    session = run.session
     stop_reason: list[str] = []
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -175,55 +313,23 @@ def _record(args: argparse.Namespace) -> int:
     session.start()
     deadline = time.monotonic() + args.duration if args.duration else None
     if not args.json:
-        print(
-            f"recording PID {args.pid} to {session.session_path} (Ctrl-C to stop)", file=sys.stderr
-        )
+        what = f"PID {session.target.pid}"
+        print(f"recording {what} to {session.session_path} (Ctrl-C stops)", file=sys.stderr)
     while not session.done and not stop_reason:
         if deadline is not None and time.monotonic() >= deadline:
             stop_reason.append("duration reached")
             break
-        # Short waits keep signal handling responsive.
-        session.wait(0.2)
+        session.wait(0.2)  # short waits keep signal handling responsive
     reason = stop_reason[0] if stop_reason else "target exited"
-    threading.Thread(target=session.stop, args=(reason,), daemon=True).start()
-    session.wait(10.0)
-    from sofa_top.report import session_summary
+    finisher = threading.Thread(target=run.finish, args=(reason,), daemon=True)
+    finisher.start()
+    finisher.join(30.0)
+    from sofa_top.report import render_summary, session_summary
 
     summary = session_summary(session.session_path)
     if args.json:
         json.dump(summary, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        from sofa_top.report import render_summary
-
         render_summary(summary)
-    return 0
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from sofa_top.demos import DEMOS
-    from sofa_top.tui.app import run_dashboard
-
-    cmd = [sys.executable, str(DEMOS[args.framework])]
-    if args.seconds:
-        cmd += ["--seconds", str(args.seconds)]
-    # The workload's output would scribble over the dashboard; keep it next to the session.
-    log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - the child writes it after this returns
-        prefix="sofa-top-demo-", suffix=".log", delete=False
-    )
-    popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        args.pid = popen.pid
-        session = _open_session(args, "demo", popen=popen)
-        path = run_dashboard(session)
-        session.stop("user quit")
-    finally:
-        if popen.poll() is None:
-            popen.terminate()
-            try:
-                popen.wait(5)
-            except subprocess.TimeoutExpired:
-                popen.kill()
-        log.close()
-    print(f"session saved: {path or session.session_path} (workload output: {log.name})")
     return 0

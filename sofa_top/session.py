@@ -36,7 +36,7 @@ from sofa_top.samples import (
     SystemSample,
 )
 from sofa_top.series import RateState, points_of
-from sofa_top.snapshot import Snapshot, StackSummary, TargetInfo
+from sofa_top.snapshot import LOG_LINES, Snapshot, StackSummary, TargetInfo
 from sofa_top.source import OnSnapshot
 from sofa_top.stackstats import summarize
 from sofa_top.store import SessionStore
@@ -45,6 +45,7 @@ from sofa_top.verdicts import WINDOW_S, Evidence, Verdict, judge
 COMMIT_EVERY_S = 0.5  # the promise is "at least once a second"; half leaves margin
 STACK_SUMMARY_S = 5.0  # the stacks pane aggregates this much recent history
 QUEUE_MAX = 10_000
+EXIT_GRACE_S = 0.5  # after the target exits, let its last output and agent frames arrive
 
 
 class Session:
@@ -86,9 +87,13 @@ class Session:
         self._events: deque[Event] = deque(maxlen=200)
         self._steps: deque[StepSample] = deque(maxlen=2000)
         self._pipeline: PipelineSample | None = None
+        self._agent: AgentInfo | None = None
+        self._logs: deque[Event] = deque(maxlen=LOG_LINES)
+        self._logs_dropped = 0
         self._frameworks: tuple[str, ...] = ()
         self._verdict: Verdict | None = None
         self.target_exited = False
+        self._exit_seen = 0.0
         self.exit_code: int | None = None
         store.set_meta(
             mode=mode,
@@ -162,7 +167,11 @@ class Session:
                         self._absorb(s)
                 if time.monotonic() - self.store.last_commit >= COMMIT_EVERY_S:
                     self.store.commit()
-                if self.target_exited and not self._stop_collectors.is_set():
+                if (
+                    self.target_exited
+                    and not self._stop_collectors.is_set()
+                    and time.monotonic() >= self._exit_seen + EXIT_GRACE_S
+                ):
                     with self._lock:
                         self.end_reason = self.end_reason or "target exited"
                     self._stop_collectors.set()
@@ -201,6 +210,7 @@ class Session:
             self._process = s
             if not s.target_alive and not self.target_exited:
                 self.target_exited = True
+                self._exit_seen = time.monotonic()
                 self.exit_code = s.exit_code
                 code = "unknown" if s.exit_code is None else str(s.exit_code)
                 ev = Event(
@@ -217,10 +227,16 @@ class Session:
         elif isinstance(s, StepSample):
             self._steps.append(s)
         elif isinstance(s, Event):
-            self._events.append(s)
+            if s.kind == "log":
+                self._logs.append(s)
+            elif s.kind == "log-dropped":
+                self._logs_dropped = int(str(s.data.get("dropped", 0)))
+            else:
+                self._events.append(s)
         elif isinstance(s, PipelineSample):
             self._pipeline = s
         elif isinstance(s, AgentInfo):
+            self._agent = s
             self._frameworks = tuple(name for name, _v in s.frameworks)
 
     _finalized = False
@@ -280,6 +296,10 @@ class Session:
             cpu_count=os.cpu_count() or 1,
             verdict=verdict,
             steps=tuple(self._steps)[-600:],
+            pipeline=self._pipeline,
+            agent=self._agent,
+            logs=tuple(self._logs),
+            logs_dropped=self._logs_dropped,
         )
 
     def _judge(

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sofa_top.samples import (
+    AgentInfo,
     Event,
     GpuSample,
+    PipelineSample,
     ProcessSample,
     StackClass,
     StackWindow,
@@ -70,6 +72,7 @@ class StackSummary:
 
 
 Point = tuple[Timestamp, float | None]
+LOG_LINES = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,3 +95,8 @@ class Snapshot:
     cpu_count: int = 1
     verdict: Verdict | None = None  # judged over about the last 10 s
     steps: tuple[StepSample, ...] = ()  # recent steps (launch mode), oldest first
+    pipeline: PipelineSample | None = None  # latest tf.data / DataLoader stage view (agent)
+    agent: AgentInfo | None = None  # framework versions and hooks applied/skipped (agent)
+    logs: tuple[Event, ...] = ()  # workload output lines (kind "log"), last LOG_LINES, oldest first
+    logs_dropped: int = 0  # output lines not kept (flood protection)
+    read_only: bool = False  # a replay: no live data, ``ts`` is the cursor

@@ -336,6 +336,244 @@ class SessionReader:
     def close(self) -> None:
         self._db.close()
 
+    # -- streaming reads (exports, replay): bounded memory, one cursor at a time --------------
+    @contextlib.contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        """Run several reads against one consistent state of a file that is still being written.
+
+        A WAL reader never blocks the writer; keep the block short all the same, since an open
+        read transaction holds back the writer's checkpoint.
+        """
+        self._db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("COMMIT")
+
+    def series_ids(self) -> dict[str, int]:
+        """Series name -> id."""
+        return {name: int(sid) for sid, name in self._db.execute("SELECT id, name FROM series")}
+
+    def point_stats(self) -> dict[str, tuple[int, float, float]]:
+        """Per series: (number of points, first ts, last ts), read from the series index."""
+        return {
+            name: (int(n), float(t0), float(t1))
+            for name, n, t0, t1 in self._db.execute(
+                "SELECT s.name, count(*), min(p.ts), max(p.ts) FROM points p "
+                "JOIN series s ON s.id = p.series_id GROUP BY p.series_id"
+            )
+        }
+
+    def iter_points(self, series_ids: Iterable[int]) -> Iterator[tuple[int, float, float | None]]:
+        """(series_id, ts, value) of some series in arrival order (time order within a series)."""
+        ids = sorted(set(series_ids))
+        if not ids:
+            return
+        marks = ",".join("?" * len(ids))
+        yield from self._db.execute(
+            f"SELECT series_id, ts, value FROM points WHERE series_id IN ({marks}) ORDER BY rowid",
+            ids,
+        )
+
+    def second_means(self, series: str, t0: float, t1: float) -> list[tuple[float, float | None]]:
+        """Per-second means of ``series`` over ``t0 < ts <= t1`` (as ``ring.SeriesRing`` has them:
+        a second with only failed readings has ``None``, a second without points is absent)."""
+        return [
+            (float(sec), value)
+            for sec, value in self._db.execute(
+                "SELECT CAST(p.ts AS INTEGER) AS sec, avg(p.value) FROM points p "
+                "JOIN series s ON s.id = p.series_id WHERE s.name = ? AND p.ts > ? AND p.ts <= ? "
+                "GROUP BY sec ORDER BY sec",
+                (series, t0, t1),
+            )
+        ]
+
+    def last_point(self, series: str, at: float) -> tuple[float, float | None] | None:
+        """The last (ts, value) of ``series`` at or before ``at``."""
+        row = self._db.execute(
+            "SELECT p.ts, p.value FROM points p JOIN series s ON s.id = p.series_id "
+            "WHERE s.name = ? AND p.ts <= ? ORDER BY p.ts DESC LIMIT 1",
+            (series, at),
+        ).fetchone()
+        return None if row is None else (float(row[0]), row[1])
+
+    def fast_time_range(self) -> tuple[float, float] | None:
+        """First and last point time, one index probe per series (``time_range`` scans)."""
+        row = self._db.execute(
+            "SELECT min(t0), max(t1) FROM (SELECT "
+            "(SELECT min(ts) FROM points WHERE series_id = s.id) AS t0, "
+            "(SELECT max(ts) FROM points WHERE series_id = s.id) AS t1 FROM series s)"
+        ).fetchone()
+        return None if row is None or row[0] is None else (float(row[0]), float(row[1]))
+
+    def stack_frames(self, stack_ids: Iterable[int]) -> dict[int, tuple[Frame, ...]]:
+        """Frames (outermost first) of interned stacks."""
+        ids = sorted(set(stack_ids))
+        out: dict[int, tuple[Frame, ...]] = {}
+        for i in range(0, len(ids), 500):  # stays under SQLite's bound-parameter limit
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for sid, text in self._db.execute(
+                f"SELECT id, frames FROM stack_strings WHERE id IN ({marks})", chunk
+            ):
+                out[int(sid)] = tuple(Frame(f, fn, int(ln)) for f, fn, ln in json.loads(text))
+        return out
+
+    def stack_stats(self) -> tuple[int, int, int]:
+        """(stack_counts rows, thread-samples, sum of stack depths over rows)."""
+        row = self._db.execute(
+            "SELECT count(*), coalesce(sum(c.count), 0), "
+            "coalesce(sum(json_array_length(s.frames)), 0) "
+            "FROM stack_counts c LEFT JOIN stack_strings s ON s.id = c.stack_id"
+        ).fetchone()
+        return int(row[0]), int(row[1]), int(row[2])
+
+    def stack_threads(self) -> list[tuple[int, int, str]]:
+        """(pid, tid, thread name) of every sampled thread, the name most seen."""
+        rows = self._db.execute(
+            "SELECT pid, tid, thread_name, sum(count) AS n FROM stack_counts "
+            "GROUP BY pid, tid, thread_name ORDER BY pid, tid, n DESC"
+        )
+        out: list[tuple[int, int, str]] = []
+        for pid, tid, name, _n in rows:
+            if out and out[-1][:2] == (pid, tid):
+                if not out[-1][2] and name:
+                    out[-1] = (pid, tid, name)
+                continue
+            out.append((int(pid), int(tid), name or ""))
+        return out
+
+    def iter_stack_rows(
+        self, by_thread: bool = False
+    ) -> Iterator[tuple[int, float, float, float, int, int, int, str, int, int, str]]:
+        """Stack counts joined to their window: (window_id, ts_start, ts_end, rate_hz, samples,
+        pid, tid, thread_name, stack_id, count, klass), in time order or by thread then time."""
+        order = "c.pid, c.tid, w.ts_start, w.id" if by_thread else "w.ts_start, w.id"
+        yield from self._db.execute(
+            "SELECT w.id, w.ts_start, w.ts_end, w.rate_hz, w.samples, c.pid, c.tid, "
+            "c.thread_name, c.stack_id, c.count, c.klass FROM stack_windows w "
+            f"JOIN stack_counts c ON c.window_id = w.id WHERE c.count > 0 ORDER BY {order}"
+        )
+
+    def stack_windows_between(self, t0: float, t1: float) -> list[StackWindow]:
+        """Stack windows that ended in ``t0 < ts_end <= t1``, with their counts, in time order."""
+        rows = list(
+            self._db.execute(
+                "SELECT id, ts_start, ts_end, rate_hz, samples, sampler_cpu, error, hint "
+                "FROM stack_windows WHERE ts_end > ? AND ts_end <= ? ORDER BY ts_start, id",
+                (t0, t1),
+            )
+        )
+        return self._windows_with_counts(rows)
+
+    def last_stack_window(self, at: float) -> StackWindow | None:
+        """The last stack window that ended at or before ``at``."""
+        rows = list(
+            self._db.execute(
+                "SELECT id, ts_start, ts_end, rate_hz, samples, sampler_cpu, error, hint "
+                "FROM stack_windows WHERE ts_end <= ? ORDER BY ts_end DESC, id DESC LIMIT 1",
+                (at,),
+            )
+        )
+        windows = self._windows_with_counts(rows)
+        return windows[0] if windows else None
+
+    def _windows_with_counts(self, rows: list[Any]) -> list[StackWindow]:
+        if not rows:
+            return []
+        ids = [r[0] for r in rows]
+        counts: dict[int, list[tuple[int, int, str, int, int, StackClass]]] = {}
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for wid, pid, tid, tname, sid, count, klass in self._db.execute(
+                "SELECT window_id, pid, tid, thread_name, stack_id, count, klass "
+                f"FROM stack_counts WHERE window_id IN ({marks})",
+                chunk,
+            ):
+                counts.setdefault(wid, []).append((pid, tid, tname, sid, count, klass))
+        frames = self.stack_frames(c[3] for cs in counts.values() for c in cs)
+        out: list[StackWindow] = []
+        for wid, t0, t1, rate, n, cpu, err, hint in rows:
+            stacks = tuple(
+                StackCount(pid, tid, tname or "", frames.get(sid, ()), count, klass)
+                for pid, tid, tname, sid, count, klass in counts.get(wid, ())
+            )
+            out.append(StackWindow(t0, t1, rate, n, stacks, cpu, err, hint))
+        return out
+
+    def count_steps(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM steps").fetchone()[0])
+
+    def iter_steps(self) -> Iterator[StepSample]:
+        """All steps in arrival order (time order per process)."""
+        for r in self._db.execute(
+            "SELECT ts, step, start, duration_s, input_wait_s, source, batch_size, pid "
+            "FROM steps ORDER BY rowid"
+        ):
+            yield StepSample(*r)
+
+    def steps_before(self, at: float, limit: int, since: float | None = None) -> list[StepSample]:
+        """The last ``limit`` steps that ended at or before ``at`` (and after ``since``), oldest
+        first."""
+        rows = self._db.execute(
+            "SELECT ts, step, start, duration_s, input_wait_s, source, batch_size, pid "
+            "FROM steps WHERE ts <= ? AND ts > ? ORDER BY ts DESC LIMIT ?",
+            (at, float("-inf") if since is None else since, limit),
+        ).fetchall()
+        return [StepSample(*r) for r in reversed(rows)]
+
+    def count_events(self, kinds: Iterable[str]) -> int:
+        ks = sorted(set(kinds))
+        marks = ",".join("?" * len(ks))
+        q = f"SELECT count(*) FROM events WHERE kind IN ({marks})"
+        return int(self._db.execute(q, ks).fetchone()[0])
+
+    def iter_events(self, kinds: Iterable[str]) -> Iterator[Event]:
+        """Events of the given kinds, in time order."""
+        ks = sorted(set(kinds))
+        marks = ",".join("?" * len(ks))
+        for ts, k, msg, data in self._db.execute(
+            f"SELECT ts, kind, message, data FROM events WHERE kind IN ({marks}) ORDER BY ts", ks
+        ):
+            yield Event(ts, k, msg or "", json.loads(data) if data else {})
+
+    def events_before(
+        self, at: float, limit: int, exclude_kinds: Iterable[str] = ()
+    ) -> list[Event]:
+        """The last ``limit`` events at or before ``at`` (except some kinds), oldest first."""
+        ks = sorted(set(exclude_kinds))
+        marks = ",".join("?" * len(ks))
+        rows = self._db.execute(
+            f"SELECT ts, kind, message, data FROM events WHERE ts <= ? AND kind NOT IN ({marks}) "
+            "ORDER BY ts DESC, rowid DESC LIMIT ?",
+            (at, *ks, limit),
+        ).fetchall()
+        return [
+            Event(ts, k, msg or "", json.loads(data) if data else {})
+            for ts, k, msg, data in reversed(rows)
+        ]
+
+    def last_event(self, kind: str, at: float) -> Event | None:
+        """The last event of ``kind`` at or before ``at``."""
+        row = self._db.execute(
+            "SELECT ts, kind, message, data FROM events WHERE kind = ? AND ts <= ? "
+            "ORDER BY ts DESC, rowid DESC LIMIT 1",
+            (kind, at),
+        ).fetchone()
+        if row is None:
+            return None
+        ts, k, msg, data = row
+        return Event(ts, k, msg or "", json.loads(data) if data else {})
+
+    def event_times(self, kind: str) -> list[float]:
+        """Timestamps of every event of ``kind``, in order (markers are few)."""
+        return [
+            float(r[0])
+            for r in self._db.execute("SELECT ts FROM events WHERE kind = ? ORDER BY ts", (kind,))
+        ]
+
 
 def default_session_path(name: str) -> Path:
     """A fresh file name under the sessions directory."""

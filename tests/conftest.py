@@ -30,11 +30,18 @@ def busy_python() -> Iterator[subprocess.Popen[bytes]]:
     p.wait()
 
 
-def run_cli(*args: str, timeout: float = 60, env: dict[str, str] | None = None,
-            user: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, timeout: float = 60, env: dict[str, str] | None = None, user: str | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run the real ``sofa-top`` console script."""
     cmd = [SOFA_TOP, *args]
     if user is not None:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+    )

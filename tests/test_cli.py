@@ -86,8 +86,9 @@ def test_unwritable_output(tmp_path: Path, busy_python: subprocess.Popen[bytes])
 
 def test_record_json_busy_loop(tmp_path: Path, busy_python: subprocess.Popen[bytes]) -> None:
     out = tmp_path / "busy.sofa"
-    proc = run_cli("record", "--pid", str(busy_python.pid), "--duration", "4", "--json", "-o",
-                   str(out))
+    proc = run_cli(
+        "record", "--pid", str(busy_python.pid), "--duration", "4", "--json", "-o", str(out)
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["session"] == str(out) and summary["target"]["pid"] == busy_python.pid
@@ -103,8 +104,16 @@ def test_record_json_busy_loop(tmp_path: Path, busy_python: subprocess.Popen[byt
 def test_record_non_python_target(tmp_path: Path) -> None:
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        proc = run_cli("record", "--pid", str(sleeper.pid), "--duration", "3", "--json", "-o",
-                       str(tmp_path / "s.sofa"))
+        proc = run_cli(
+            "record",
+            "--pid",
+            str(sleeper.pid),
+            "--duration",
+            "3",
+            "--json",
+            "-o",
+            str(tmp_path / "s.sofa"),
+        )
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -126,8 +135,10 @@ def test_sigkill_keeps_data_to_the_last_second(
     tmp_path: Path, busy_python: subprocess.Popen[bytes]
 ) -> None:
     out = tmp_path / "killed.sofa"
-    rec = subprocess.Popen([SOFA_TOP, "record", "--pid", str(busy_python.pid), "-o", str(out)],
-                           stderr=subprocess.DEVNULL)
+    rec = subprocess.Popen(
+        [SOFA_TOP, "record", "--pid", str(busy_python.pid), "-o", str(out)],
+        stderr=subprocess.DEVNULL,
+    )
     time.sleep(5)
     killed_at = time.time()
     os.kill(rec.pid, signal.SIGKILL)
@@ -141,8 +152,12 @@ def test_sigkill_keeps_data_to_the_last_second(
 
 def test_sigterm_finalizes(tmp_path: Path, busy_python: subprocess.Popen[bytes]) -> None:
     out = tmp_path / "term.sofa"
-    rec = subprocess.Popen([SOFA_TOP, "record", "--pid", str(busy_python.pid), "-o", str(out),
-                            "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rec = subprocess.Popen(
+        [SOFA_TOP, "record", "--pid", str(busy_python.pid), "-o", str(out), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(3)
     rec.send_signal(signal.SIGTERM)
     stdout, stderr = rec.communicate(timeout=30)
@@ -163,9 +178,18 @@ def test_ptrace_denied_as_unprivileged_user(
     # pytest's tmp_path lives under a 0700 root directory that 'nobody' cannot enter.
     out_dir = Path(tempfile.mkdtemp(prefix="sofa-top-nobody-"))
     os.chmod(out_dir, 0o777)
-    proc = run_cli("record", "--pid", str(busy_python.pid), "--duration", "3", "--json", "-o",
-                   str(out_dir / "s.sofa"), user="nobody",
-                   env={"SOFA_TOP_DATA_DIR": str(out_dir), "HOME": str(out_dir)})
+    proc = run_cli(
+        "record",
+        "--pid",
+        str(busy_python.pid),
+        "--duration",
+        "3",
+        "--json",
+        "-o",
+        str(out_dir / "s.sofa"),
+        user="nobody",
+        env={"SOFA_TOP_DATA_DIR": str(out_dir), "HOME": str(out_dir)},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     summary = json.loads(proc.stdout)

@@ -23,8 +23,21 @@ from sofa_top.store import SCHEMA_VERSION, SessionReader, SessionStore
 
 
 def _proc(ts: float, cpu: float, read: int) -> ProcessSample:
-    p = ProcInfo(42, 1, "python", ("python", "train.py"), 1000.0, cpu, 3, 10 << 20, read, 0, 7,
-                 "running", role="target")
+    p = ProcInfo(
+        42,
+        1,
+        "python",
+        ("python", "train.py"),
+        1000.0,
+        cpu,
+        3,
+        10 << 20,
+        read,
+        0,
+        7,
+        "running",
+        role="target",
+    )
     return ProcessSample(ts, 42, True, (p,), cpu, 10 << 20, read, 0, 3)
 
 
@@ -33,16 +46,40 @@ def test_round_trip(tmp_path: Path) -> None:
     store = SessionStore(path)
     store.set_meta(mode="record", target={"pid": 42})
     frames = (Frame("<module>", "train.py", 1), Frame("step", "train.py", 9))
-    store.write([
-        _proc(100.0, 50.0, 0),
-        _proc(101.0, 150.0, 1000),
-        GpuSample(100.5, "ok", (GpuDevice(0, "H200", 87.0, 5 << 30, 140 << 30, None, 50.0, 1980.0,
-                                          1 << 30, (("power", "NotSupported"),)),)),
-        StackWindow(100.0, 101.0, 97.0, 97, (StackCount(42, 7, "MainThread", frames, 97, "python"),),
-                    2.5),
-        StepSample(101.0, 1, 100.0, 1.0, 0.4, "torch-dataloader", 32, 42),
-        Event(101.5, "target-exit", "target exited (code 0)", {"exit_code": 0}),
-    ])
+    store.write(
+        [
+            _proc(100.0, 50.0, 0),
+            _proc(101.0, 150.0, 1000),
+            GpuSample(
+                100.5,
+                "ok",
+                (
+                    GpuDevice(
+                        0,
+                        "H200",
+                        87.0,
+                        5 << 30,
+                        140 << 30,
+                        None,
+                        50.0,
+                        1980.0,
+                        1 << 30,
+                        (("power", "NotSupported"),),
+                    ),
+                ),
+            ),
+            StackWindow(
+                100.0,
+                101.0,
+                97.0,
+                97,
+                (StackCount(42, 7, "MainThread", frames, 97, "python"),),
+                2.5,
+            ),
+            StepSample(101.0, 1, 100.0, 1.0, 0.4, "torch-dataloader", 32, 42),
+            Event(101.5, "target-exit", "target exited (code 0)", {"exit_code": 0}),
+        ]
+    )
     store.close(ended=102.0, exit_code=0)
 
     r = SessionReader(path)

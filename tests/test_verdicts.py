@@ -23,15 +23,20 @@ def _steps(n: int, wait_fraction: float, step_s: float = 0.1) -> list[StepSample
 
 def _stacks(**split: float) -> StackSummary:
     full = {"input": 0.0, "compute": 0.0, "python": 0.0, "idle": 0.0, **split}
-    return StackSummary(0.0, 5.0, 500, (), full, (ThreadStat(1, 1, "MainThread", 500, full),),
-                        100.0, 2.0)
+    return StackSummary(
+        0.0, 5.0, 500, (), full, (ThreadStat(1, 1, "MainThread", 500, full),), 100.0, 2.0
+    )
 
 
-SERIAL_TF = PipelineSample(0.0, "tf.data", (
-    PipelineStage("Range", "source", None, None, None),
-    PipelineStage("Map", "map", 1, None, 0.01, is_bottleneck=True),
-    PipelineStage("Batch", "batch", None, None, None),
-))
+SERIAL_TF = PipelineSample(
+    0.0,
+    "tf.data",
+    (
+        PipelineStage("Range", "source", None, None, None),
+        PipelineStage("Map", "map", 1, None, 0.01, is_bottleneck=True),
+        PipelineStage("Batch", "batch", None, None, None),
+    ),
+)
 
 
 @pytest.mark.parametrize(
@@ -68,8 +73,14 @@ def test_torch_dataloader_recommendation() -> None:
 
 
 def test_few_steps_fall_back_to_stacks() -> None:
-    v = judge(Evidence(steps=_steps(2, 0.9), stacks=_stacks(compute=0.8, python=0.2),
-                       tree_cpu=180.0, cpu_count=2))
+    v = judge(
+        Evidence(
+            steps=_steps(2, 0.9),
+            stacks=_stacks(compute=0.8, python=0.2),
+            tree_cpu=180.0,
+            cpu_count=2,
+        )
+    )
     assert v.kind == "compute-bound" and v.evidence["source"] == "stacks"
 
 

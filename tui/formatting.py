@@ -87,8 +87,12 @@ def short_path(filename: str, line: int | None = None) -> str:
 
 
 def cmdline_text(cmdline: tuple[str, ...], fallback: str = "") -> str:
-    """Join a command line for display (the name when the command line is unknown)."""
-    return " ".join(cmdline) if cmdline else fallback
+    """Join a command line for one display line (the name when the command line is unknown).
+
+    Newlines and tabs (``python -c "..."`` scripts) would break the header apart, so every
+    run of whitespace becomes one space.
+    """
+    return " ".join(" ".join(cmdline).split()) if cmdline else fallback
 
 
 def human_bytes_short(n: float | None) -> str:

@@ -10,7 +10,9 @@ from textual.widget import Widget
 from sofa_top.snapshot import Snapshot
 from sofa_top.tui.formatting import cmdline_text, human_duration, truncate, truncate_left
 
+STALE_AFTER_S = 5.0  # snapshots come about once a second; five missed ones is worth saying
 REC_STYLE = Style(color="red", bold=True)
+STALE_STYLE = Style(color="yellow", bold=True)
 PAUSED_STYLE = Style(color="black", bgcolor="yellow", bold=True)
 DIM = Style(color="grey62")
 BOLD = Style(bold=True)
@@ -62,9 +64,11 @@ class DashboardHeader(Widget):
             return Text(" ❚❚ paused view ", PAUSED_STYLE)
         if self.snapshot is None:
             return Text("○ starting", DIM)
-        if self.snapshot.recording:
-            return Text("● REC", REC_STYLE)
-        return Text("○ not recording", DIM)
+        if not self.snapshot.recording:
+            return Text("○ not recording", DIM)
+        if self.now is not None and self.now - self.snapshot.ts > STALE_AFTER_S:
+            return Text(f"○ no data for {human_duration(self.now - self.snapshot.ts)}", STALE_STYLE)
+        return Text("● REC", REC_STYLE)
 
     def render(self) -> Text:
         width = max(1, self.size.width)
@@ -76,7 +80,7 @@ class DashboardHeader(Widget):
         else:
             target = snapshot.target
             seconds = (self.now if self.now is not None else snapshot.ts) - snapshot.started
-            elapsed = Text(f"⏱ {human_duration(seconds)}")
+            elapsed = Text.assemble(("elapsed ", DIM), (human_duration(seconds), BOLD))
             who = Text.assemble(("pid ", DIM), (str(target.pid), BOLD), " ")
             command = cmdline_text(target.cmdline, target.name)
             # Everything else on the line is short; the command line gets what is left.

@@ -17,7 +17,20 @@ from sofa_top.tui.formatting import human_bytes, human_bytes_short, percent
 
 EXITED_STYLE = Style(color="grey50", strike=True)
 TARGET_STYLE = Style(bold=True)
-WIDE = 44  # inner width from which the threads column and long units fit
+WIDE = 44  # inner width from which long units and state words fit
+# Narrow panes show the state as one letter, like top's S column.
+STATE_LETTERS = {
+    "running": "R",
+    "sleeping": "S",
+    "disk-sleep": "D",
+    "zombie": "Z",
+    "stopped": "T",
+    "tracing-stop": "t",
+    "idle": "I",
+    "dead": "X",
+    "waking": "W",
+    "parked": "P",
+}
 
 
 def tree_order(procs: Sequence[ProcInfo], target: int) -> list[tuple[ProcInfo, int]]:
@@ -56,29 +69,42 @@ def tree_order(procs: Sequence[ProcInfo], target: int) -> list[tuple[ProcInfo, i
 def process_table(sample: ProcessSample, width: int) -> Table:
     """A rich table of ``sample`` fitted to ``width`` cells."""
     wide = width >= WIDE
-    table = Table(box=None, expand=True, pad_edge=False, show_edge=False, header_style="bold")
+    table = Table(
+        box=None,
+        expand=True,
+        pad_edge=False,
+        show_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+        header_style="bold",
+    )
     table.add_column("pid", justify="right", no_wrap=True)
     table.add_column("role", ratio=1, no_wrap=True, overflow="ellipsis")
     table.add_column("CPU%", justify="right", no_wrap=True)
     table.add_column("RSS", justify="right", no_wrap=True)
-    if wide:
-        table.add_column("thr", justify="right", no_wrap=True)
-    table.add_column("state", no_wrap=True, overflow="ellipsis", max_width=10 if wide else 6)
+    table.add_column("thr", justify="right", no_wrap=True)
+    table.add_column("state" if wide else "S", no_wrap=True, overflow="ellipsis", max_width=10)
     for proc, depth in tree_order(sample.procs, sample.target_pid):
         exited = not proc.alive or proc.state == "exited"
         role = proc.role or proc.name
+        if not wide:
+            # "DataLoader worker" -> "worker": the last word tells roles apart.
+            role = role.split()[-1] if role.strip() else role
         indent = "  " * max(depth - 1, 0) + ("└ " if depth else "")
         rss = human_bytes(proc.rss) if wide else human_bytes_short(proc.rss)
-        state = "✗ exited" if exited else proc.state
-        cells: list[str | Text] = [
-            str(proc.pid),
-            indent + role,
-            "-" if exited else percent(proc.cpu_percent),
-            "-" if exited else rss,
-        ]
         if wide:
-            cells.append("-" if exited or proc.num_threads is None else str(proc.num_threads))
-        cells.append(state)
+            state = "✗ exited" if exited else proc.state
+        else:
+            state = "✗" if exited else STATE_LETTERS.get(proc.state, proc.state[:1].upper())
+        # Text, not str: a process name like "[worker]" must not be read as rich markup.
+        cells = [
+            Text(str(proc.pid)),
+            Text(indent + role),
+            Text("-" if exited else percent(proc.cpu_percent)),
+            Text("-" if exited else rss),
+            Text("-" if exited or proc.num_threads is None else str(proc.num_threads)),
+            Text(state),
+        ]
         style = EXITED_STYLE if exited else (TARGET_STYLE if proc.pid == sample.target_pid else "")
         table.add_row(*cells, style=style)
     return table
@@ -130,9 +156,11 @@ class ProcessesPane(VerticalScroll, can_focus=True):
         if sample is None:
             return
         exited = sum(1 for p in sample.procs if not p.alive or p.state == "exited")
-        title = f"processes · {len(sample.procs) - exited}"
+        title = f"processes {len(sample.procs) - exited}"
         if exited:
             title += f" (+{exited} exited)"
-        if sample.tree_threads is not None:
-            title += f" · {sample.tree_threads} thr"
+        threads = f" · {sample.tree_threads} thr" if sample.tree_threads is not None else ""
+        # The thread count is the first thing to go in a narrow pane: the title must stay whole.
+        if len(title + threads) <= self.size.width - 4 or not self.size.width:
+            title += threads
         self.border_title = title

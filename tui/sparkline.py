@@ -130,15 +130,22 @@ def sparkline(
 def core_strip(per_core: Sequence[float], width: int) -> tuple[Text, int]:
     """One bar per core (0..100 %), averaging neighbours when there are more cores than cells.
 
-    Returns the strip and how many cores each cell stands for.
+    Few cores get up to three cells each (two of bar, one of gap) so they read as separate bars.
+    Returns the strip and how many cores each bar stands for.
     """
     n = len(per_core)
     if n == 0 or width <= 0:
         return Text(), 1
     group = max(1, math.ceil(n / width))
+    bars = math.ceil(n / group)
+    cells = max(1, min(3, width // bars))
+    bar_w = cells - 1 if cells == 3 else cells
     strip = Text()
     for start in range(0, n, group):
         chunk = per_core[start : start + group]
         fraction = sum(chunk) / len(chunk) / 100.0
-        strip.append(bar_char(fraction), level_style(fraction))
+        strip.append(bar_char(fraction) * bar_w, level_style(fraction))
+        if cells > bar_w:
+            strip.append(" ")
+    strip.rstrip()
     return strip, group

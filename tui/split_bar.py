@@ -75,9 +75,11 @@ class SplitBar(Widget):
         self.split: Mapping[str, float] | None = None
 
     def show(self, split: Mapping[str, float] | None) -> None:
-        """Replace the split drawn."""
+        """Replace the split drawn (None draws nothing: the pane explains why)."""
         self.split = split
         self.refresh()
 
     def render(self) -> Text:
+        if self.split is None:
+            return Text()
         return split_bar(self.split, self.size.width)

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Select, Static
 
 from sofa_top.samples import STACK_CLASSES
 from sofa_top.snapshot import FunctionStat, Snapshot, StackSummary, ThreadStat
-from sofa_top.tui.formatting import short_path, truncate, truncate_left
+from sofa_top.tui.formatting import truncate, truncate_left
 from sofa_top.tui.split_bar import SplitBar, class_style
 
 ALL_THREADS = -1
@@ -37,8 +37,8 @@ class SortColumn:
 
 
 SORT_COLUMNS: tuple[SortColumn, ...] = (
-    SortColumn("own", "own %", True),
-    SortColumn("total", "total %", True),
+    SortColumn("own", "own%", True),
+    SortColumn("total", "total%", True),
     SortColumn("function", "function", False),
     SortColumn("file", "file:line", False),
     SortColumn("thread", "thread", False),
@@ -177,10 +177,13 @@ class StacksPanel(Vertical, can_focus=False):
         if options == self._thread_options:
             return
         self._thread_options = options
-        select = self.query_one("#thread-select", Select)
+        select: Select[int] = self.query_one("#thread-select", Select)
         # set_options resets the value; restoring it must not look like a user choice.
+        # Text prompts: a thread name is never markup.
         with select.prevent(Select.Changed):
-            select.set_options([("all threads", ALL_THREADS), *options])
+            select.set_options(
+                [(Text("all threads"), ALL_THREADS), *((Text(n), t) for n, t in options)]
+            )
             select.value = self.thread
 
     def current_summary(self) -> StackSummary | None:
@@ -253,12 +256,14 @@ class StacksPanel(Vertical, can_focus=False):
         self._columns_state = state
         table = self.table
         table.clear(columns=True)
-        arrow = " ▼" if self.descending else " ▲"
+        arrow = "▼" if self.descending else "▲"
         for key in COLUMN_ORDER:
             label = _BY_KEY[key].label + (arrow if key == self.sort_key else "")
-            justify = "right" if key in ("own", "total") else "left"
             style = "bold underline" if key == self.sort_key else ""
-            table.add_column(Text(label, style=style, justify=justify), key=key, width=widths[key])
+            heading = Text(
+                label, style=style, justify="right" if key in ("own", "total") else "left"
+            )
+            table.add_column(heading, key=key, width=widths[key])
         return widths
 
     def _populate(self, functions: list[FunctionStat]) -> None:
@@ -271,14 +276,16 @@ class StacksPanel(Vertical, can_focus=False):
         widths = self._ensure_columns(width)
         table.clear()
         keys: list[str] = []
+        seen: set[str] = set()
         for stat in functions[:MAX_ROWS]:
             key = f"{stat.function}|{stat.filename}|{stat.line}"
-            if key in table.rows:
+            if key in seen:
                 key = f"{key}|{len(keys)}"
+            seen.add(key)
             keys.append(key)
             table.add_row(
                 Text(truncate(stat.function, widths["function"])),
-                Text(truncate_left(short_path(stat.filename, stat.line), widths["file"])),
+                Text(truncate_left(f"{stat.filename}:{stat.line}", widths["file"])),
                 Text(f"{stat.own_pct:.1f}", justify="right"),
                 Text(f"{stat.total_pct:.1f}", justify="right"),
                 Text(truncate(stat.thread, widths["thread"])),

@@ -165,7 +165,8 @@ def build_rows(snapshot: Snapshot, *, roomy: bool) -> list[TimelineRow]:
     if gpu is None:
         rows.append(TimelineRow("GPU", message="waiting for the first GPU reading"))
     elif gpu.status != "ok":
-        rows.append(TimelineRow("GPU", message=gpu_message(gpu)))
+        # The message names the GPU itself; without a label it fits an 80-column terminal.
+        rows.append(TimelineRow("", message=gpu_message(gpu)))
     elif not gpu.devices:
         rows.append(TimelineRow("GPU", message="no GPU devices reported"))
     else:
@@ -189,9 +190,8 @@ def render_rows(
     for row in rows:
         label = Text(row.label.ljust(label_w), LABEL_STYLE)
         if row.message is not None:
-            line = label + Text(" ") + Text(truncate(row.message, width - label_w - 1))
-            line.stylize(MESSAGE_STYLE, label_w)
-            lines.append(line)
+            head = label + Text(" ") if row.label else Text()
+            lines.append(head + Text(truncate(row.message, width - head.cell_len), MESSAGE_STYLE))
             continue
         value = Text(row.value.rjust(value_w))
         if spark_w < 4:
@@ -233,12 +233,14 @@ class TimelineBody(Widget):
         self.rows: list[TimelineRow] = []
         self.end = 0.0
         self.window = float(DEFAULT_WINDOW)
+        self._cache: tuple[int, Text] | None = None  # (width, drawing) for the current rows
 
     def show(self, rows: list[TimelineRow], *, end: float, window: float) -> None:
         """Replace what is drawn."""
         self.rows = rows
         self.end = end
         self.window = window
+        self._cache = None
         self.refresh(layout=True)
 
     @property
@@ -252,8 +254,14 @@ class TimelineBody(Widget):
     def render(self) -> Text:
         if not self.rows:
             return Text("waiting for the first snapshot…", MESSAGE_STYLE)
-        lines = render_rows(self.rows, width=self.size.width, end=self.end, window=self.window)
-        return Text("\n").join(lines)
+        width = self.size.width
+        # Textual re-renders on focus and scroll too; resampling long series each time is waste.
+        if self._cache is not None and self._cache[0] == width:
+            return self._cache[1]
+        lines = render_rows(self.rows, width=width, end=self.end, window=self.window)
+        text = Text("\n").join(lines)
+        self._cache = (width, text)
+        return text
 
 
 class TimelinesPane(VerticalScroll, can_focus=True):
@@ -264,15 +272,11 @@ class TimelinesPane(VerticalScroll, can_focus=True):
         self.window = DEFAULT_WINDOW
         self.roomy = False
         self._snapshot: Snapshot | None = None
+        self.body = TimelineBody(id="timeline-body")
         self.border_title = f"timelines · last {window_label(self.window)}"
 
     def compose(self) -> ComposeResult:
-        yield TimelineBody(id="timeline-body")
-
-    @property
-    def body(self) -> TimelineBody:
-        """The widget that draws the rows."""
-        return self.query_one(TimelineBody)
+        yield self.body
 
     def show(self, snapshot: Snapshot | None) -> None:
         """Draw ``snapshot`` with the current zoom window."""

@@ -1,7 +1,10 @@
-"""Workload: a torch DataLoader with 2 worker processes, iterating slowly until stdin closes."""
+"""Workload: a torch DataLoader with 2 worker processes, iterating slowly for argv[1] seconds.
+
+(No stdin-reading thread: DataLoader workers are forked, and multiprocessing closes sys.stdin in
+the child, which deadlocks when another thread held stdin's lock at fork time.)
+"""
 
 import sys
-import threading
 import time
 
 import torch
@@ -18,13 +21,12 @@ class Slow(Dataset[torch.Tensor]):
 
 
 def main() -> None:
-    done = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+    deadline = time.monotonic() + float(sys.argv[1] if len(sys.argv) > 1 else 60)
     loader = DataLoader(Slow(), batch_size=2, num_workers=2)
     for i, _batch in enumerate(loader):
         if i == 0:
             print("ready", flush=True)
-        if done.is_set():
+        if time.monotonic() > deadline:
             break
 
 

@@ -1,0 +1,634 @@
+"""Python stacks of the target (and its children) sampled by py-spy, one window at a time.
+
+py-spy cannot stream, so the collector runs ``py-spy record --format raw`` for consecutive short
+windows and emits one :class:`~sofa_top.samples.StackWindow` per window. It always passes
+``--nonblocking`` (blocking mode stops every thread at each sample, which stalls a torch process
+with 150 threads) and ``--idle`` (see :mod:`sofa_top.classify` for why, and how idle is then
+detected from per-thread runnable time).
+
+CPU budget. py-spy's cost per window is a fixed start-up (attach, symbol lookup: 15 ms for a
+small script, about 45 ms for a torch process) plus a cost per sample that grows with the number
+of threads, because py-spy reads every OS thread's state at each sample (0.25 ms for one thread,
+about 5 ms for 300 native threads, 10 ms for 150 Python threads). At 100 Hz that is 4 % of a core
+on a pure-Python loop but 70-80 % on a torch process with 150 threads. So the collector measures
+py-spy's CPU time for every window (rusage of the reaped child), fits ``cpu = startup + per_sample
+* samples`` over recent windows, and plans the next window's rate (and, when even 1 Hz does not
+fit, a longer window, up to :data:`MAX_WINDOW_S`) so that py-spy stays within ``cpu_budget`` of
+one core. ``--subprocesses`` is passed only while the target has children: its child scan alone
+costs about 1.5 % of a core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import psutil
+
+from sofa_top.classify import classify_stack, reconcile_activity
+from sofa_top.collector import Emit
+from sofa_top.collectors.pyspy_raw import RawStack, parse_raw
+from sofa_top.samples import StackCount, StackWindow
+from sofa_top.units import Pid
+
+DEFAULT_CPU_BUDGET = 0.05  # py-spy's share of one core
+MIN_RATE_HZ = 1
+PROBE_RATE_HZ = 5  # the first window's rate, before py-spy's cost on this target is known
+STARTUP_RANGE_S = (0.005, 0.1)  # plausible py-spy attach cost (measured 14-45 ms)
+MAX_WINDOW_S = 5
+BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 10.0)  # retry delays after an error that will not fix itself
+POLL_S = 0.1  # how often a running window checks ``stop`` (py-spy's exit wakes it at once)
+TREE_REFRESH_S = 5.0  # a full /proc scan for children costs ~3 ms: not every window
+HUNG_GRACE_S = 20.0  # py-spy past its duration by this much is killed
+
+PTRACE_SCOPE = Path("/proc/sys/kernel/yama/ptrace_scope")
+
+
+def find_pyspy() -> str | None:
+    """The py-spy executable: next to ``sys.executable`` (the venv's bin) first, then ``PATH``."""
+    exe_dir = Path(sys.executable).parent
+    for name in ("py-spy", "py-spy.exe"):
+        candidate = exe_dir / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return shutil.which("py-spy")
+
+
+# ---------------------------------------------------------------------------------------------
+# Rate control
+
+
+class RateController:
+    """Plans (window seconds, rate Hz) so that py-spy's CPU stays within a budget.
+
+    The model is ``cpu_s = startup_s + per_sample_s * samples`` with ``samples = rate * window + 1``
+    (py-spy also samples once while attaching). Both terms are refitted from measured windows; the
+    first window is a cheap probe at :data:`PROBE_RATE_HZ`, because a process with many threads
+    can cost 10 ms per sample.
+    """
+
+    def __init__(
+        self,
+        budget: float,
+        max_rate: int,
+        base_window: int = 1,
+        max_window: int = MAX_WINDOW_S,
+        startup_s: float = 0.015,
+        per_sample_s: float = 0.001,
+    ) -> None:
+        self.budget = max(1e-4, budget)
+        self.max_rate = max(MIN_RATE_HZ, max_rate)
+        self.base_window = max(1, base_window)
+        self.max_window = max(self.base_window, max_window)
+        self.startup_s = startup_s
+        self.per_sample_s = per_sample_s
+        self._obs: deque[tuple[int, float]] = deque(maxlen=8)
+
+    def _affordable_rate(self, window: int) -> float:
+        spend = self.budget * window - self.startup_s - self.per_sample_s
+        return spend / (self.per_sample_s * window)
+
+    def plan(self) -> tuple[int, int]:
+        """The next window's (duration in whole seconds, rate in Hz).
+
+        Start-up is paid per window, so longer windows buy more samples per CPU second; take the
+        shortest window that reaches half the best affordable sample rate (a fresh view matters).
+        """
+        if not self._obs:
+            return self.base_window, min(self.max_rate, PROBE_RATE_HZ)
+        options: list[tuple[int, int, float]] = []
+        for window in range(self.base_window, self.max_window + 1):
+            rate = math.floor(min(float(self.max_rate), self._affordable_rate(window)))
+            if rate >= MIN_RATE_HZ:
+                # py-spy records rate * window - 1 samples (its first interval is not written)
+                options.append((window, rate, (rate * window - 1) / window))
+        if not options:
+            return self.max_window, MIN_RATE_HZ
+        best = max(per_s for _, _, per_s in options)
+        for window, rate, per_s in options:
+            if per_s >= 0.5 * best:
+                return window, rate
+        return options[-1][0], options[-1][1]
+
+    def observe(self, window: int, rate: int, cpu_s: float) -> None:
+        """Record one window's measured py-spy CPU seconds and refit the model."""
+        samples = rate * window + 1
+        self._obs.append((samples, max(0.0, cpu_s)))
+        ns = [n for n, _ in self._obs]
+        cs = [c for _, c in self._obs]
+        if len(ns) >= 3 and max(ns) >= 1.5 * min(ns):
+            mean_n = sum(ns) / len(ns)
+            mean_c = sum(cs) / len(cs)
+            var = sum((n - mean_n) ** 2 for n in ns)
+            cov = sum((n - mean_n) * (c - mean_c) for n, c in zip(ns, cs, strict=True))
+            per = cov / var
+            start = mean_c - per * mean_n
+            if per > 0 and STARTUP_RANGE_S[0] <= start <= STARTUP_RANGE_S[1]:
+                self.per_sample_s = max(1e-6, per)
+                self.startup_s = start
+                return
+        # Too little spread (or noise) to separate the terms: keep a plausible start-up cost and
+        # put the rest on the samples, smoothed so one noisy window does not swing the rate.
+        self.startup_s = min(self.startup_s, max(STARTUP_RANGE_S[0], 0.8 * cs[-1]))
+        per = max(1e-6, (cs[-1] - self.startup_s) / ns[-1])
+        if len(self._obs) == 1:
+            self.per_sample_s = per
+        else:
+            self.per_sample_s = 0.5 * self.per_sample_s + 0.5 * per
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+@dataclass(frozen=True, slots=True)
+class PySpyProblem:
+    """Why a py-spy run produced no stacks."""
+
+    kind: str  # "permission" | "not-python" | "unsupported" | "exited" | "missing" | "other"
+    error: str
+    hint: str | None = None
+
+    @property
+    def persistent(self) -> bool:
+        """True when retrying soon will not help (back off instead of respawning every window)."""
+        return self.kind in ("permission", "not-python", "unsupported", "missing")
+
+
+_PERMISSION_RE = re.compile(
+    r"permission denied|operation not permitted|os error 1\)|os error 13\)|EPERM|EACCES", re.I
+)
+_NOT_PYTHON_RE = re.compile(
+    r"no python processes found|failed to find python version|python interpreter|"
+    r"failed to get python version|couldn't find python",
+    re.I,
+)
+_UNSUPPORTED_RE = re.compile(r"unsupported (version of python|python version)[^\n]*", re.I)
+_EXITED_RE = re.compile(
+    r"check if it is running|check that the process is running|no such process|os error 3\)", re.I
+)
+
+
+def ptrace_hint() -> str:
+    """How to let py-spy read another process's memory."""
+    scope = ""
+    with contextlib.suppress(OSError):
+        scope = f" (now {PTRACE_SCOPE.read_text().strip()})"
+    return (
+        "run sofa-top as root (sudo), or allow ptrace for your user: "
+        f"sudo sysctl kernel.yama.ptrace_scope=0{scope}, see {PTRACE_SCOPE}; "
+        "in a container, start it with --cap-add SYS_PTRACE"
+    )
+
+
+def _error_lines(log: str) -> str:
+    """py-spy's own error text, without progress lines and backtraces."""
+    keep: list[str] = []
+    for raw in log.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("py-spy>", "Stack backtrace", "Sampling process")):
+            continue
+        if re.match(r"\d+: ", line) or line.startswith("at "):
+            continue
+        keep.append(line)
+    return " ".join(keep)[:300]
+
+
+def diagnose(log: str, pid: Pid) -> PySpyProblem:
+    """Map py-spy's output on failure to an error (and a hint when there is a fix)."""
+    text = _error_lines(log)
+    if _PERMISSION_RE.search(log):
+        return PySpyProblem(
+            "permission",
+            f"ptrace denied: py-spy may not read the memory of pid {pid} ({text})",
+            ptrace_hint(),
+        )
+    m = _UNSUPPORTED_RE.search(log)
+    if m:
+        return PySpyProblem(
+            "unsupported",
+            f"unsupported Python version: {m.group(0).strip()}",
+            "upgrade py-spy (pip install -U py-spy) to one that knows this Python",
+        )
+    if _NOT_PYTHON_RE.search(log):
+        return PySpyProblem("not-python", f"not a Python process: pid {pid} ({text})")
+    if _EXITED_RE.search(log):
+        return PySpyProblem("exited", "target exited")
+    return PySpyProblem("other", f"py-spy failed: {text or 'no output'}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes
+
+
+def _tree(pid: Pid, children: bool) -> list[Pid]:
+    """``pid`` and, when asked, its live descendants."""
+    pids = [pid]
+    if children:
+        with contextlib.suppress(psutil.Error):
+            pids.extend(
+                c.pid
+                for c in psutil.Process(pid).children(recursive=True)
+                if c.status() != psutil.STATUS_ZOMBIE
+            )
+    return pids
+
+
+def _schedstat_seconds(pid: Pid) -> dict[tuple[Pid, int], float] | None:
+    task_dir = f"/proc/{pid}/task"
+    try:
+        tids = [int(name) for name in os.listdir(task_dir)]
+    except (OSError, ValueError):
+        return None
+    out: dict[tuple[Pid, int], float] = {}
+    for tid in tids:
+        try:
+            fd = os.open(f"{task_dir}/{tid}/schedstat", os.O_RDONLY)
+        except OSError:
+            continue  # the thread ended between listdir and open
+        try:
+            fields = os.read(fd, 128).split()
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        if len(fields) < 2:
+            return None
+        out[(pid, tid)] = (int(fields[0]) + int(fields[1])) / 1e9
+    return out
+
+
+def read_thread_activity(pids: Iterable[Pid]) -> dict[tuple[Pid, int], float]:
+    """Seconds each thread of ``pids`` has been runnable so far (on a CPU or waiting for one).
+
+    From ``/proc/PID/task/TID/schedstat`` (run time + run-queue wait): unlike CPU time, a busy
+    thread starved of CPU by other processes still counts as active, as py-spy's own idle flag
+    would. Falls back to CPU time (psutil) where schedstat is missing.
+    """
+    out: dict[tuple[Pid, int], float] = {}
+    for pid in pids:
+        sched = _schedstat_seconds(pid)
+        if sched is not None:
+            out.update(sched)
+            continue
+        try:
+            for t in psutil.Process(pid).threads():
+                out[(pid, t.id)] = t.user_time + t.system_time
+        except psutil.Error:
+            continue
+    return out
+
+
+class _Target:
+    """The target process, robust to pid reuse."""
+
+    def __init__(self, pid: Pid) -> None:
+        self.pid = pid
+        self.create_time: float | None = None
+        with contextlib.suppress(psutil.Error):
+            self.create_time = psutil.Process(pid).create_time()
+
+    def alive(self) -> bool:
+        try:
+            p = psutil.Process(self.pid)
+            if self.create_time is not None and p.create_time() != self.create_time:
+                return False
+            return p.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Windows
+
+
+def build_stacks(
+    raw: Sequence[RawStack],
+    default_pid: Pid,
+    active_before: dict[tuple[Pid, int], float] | None = None,
+    active_after: dict[tuple[Pid, int], float] | None = None,
+    wall_s: float = 0.0,
+) -> tuple[tuple[StackCount, ...], int]:
+    """Classify parsed py-spy stacks into counts; return them and the window's sampling instants.
+
+    With per-thread activity readings (:func:`read_thread_activity`) around the window, each
+    thread's ``python`` samples beyond its active share become ``idle``
+    (:func:`sofa_top.classify.reconcile_activity`).
+    """
+    per_thread: dict[tuple[Pid, int], list[StackCount]] = {}
+    for r in raw:
+        if r.count <= 0:
+            continue
+        pid = r.pid if r.pid is not None else default_pid
+        tid = r.tid if r.tid is not None else 0
+        count = StackCount(
+            pid=pid,
+            tid=tid,
+            thread_name=r.thread_name,
+            frames=r.frames,
+            count=r.count,
+            klass=classify_stack(r.frames),
+        )
+        per_thread.setdefault((pid, tid), []).append(count)
+    stacks: list[StackCount] = []
+    instants = 0
+    for key, counts in per_thread.items():
+        instants = max(instants, sum(c.count for c in counts))
+        fraction: float | None = None
+        before = active_before.get(key) if active_before else None
+        after = active_after.get(key) if active_after else None
+        if before is not None and after is not None and wall_s > 0:
+            fraction = (after - before) / wall_s
+        stacks.extend(reconcile_activity(counts, fraction))
+    return tuple(stacks), instants
+
+
+class StackCollector:
+    """Samples the target's Python stacks with py-spy in consecutive windows (see module doc)."""
+
+    name = "stacks"
+
+    def __init__(
+        self,
+        pid: int,
+        rate_hz: float = 100.0,
+        window_s: float = 1.0,
+        cpu_budget: float = DEFAULT_CPU_BUDGET,
+        subprocesses: bool = True,
+        pyspy: str | None = None,
+    ) -> None:
+        self.pid = pid
+        self.rate_hz = rate_hz
+        self.window_s = window_s
+        self.cpu_budget = cpu_budget
+        self.subprocesses = subprocesses
+        self.pyspy = pyspy
+        self.controller = RateController(
+            budget=cpu_budget,
+            max_rate=max(MIN_RATE_HZ, math.floor(rate_hz)),
+            base_window=max(1, round(window_s)),
+        )
+        self._names: dict[tuple[Pid, int | None], str] = {}
+        self._tree: list[Pid] = [pid]
+        self._tree_at: float | None = None
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self, emit: Emit, stop: threading.Event) -> None:
+        """Emit one StackWindow per window until ``stop`` is set or the target exits."""
+        target = _Target(self.pid)
+        workdir = Path(tempfile.mkdtemp(prefix="sofa-top-pyspy-"))
+        failures = 0
+        try:
+            while not stop.is_set():
+                if not target.alive():
+                    now = time.time()
+                    emit(self._error_window(now, now, PySpyProblem("exited", "target exited")))
+                    return
+                try:
+                    window, problem = self._one_window(target, workdir, stop)
+                except Exception as exc:  # a bug here must not take the session down
+                    now = time.time()
+                    window = None
+                    problem = PySpyProblem("other", f"stack collector failed: {exc!r}")
+                    emit(self._error_window(now, now, problem))
+                if window is not None:
+                    emit(window)
+                if stop.is_set():
+                    return
+                if problem is None:
+                    failures = 0
+                    continue
+                if not target.alive():
+                    continue  # the top of the loop reports the exit, once
+                delay = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
+                if problem.persistent or problem.kind == "other":
+                    failures += 1
+                if stop.wait(delay):
+                    return
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _error_window(
+        self, t0: float, t1: float, problem: PySpyProblem, cpu: float | None = None
+    ) -> StackWindow:
+        return StackWindow(
+            ts_start=t0,
+            ts_end=t1,
+            rate_hz=0.0,
+            samples=0,
+            sampler_cpu=cpu,
+            error=problem.error,
+            hint=problem.hint,
+        )
+
+    def _one_window(
+        self, target: _Target, workdir: Path, stop: threading.Event
+    ) -> tuple[StackWindow | None, PySpyProblem | None]:
+        """Run py-spy for one window; the window to emit (None when stopped) and any problem."""
+        pyspy = self.pyspy or find_pyspy()
+        if pyspy is None or not os.path.exists(pyspy):
+            now = time.time()
+            problem = PySpyProblem(
+                "missing",
+                "py-spy not found" + (f" at {pyspy}" if pyspy else ""),
+                "pip install py-spy (into the environment sofa-top runs from)",
+            )
+            return self._error_window(now, now, problem), problem
+
+        tree = self._current_tree()
+        use_sub = self.subprocesses and len(tree) > 1
+        window, rate = self.controller.plan()
+        out = workdir / "window.txt"
+        log = workdir / "pyspy.log"
+        out.unlink(missing_ok=True)
+        cmd = [
+            pyspy,
+            "record",
+            "--pid",
+            str(self.pid),
+            "--duration",
+            str(window),
+            "--rate",
+            str(rate),
+            "--format",
+            "raw",
+            "--threads",
+            "--nonblocking",
+            "--idle",
+            "-o",
+            str(out),
+        ]
+        if use_sub:
+            cmd.append("--subprocesses")
+
+        active_before = read_thread_activity(tree)
+        t0 = time.time()
+        result = self._run_pyspy(cmd, log, stop, timeout=window + HUNG_GRACE_S)
+        if result is None:
+            return None, None
+        rc, cpu_s = result
+        t1 = time.time()
+        active_after = read_thread_activity(tree)
+        wall = max(1e-3, t1 - t0)
+        sampler_cpu = 100.0 * cpu_s / wall
+        self.controller.observe(window, rate, cpu_s)
+        log_text = _read(log)
+
+        raw: list[RawStack] = []
+        if out.exists():
+            raw = parse_raw(_read(out))
+        if rc != 0 and not raw:
+            problem = diagnose(log_text, self.pid)
+            if problem.kind == "not-python" and use_sub:
+                # In --subprocesses mode py-spy hides the cause ("No python processes found"
+                # even when ptrace was denied): ask once more about the target alone.
+                problem = self._diagnose_alone(pyspy, workdir, stop) or problem
+                if problem.kind == "not-python":
+                    problem = PySpyProblem(
+                        "not-python",
+                        f"not a Python process: no Python interpreter found in pid {self.pid} "
+                        f"or its {len(tree) - 1} child process(es)",
+                    )
+            if problem.kind == "exited" and target.alive():
+                problem = PySpyProblem("other", f"py-spy failed: {_error_lines(log_text)}")
+            return self._error_window(t0, t1, problem, sampler_cpu), problem
+
+        raw = self._fill_thread_names(raw)
+        stacks, instants = build_stacks(raw, self.pid, active_before, active_after, wall)
+        return (
+            StackWindow(
+                ts_start=t0,
+                ts_end=t1,
+                rate_hz=float(rate),
+                samples=instants,
+                stacks=stacks,
+                sampler_cpu=sampler_cpu,
+            ),
+            None,
+        )
+
+    def _current_tree(self) -> list[Pid]:
+        """The target and its children, rescanned at most every TREE_REFRESH_S."""
+        now = time.monotonic()
+        if self._tree_at is None or now - self._tree_at >= TREE_REFRESH_S:
+            self._tree = _tree(self.pid, self.subprocesses)
+            self._tree_at = now
+        return self._tree
+
+    def _fill_thread_names(self, raw: list[RawStack]) -> list[RawStack]:
+        """Name threads py-spy left unnamed this window with the name it gave them before.
+
+        py-spy reads names from ``threading._active`` without pausing the target, and on a busy
+        target that read fails now and then, leaving ``thread (TID)`` without a name.
+        """
+        out: list[RawStack] = []
+        for r in raw:
+            key = (r.pid if r.pid is not None else self.pid, r.tid)
+            if r.thread_name:
+                self._names[key] = r.thread_name
+            elif key in self._names:
+                r = replace(r, thread_name=self._names[key])
+            out.append(r)
+        return out
+
+    def _diagnose_alone(
+        self, pyspy: str, workdir: Path, stop: threading.Event
+    ) -> PySpyProblem | None:
+        log = workdir / "dump.log"
+        cmd = [pyspy, "dump", "--pid", str(self.pid), "--nonblocking"]
+        result = self._run_pyspy(cmd, log, stop, timeout=HUNG_GRACE_S)
+        if result is None or result[0] == 0:
+            return None
+        return diagnose(_read(log), self.pid)
+
+    @staticmethod
+    def _run_pyspy(
+        cmd: list[str], log: Path, stop: threading.Event, timeout: float
+    ) -> tuple[int, float] | None:
+        """Run py-spy to completion; (exit code, its CPU seconds), or None if ``stop`` was set.
+
+        The child gets its own session so it can be killed with anything it started, and is
+        always reaped: no py-spy outlives a stop.
+        """
+        env = {**os.environ, "RUST_BACKTRACE": "0"}
+        env.pop("RUST_LOG", None)
+        try:
+            with open(log, "wb") as log_file:
+                proc = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            log.write_text(f"Error: cannot run {cmd[0]}: {exc}\n")
+            return 127, 0.0
+        deadline = time.monotonic() + timeout
+        pidfd = _pidfd(proc.pid)
+        try:
+            while True:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    proc.returncode = os.waitstatus_to_exitcode(status)
+                    return proc.returncode, usage.ru_utime + usage.ru_stime
+                if stop.is_set():
+                    return None
+                if time.monotonic() > deadline:
+                    _kill_group(proc.pid)
+                    _, status, usage = os.wait4(proc.pid, 0)
+                    proc.returncode = os.waitstatus_to_exitcode(status)
+                    log.write_text("Error: py-spy did not finish in time and was killed\n")
+                    return 1, usage.ru_utime + usage.ru_stime
+                if pidfd is not None:
+                    # Wakes the moment py-spy exits (no gap between windows), else every POLL_S
+                    # to look at ``stop``.
+                    select.select([pidfd], [], [], POLL_S)
+                elif stop.wait(POLL_S):
+                    return None
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+            if proc.returncode is None:
+                _kill_group(proc.pid)
+                with contextlib.suppress(ChildProcessError):
+                    _, status, _ = os.wait4(proc.pid, 0)
+                    proc.returncode = os.waitstatus_to_exitcode(status)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when ``pid`` exits (Linux 5.3+), else None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""

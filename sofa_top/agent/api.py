@@ -1,0 +1,62 @@
+"""Explicit step marks for loops no hook can see (plain Python, custom frameworks).
+
+Usable from any interpreter that ``sofa-top launch`` started, even one without sofa-top
+installed (the injected ``sitecustomize`` makes ``sofa_top.agent`` importable); every function
+is a no-op when no agent is running::
+
+    try:
+        from sofa_top.agent import api
+    except ImportError:
+        api = None
+    for batch in (api.iterate(loader) if api else loader):
+        train(batch)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+from sofa_top.agent import core
+
+T = TypeVar("T")
+
+
+def active() -> bool:
+    """Whether an agent is running and connected in this process."""
+    agent = core.AGENT
+    return agent is not None and agent.enabled
+
+
+def iterate(
+    iterable: Iterable[T], source: str = "python", batch_size: int | None = None
+) -> Iterator[T]:
+    """Yield from ``iterable``, timing each fetch as input wait; consecutive fetches are steps."""
+    agent = core.AGENT
+    it = iter(iterable)
+    if agent is None or not agent.enabled:
+        yield from it
+        return
+    clock = agent.clock(source)
+    if batch_size is not None:
+        clock.resolve_batch_size = lambda _it: batch_size
+    perf = time.perf_counter
+    while True:
+        t0 = perf()
+        try:
+            item = next(it)
+        except StopIteration:
+            if agent.enabled:
+                clock.exhausted(it, t0, perf())
+            return
+        if agent.enabled:
+            clock.fetched(it, t0, perf())
+        yield item
+
+
+def mark_step(source: str = "python") -> None:
+    """Mark the end of one step (no input wait known); the first call only starts the clock."""
+    agent = core.AGENT
+    if agent is not None and agent.enabled:
+        agent.clock(source).tick(time.perf_counter())

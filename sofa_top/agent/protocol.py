@@ -1,0 +1,93 @@
+"""Wire format between the agent and sofa-top (stdlib only; shared by both ends).
+
+A frame is a 4-byte big-endian unsigned length followed by that many bytes of UTF-8 JSON
+holding one object with a string ``"type"`` field. Frame types (agent to server only):
+
+``hello``     ``{v, pid, ppid, t, python, argv, settings}`` -- first frame of a connection
+``info``      ``{pid, t, python, frameworks: [[name, version]], hooks_applied: [hook],
+              hooks_skipped: [[hook, reason]], dropped, optimize: {}}``
+``steps``     ``{pid, steps: [[source, step, start, end, input_wait_s, batch_size|null]]}``
+              (``start``/``end`` are Unix times; ``end - start`` is the step time)
+``pipeline``  ``{pid, t, framework, note, stages: [{name, kind, parallelism, buffer,
+              self_time_s, is_bottleneck}]}``
+``workers``   ``{pid, t, framework, workers: [pid]}`` -- e.g. DataLoader worker processes
+``event``     ``{pid, t, kind, message, data: {}}``
+``bye``       ``{pid, t, dropped, exit: "atexit"}`` -- last frame of a clean interpreter exit
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+PROTOCOL_VERSION = 1
+MAX_FRAME = 1 << 20  # bytes of JSON per frame; larger frames are a protocol error
+HEADER = struct.Struct(">I")
+
+FRAME_TYPES = ("hello", "info", "steps", "pipeline", "workers", "event", "bye")
+
+
+class FrameError(ValueError):
+    """A frame that breaks the protocol (the peer is dropped)."""
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    """Serialize one frame; raises FrameError if it would exceed MAX_FRAME."""
+    body = json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    if len(body) > MAX_FRAME:
+        raise FrameError(f"frame of {len(body)} bytes exceeds the {MAX_FRAME}-byte limit")
+    return HEADER.pack(len(body)) + body
+
+
+def _reject_constant(name: str) -> Any:
+    raise FrameError(f"non-finite number {name} in frame")
+
+
+def decode_body(body: bytes) -> dict[str, Any]:
+    """Parse a frame body into its JSON object; raises FrameError on anything else."""
+    try:
+        obj = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError as e:
+        raise FrameError(f"frame is not UTF-8: {e.reason}") from None
+    except json.JSONDecodeError as e:
+        raise FrameError(f"frame is not JSON: {e.msg} at byte {e.pos}") from None
+    except RecursionError:
+        raise FrameError("frame JSON nests too deeply") from None
+    if not isinstance(obj, dict):
+        raise FrameError(f"frame is a JSON {type(obj).__name__}, not an object")
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        raise FrameError('frame has no string "type" field')
+    return obj
+
+
+class FrameReader:
+    """Incremental frame splitter with a bounded buffer (at most one frame plus one read)."""
+
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+        self._buf = bytearray()
+        self._max = max_frame
+
+    def feed(self, data: bytes) -> None:
+        """Add received bytes (at most one frame plus one read are ever buffered)."""
+        self._buf += data
+
+    def next_frame(self) -> dict[str, Any] | None:
+        """The next complete frame, None if more bytes are needed; raises FrameError."""
+        if len(self._buf) < HEADER.size:
+            return None
+        (length,) = HEADER.unpack_from(self._buf)
+        if length > self._max:
+            raise FrameError(f"oversized frame: {length} bytes > {self._max}")
+        end = HEADER.size + length
+        if len(self._buf) < end:
+            return None
+        body = bytes(self._buf[HEADER.size : end])
+        del self._buf[:end]
+        return decode_body(body)
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an incomplete frame held in the buffer."""
+        return len(self._buf)

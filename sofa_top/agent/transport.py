@@ -1,0 +1,51 @@
+"""The agent's Unix-socket client (stdlib only). Used only from the agent's drain thread."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+
+# MSG_NOSIGNAL: a workload that restored SIGPIPE's default action must not die when sofa-top does
+_SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
+
+
+class Connection:
+    """A blocking stream connection with timeouts; any OSError means sofa-top is gone."""
+
+    def __init__(self, path: str, connect_timeout_s: float, send_timeout_s: float) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(connect_timeout_s)
+            sock.connect(path)
+            sock.settimeout(send_timeout_s)
+        except BaseException:
+            sock.close()
+            raise
+        self._sock: socket.socket | None = sock
+
+    @property
+    def closed(self) -> bool:
+        """True once closed (by us or after a send error)."""
+        return self._sock is None
+
+    def send(self, data: bytes) -> None:
+        """Send whole frames; on any error the connection is closed and the error re-raised."""
+        sock = self._sock
+        if sock is None:
+            raise ConnectionError("connection closed")
+        try:
+            sock.sendall(data, _SEND_FLAGS)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close the socket (idempotent)."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def detach_after_fork(self) -> None:
+        """In a forked child: drop the inherited socket without shutting the parent's down."""
+        self.close()

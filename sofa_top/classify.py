@@ -1,0 +1,295 @@
+"""Classify a Python stack (frames outermost first): ``input``, ``compute``, ``python`` or ``idle``.
+
+Rules, first match wins:
+
+1. ``idle``: a data-pipeline *worker* (torch DataLoader worker loop, pin-memory thread, a thread
+   pool's worker) whose innermost frame is a blocking wait: the pipeline has spare capacity.
+2. ``input``: any frame of a data pipeline's consumer side or producer: tf.data iterators
+   (``OwnedIterator.__next__``/``_next_internal``/``get_next*``, ``gen_dataset_ops``), torch
+   ``torch/utils/data`` (``_BaseDataLoaderIter.__next__``/``_next_data``/``_get_data``, fetchers,
+   collate, workers), Keras epoch iterators and data adapters, ``tf.py_function`` bodies. This wins
+   over everything else, so a main thread blocked in ``DataLoader.__next__`` waiting for workers
+   (or in ``iterator_get_next`` waiting for tf.data's threads) is ``input``, not idle.
+3. ``python`` while importing (a frame of ``<frozen importlib...>``): module bodies of a framework
+   being imported are not compute.
+4. ``compute``: any frame of framework execution: torch ``nn`` modules/functional, autograd
+   (``_engine_run_backward``), ``torch/optim``, ``Tensor.backward``, dynamo/inductor,
+   ``torch/distributed``; TensorFlow eager execution (``eager/execute.py`` ``quick_execute``,
+   ``polymorphic_function``, ``backprop``), op wrappers under ``tensorflow/python/ops`` and
+   ``framework``; Keras ``train_step``/``test_step``/``predict_step``/layer and optimizer calls.
+5. ``idle``: innermost frame is a known blocking call (``threading`` waits/joins, ``queue`` get,
+   ``selectors`` select, ``socket``/``ssl`` receives, ``multiprocessing`` connection waits,
+   ``subprocess`` waits).
+6. ``python``: anything else.
+
+How idle is detected, and why: py-spy's raw output does not say whether a sample was idle, even
+with ``--idle``. Running *without* ``--idle`` drops OS-idle samples, and measured on
+``tests/workloads/tf_input_bound.py`` that loses the very samples that matter: the main thread
+waits (futex) inside ``iterator_get_next`` while tf.data's C++ threads run the map, so py-spy kept
+only 5 of ~60 samples per 3 s; the rest vanished instead of counting as ``input``. So the collector
+runs py-spy *with* ``--idle`` and detects idle in two ways. By frames (rule 5), which alone misses
+builtins: ``time.sleep`` has no Python frame of its own, so a sleeping thread shows only its
+caller's line, and ``tests/workloads/sleeper.py`` looks like a busy loop to the frames. And by the
+OS: the collector reads each thread's runnable time (``/proc/PID/task/TID/schedstat``: on a CPU
+plus waiting for one, so a busy thread starved by other processes is not mistaken for idle) at
+the window edges, and :func:`reconcile_activity` turns the ``python`` samples a thread cannot have
+been running (beyond its runnable share of the window) into ``idle``. ``input`` and ``compute``
+samples keep their class whatever the OS says: waiting for the pipeline is input, and a main
+thread waiting for intra-op threads is compute.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from sofa_top.samples import Frame, StackClass, StackCount
+
+# (path fragment, function names or None for any function in that file/folder).
+# Paths are matched against "/" + filename, so py-spy's short names (torch/nn/...) and full
+# paths (/venv/lib/.../torch/nn/...) both match.
+_Rule = tuple[str, frozenset[str] | None]
+
+
+def _rules(*rules: tuple[str, tuple[str, ...] | None]) -> tuple[_Rule, ...]:
+    return tuple((path, frozenset(names) if names is not None else None) for path, names in rules)
+
+
+INPUT_RULES: tuple[_Rule, ...] = _rules(
+    ("/tensorflow/python/data/", None),
+    ("/tensorflow/python/ops/gen_dataset_ops.py", None),
+    ("/tensorflow/python/ops/gen_experimental_dataset_ops.py", None),
+    ("/tensorflow/python/ops/script_ops.py", None),  # tf.py_function bodies: nearly always a map
+    ("/tensorflow/python/distribute/input_lib.py", None),
+    ("/torch/utils/data/", None),
+    ("/keras/src/trainers/epoch_iterator.py", None),
+    ("/keras/src/trainers/data_adapters/", None),
+    ("/keras/engine/data_adapter.py", None),
+    ("/tf_keras/src/engine/data_adapter.py", None),
+    ("/keras/src/engine/data_adapter.py", None),
+    ("/datasets/arrow_dataset.py", ("__getitem__", "_getitem", "__iter__", "iter")),
+    ("/webdataset/", None),
+)
+
+COMPUTE_RULES: tuple[_Rule, ...] = _rules(
+    ("/torch/nn/", None),
+    ("/torch/autograd/", None),
+    ("/torch/optim/", None),
+    ("/torch/_tensor.py", ("backward",)),
+    ("/torch/functional.py", None),
+    ("/torch/_ops.py", None),
+    ("/torch/_dynamo/", None),
+    ("/torch/_inductor/", None),
+    ("/torch/_functorch/", None),
+    ("/torch/amp/", None),
+    ("/torch/distributed/", None),
+    ("/torch/cuda/", ("synchronize",)),
+    ("/tensorflow/python/eager/execute.py", None),
+    ("/tensorflow/python/eager/polymorphic_function/", None),
+    ("/tensorflow/python/eager/def_function.py", None),
+    ("/tensorflow/python/eager/function.py", None),
+    ("/tensorflow/python/eager/backprop.py", None),
+    ("/tensorflow/python/eager/imperative_grad.py", None),
+    ("/tensorflow/python/eager/forwardprop.py", None),
+    ("/tensorflow/python/ops/", None),
+    ("/tensorflow/python/framework/", None),
+    ("/tensorflow/python/training/", None),
+    ("/tensorflow/python/keras/", None),
+    ("/keras/src/optimizers/", None),
+    ("/keras/optimizers/", None),
+    ("/keras/src/layers/", None),
+    ("/keras/src/ops/", None),
+    (
+        "/keras/",
+        (
+            "train_step",
+            "test_step",
+            "predict_step",
+            "train_function",
+            "test_function",
+            "predict_function",
+            "one_step_on_data",
+            "one_step_on_iterator",
+            "multi_step_on_iterator",
+            "__call__",
+            "apply_gradients",
+        ),
+    ),
+    ("/jax/_src/", None),
+)
+
+IDLE_LEAF_RULES: tuple[_Rule, ...] = _rules(
+    (
+        "/threading.py",
+        ("wait", "join", "_wait_for_tstate_lock", "acquire", "wait_for", "_acquire_restore"),
+    ),
+    ("/queue.py", ("get", "put", "join")),
+    ("/selectors.py", ("select",)),
+    ("/socket.py", ("accept", "recv_into", "readinto", "recv", "recvfrom")),
+    ("/ssl.py", ("read", "recv", "recv_into")),
+    ("/socketserver.py", ("serve_forever",)),
+    (
+        "/multiprocessing/connection.py",
+        ("wait", "poll", "_poll", "recv", "recv_bytes", "_recv", "_recv_bytes", "accept"),
+    ),
+    ("/multiprocessing/queues.py", ("get", "_feed")),
+    ("/multiprocessing/popen_fork.py", ("poll", "wait")),
+    ("/multiprocessing/pool.py", ("wait", "get", "next", "worker")),
+    ("/multiprocessing/synchronize.py", ("wait", "acquire", "__enter__")),
+    ("/concurrent/futures/thread.py", ("_worker",)),
+    ("/concurrent/futures/_base.py", ("result", "wait", "as_completed")),
+    ("/subprocess.py", ("wait", "_wait", "_try_wait", "communicate", "_communicate")),
+    ("/asyncio/base_events.py", ("_run_once",)),
+    ("zmq/", ("poll", "recv", "wait")),
+    ("gevent/", ("poll", "wait", "switch")),
+    ("tornado/", ("poll", "start")),
+)
+
+# Worker loops of a pipeline: their blocking waits mean "no work to do", not "waiting for input".
+WORKER_LOOP_RULES: tuple[_Rule, ...] = _rules(
+    ("/torch/utils/data/_utils/worker.py", ("_worker_loop",)),
+    ("/torch/utils/data/_utils/pin_memory.py", ("_pin_memory_loop",)),
+    ("/concurrent/futures/thread.py", ("_worker",)),
+    ("/concurrent/futures/process.py", ("_process_worker",)),
+    ("/multiprocessing/pool.py", ("worker",)),
+)
+
+
+def _short_name(function: str) -> str:
+    # py-spy reports qualified names on 3.11+ ("Condition.wait"), bare names before.
+    return function.rsplit(".", 1)[-1]
+
+
+def _matches(frame: Frame, rules: Sequence[_Rule]) -> bool:
+    path = "/" + frame.filename.replace("\\", "/")
+    name: str | None = None
+    for fragment, names in rules:
+        if fragment in path:
+            if names is None:
+                return True
+            if name is None:
+                name = _short_name(frame.function)
+            if name in names:
+                return True
+    return False
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _flags(frame: Frame) -> int:
+    """The frame's rule matches as bit flags; cached, since the same frames recur every window."""
+    flags = 0
+    if _matches(frame, INPUT_RULES):
+        flags |= _INPUT
+    if _matches(frame, COMPUTE_RULES):
+        flags |= _COMPUTE
+    if _matches(frame, IDLE_LEAF_RULES):
+        flags |= _IDLE_LEAF
+    if _matches(frame, WORKER_LOOP_RULES):
+        flags |= _WORKER
+    if frame.filename.startswith("<frozen importlib"):
+        flags |= _IMPORT
+    return flags
+
+
+_INPUT, _COMPUTE, _IDLE_LEAF, _WORKER, _IMPORT = 1, 2, 4, 8, 16
+
+
+def is_input_frame(frame: Frame) -> bool:
+    """True for a frame of a data pipeline (tf.data, torch DataLoader, Keras adapters...)."""
+    return bool(_flags(frame) & _INPUT)
+
+
+def is_compute_frame(frame: Frame) -> bool:
+    """True for a frame of framework execution (torch modules/autograd/optim, TF eager/ops...)."""
+    return bool(_flags(frame) & _COMPUTE)
+
+
+def is_idle_leaf(frame: Frame) -> bool:
+    """True when ``frame``, as the innermost frame, means the thread is blocked waiting."""
+    return bool(_flags(frame) & _IDLE_LEAF)
+
+
+def is_worker_loop_frame(frame: Frame) -> bool:
+    """True for the main loop of a pipeline worker (DataLoader worker, pin-memory, pool worker)."""
+    return bool(_flags(frame) & _WORKER)
+
+
+def classify_stack(frames: Sequence[Frame]) -> StackClass:
+    """Classify one stack (outermost frame first); an empty stack is ``idle``."""
+    return _classify(tuple(frames))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _classify(frames: tuple[Frame, ...]) -> StackClass:
+    if not frames:
+        # A thread with no Python frame is native code outside Python; nothing to attribute.
+        return "idle"
+    seen = 0
+    for f in frames:
+        seen |= _flags(f)
+    leaf_idle = bool(_flags(frames[-1]) & _IDLE_LEAF)
+    if leaf_idle and seen & _WORKER:
+        return "idle"
+    if seen & _INPUT:
+        return "input"
+    if seen & _IMPORT:
+        # Importing a framework runs its module bodies (tensorflow/python/ops/...): not compute.
+        return "python"
+    if seen & _COMPUTE:
+        return "compute"
+    if leaf_idle:
+        return "idle"
+    return "python"
+
+
+def _reclass(stacks: Sequence[StackCount], klass: StackClass, moved: int) -> list[StackCount]:
+    """Move ``moved`` samples of ``stacks`` (largest remainders first) to ``klass``."""
+    total = sum(s.count for s in stacks)
+    if total <= 0 or moved <= 0:
+        return list(stacks)
+    moved = min(moved, total)
+    shares = [s.count * moved / total for s in stacks]
+    take = [math.floor(x) for x in shares]
+    left = moved - sum(take)
+    order = sorted(range(len(stacks)), key=lambda i: (take[i] - shares[i], -stacks[i].count))
+    for i in order[:left]:
+        take[i] += 1
+    out: list[StackCount] = []
+    for s, n in zip(stacks, take, strict=True):
+        if n < s.count:
+            out.append(replace(s, count=s.count - n))
+        if n > 0:
+            out.append(replace(s, count=n, klass=klass))
+    return out
+
+
+def _pipeline_worker(stack: StackCount) -> bool:
+    return any(_flags(f) & _WORKER for f in stack.frames)
+
+
+def reconcile_activity(
+    stacks: Sequence[StackCount], active_fraction: float | None
+) -> tuple[StackCount, ...]:
+    """Turn samples of one thread that the OS says it was not running into ``idle``.
+
+    ``stacks`` are one thread's counts for one window, ``active_fraction`` its runnable time over
+    the window's wall time (None when unknown: nothing changes). At most that share of the thread's
+    samples can have been running Python; ``python`` samples beyond it (and those of pipeline
+    workers' ``input`` stacks, whose waits for work are idle) become ``idle``, spread over the
+    stacks in proportion to their counts.
+    """
+    if active_fraction is None or not stacks:
+        return tuple(stacks)
+    total = sum(s.count for s in stacks)
+    running = round(max(0.0, min(1.0, active_fraction)) * total)
+    movable: list[StackCount] = []
+    fixed: list[StackCount] = []
+    for s in stacks:
+        is_movable = s.klass == "python" or (s.klass == "input" and _pipeline_worker(s))
+        (movable if is_movable else fixed).append(s)
+    excess = sum(s.count for s in movable) - running
+    if excess <= 0:
+        return tuple(stacks)
+    return tuple(fixed + _reclass(movable, "idle", excess))

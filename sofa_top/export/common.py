@@ -1,0 +1,478 @@
+"""What the exports share: the result, the event budget, counter tracks, steps, markers and the
+all-or-nothing output file."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from sofa_top.errors import UserError
+from sofa_top.samples import Event, Frame
+from sofa_top.store import SessionReader
+
+# Perfetto UI and chrome://tracing both slow to a crawl (or give up) somewhere past a million
+# events; every export plans to stay under this and says what it merged to get there.
+MAX_EVENTS = 1_000_000
+
+MARKER_KINDS = ("verdict", "target-exit", "optimizer", "collector-failed")
+
+# Synthetic ids for things that are not OS processes/threads. Linux PIDs stay below 2**22, so
+# these never collide with a real one.
+MACHINE_PID = (1 << 30) - 1
+SYNTHETIC_TID_BASE = 1 << 30
+
+
+@dataclass
+class ExportResult:
+    """What an export wrote; ``notes`` says what was merged or left out (the CLI prints them)."""
+
+    path: Path
+    fmt: str
+    events: int  # trace events (counters, slices, markers, samples) written
+    bytes: int
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What a format writer reports back: events written and notes on what it merged."""
+
+    events: int
+    notes: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSpec:
+    """One counter track: which series feeds it, how it is shown, which process owns it."""
+
+    series: str
+    label: str
+    unit: str  # "%", "bytes", "B/s", "W", "steps/s" or ""
+    pid: int | None  # None: machine-wide (system, GPUs)
+
+
+THROUGHPUT_SERIES = "derived.throughput"  # computed from the steps table, not stored
+
+_TREE = {
+    "tree.cpu": ("CPU (process tree)", "%"),
+    "tree.rss": ("RSS (process tree)", "bytes"),
+    "tree.read_rate": ("disk read (process tree)", "B/s"),
+    "tree.write_rate": ("disk write (process tree)", "B/s"),
+    "tree.threads": ("threads (process tree)", ""),
+    "step.input_fraction": ("input fraction (of step time)", ""),
+}
+_SYSTEM = {
+    "sys.cpu": ("CPU (system)", "%"),
+    "sys.iowait": ("iowait (system)", "%"),
+    "sys.mem_used": ("memory used (system)", "bytes"),
+}
+_GPU = {"util": ("utilization", "%"), "mem_used": ("memory used", "bytes"), "power": ("power", "W")}
+
+
+def counter_spec(series: str, target_pid: int) -> CounterSpec | None:
+    """The counter track for a stored series, or None for series the exports leave out."""
+    if series in _TREE:
+        label, unit = _TREE[series]
+        return CounterSpec(series, label, unit, target_pid)
+    if series in _SYSTEM:
+        label, unit = _SYSTEM[series]
+        return CounterSpec(series, label, unit, None)
+    parts = series.split(".")
+    if len(parts) == 3 and parts[0] == "gpu" and parts[1].isdigit() and parts[2] in _GPU:
+        label, unit = _GPU[parts[2]]
+        return CounterSpec(series, f"GPU {parts[1]} {label}", unit, None)
+    if len(parts) == 3 and parts[0] == "proc" and parts[1].isdigit() and parts[2] == "cpu":
+        return CounterSpec(series, "CPU", "%", int(parts[1]))
+    return None
+
+
+_ORDER = [*_TREE, *_SYSTEM]
+
+
+def _counter_order(c: CounterSpec) -> tuple[int, int, str]:
+    """Tracks in reading order: the tree first, then per-process CPU, the machine, the GPUs."""
+    if c.series in _ORDER:
+        rank = _ORDER.index(c.series)
+        return (0 if rank < len(_TREE) else 2, rank, "")
+    parts = c.series.split(".")
+    if parts[0] == "proc":
+        return (1, int(parts[1]), c.series)
+    return (3, int(parts[1]) if parts[1].isdigit() else 0, c.series)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessLabel:
+    pid: int
+    name: str
+    cmdline: tuple[str, ...]
+    role: str
+
+
+@dataclass
+class SessionModel:
+    """The small, session-wide facts every export needs before it streams the big tables."""
+
+    meta: dict[str, Any]
+    target_pid: int
+    target_name: str
+    processes: dict[int, ProcessLabel]
+    threads: list[tuple[int, int, str]]  # (pid, tid, name) of sampled threads
+    point_stats: dict[str, tuple[int, float, float]]
+    counters: list[CounterSpec]
+    steps: int
+    markers: int
+    stack_rows: int
+    stack_samples: int
+    stack_depth_sum: int
+
+    def process_title(self, pid: int) -> str:
+        """How a process track is named: its name and role in the target tree."""
+        p = self.processes.get(pid)
+        if p is None:
+            return self.target_name if pid == self.target_pid else f"pid {pid}"
+        role = p.role if p.role and p.role != p.name else ""
+        return f"{p.name} ({role})" if role else p.name
+
+    def time_span(self) -> tuple[float, float]:
+        starts = [s[1] for s in self.point_stats.values()]
+        ends = [s[2] for s in self.point_stats.values()]
+        started = self.meta.get("started")
+        if isinstance(started, int | float):
+            starts.append(float(started))
+        if not starts:
+            return 0.0, 0.0
+        return min(starts), max(ends or starts)
+
+
+def load_model(reader: SessionReader) -> SessionModel:
+    """Read the session-wide facts (meta, process tree, thread list, table sizes)."""
+    meta = reader.meta()
+    raw_target = meta.get("target")
+    target: dict[str, Any] = raw_target if isinstance(raw_target, dict) else {}
+    target_pid = int(target.get("pid") or 0)
+    target_name = str(target.get("name") or "target")
+    processes: dict[int, ProcessLabel] = {}
+    for p in reader.processes():
+        cmdline = tuple(str(a) for a in p["cmdline"] or ())
+        # PID reuse within a session is rare; the latest process under a PID names its track.
+        processes[int(p["pid"])] = ProcessLabel(
+            int(p["pid"]), str(p["name"] or ""), cmdline, str(p["role"] or "")
+        )
+    if target_pid and target_pid not in processes:
+        cmd = tuple(str(a) for a in target.get("cmdline") or ())
+        processes[target_pid] = ProcessLabel(target_pid, target_name, cmd, "target")
+    stats = reader.point_stats()
+    counters = sorted(
+        (c for c in (counter_spec(name, target_pid) for name in stats) if c is not None),
+        key=_counter_order,
+    )
+    rows, samples, depth = reader.stack_stats()
+    return SessionModel(
+        meta=meta,
+        target_pid=target_pid,
+        target_name=target_name,
+        processes=processes,
+        threads=reader.stack_threads(),
+        point_stats=stats,
+        counters=counters,
+        steps=reader.count_steps(),
+        markers=reader.count_events(MARKER_KINDS),
+        stack_rows=rows,
+        stack_samples=samples,
+        stack_depth_sum=depth,
+    )
+
+
+def allocate(needs: Mapping[str, int], budget: int) -> dict[str, int]:
+    """Share ``budget`` between categories: each gets what it needs if it can, and the ones
+    that need more split what is left evenly (water-filling)."""
+    alloc = dict.fromkeys(needs, 0)
+    left = max(0, budget)
+    pending = sorted(needs, key=lambda k: needs[k])
+    while pending:
+        share = left // len(pending)
+        k = pending[0]
+        if needs[k] <= share:
+            alloc[k] = needs[k]
+            left -= needs[k]
+            pending.pop(0)
+            continue
+        for k in pending:
+            alloc[k] = share
+        break
+    return alloc
+
+
+def counter_bucket(model: SessionModel, allowed: int) -> float | None:
+    """The averaging bucket (seconds) that brings the counters under ``allowed`` points, or None
+    when they fit as recorded."""
+    spans = [model.point_stats[c.series] for c in model.counters]
+    need = sum(n for n, _, _ in spans)
+    if need <= allowed or not spans:
+        return None
+
+    def points(width: float) -> float:
+        # A span of L seconds touches at most L / width + 2 aligned buckets.
+        return sum(min(n, (t1 - t0) / width + 2) for n, t0, t1 in spans)
+
+    lo, hi = 1e-3, max(1.0, max(t1 - t0 for _, t0, t1 in spans))
+    while points(hi) > allowed and hi < 1e9:
+        hi *= 2
+    for _ in range(60):
+        mid = math.sqrt(lo * hi)
+        if points(mid) > allowed:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def iter_counter_points(
+    reader: SessionReader, specs: Iterable[CounterSpec], bucket_s: float | None
+) -> Iterator[tuple[CounterSpec, float, float]]:
+    """(counter, ts, value) in arrival order, strictly increasing in time per counter; failed
+    readings are left out; with ``bucket_s`` each counter is averaged over aligned buckets."""
+    ids = reader.series_ids()
+    by_id = {ids[s.series]: s for s in specs if s.series in ids}
+    last: dict[int, float] = {}
+    acc: dict[int, list[float]] = {}  # series id -> [bucket index, sum, count]
+    for sid, ts, value in reader.iter_points(by_id):
+        if value is None or not math.isfinite(value):
+            continue
+        if bucket_s is None:
+            if ts <= last.get(sid, -math.inf):
+                continue  # same instant twice or out of order: the track must move forward
+            last[sid] = ts
+            yield by_id[sid], ts, value
+            continue
+        b = float(math.floor(ts / bucket_s))
+        cur = acc.get(sid)
+        if cur is not None and b != cur[0]:
+            if b < cur[0]:
+                continue
+            yield by_id[sid], cur[0] * bucket_s, cur[1] / cur[2]
+            cur = None
+        if cur is None:
+            acc[sid] = [b, value, 1.0]
+        else:
+            cur[1] += value
+            cur[2] += 1
+    for sid, (b, total, n) in acc.items():
+        yield by_id[sid], b * bucket_s if bucket_s else 0.0, total / n
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpan:
+    """One step, or ``count`` consecutive steps of one process merged to fit the budget."""
+
+    pid: int
+    start: float
+    end: float
+    input_wait_s: float  # placed at the start of the span (where a step waits for its batch)
+    first: int
+    last: int
+    count: int
+    source: str
+    batch_size: int | None
+
+    @property
+    def name(self) -> str:
+        return f"step {self.first}" if self.count == 1 else f"steps {self.first}-{self.last}"
+
+    @property
+    def throughput(self) -> float | None:
+        dur = self.end - self.start
+        return self.count / dur if dur > 0 else None
+
+
+def iter_step_spans(reader: SessionReader, group: int) -> Iterator[StepSpan]:
+    """Steps as non-overlapping spans per process (a step starting before the previous one ended
+    is clipped), ``group`` consecutive steps merged into one span."""
+    prev_end: dict[int, float] = {}
+    pending: dict[int, list[tuple[float, float, float, int, str, int | None]]] = {}
+    for s in reader.iter_steps():
+        end = s.start + max(0.0, s.duration_s)
+        start = max(s.start, prev_end.get(s.pid, -math.inf))
+        if end < start:
+            continue
+        prev_end[s.pid] = end
+        buf = pending.setdefault(s.pid, [])
+        buf.append((start, end, max(0.0, s.input_wait_s), s.step, s.source, s.batch_size))
+        if len(buf) >= group:
+            yield _span(s.pid, buf)
+            buf.clear()
+    for pid, buf in pending.items():
+        if buf:
+            yield _span(pid, buf)
+
+
+def _span(pid: int, buf: list[tuple[float, float, float, int, str, int | None]]) -> StepSpan:
+    start, end = buf[0][0], buf[-1][1]
+    wait = min(sum(b[2] for b in buf), end - start)
+    return StepSpan(pid, start, end, wait, buf[0][3], buf[-1][3], len(buf), buf[0][4], buf[0][5])
+
+
+def marker_name(ev: Event) -> str:
+    """The label of an instant marker."""
+    if ev.kind == "verdict":
+        return f"verdict: {ev.message}"
+    if ev.kind == "optimizer":
+        return f"optimizer: {ev.message}"
+    return ev.message or ev.kind
+
+
+def fmt_count(n: int) -> str:
+    return f"{n:,}"
+
+
+class JsonSink:
+    """Buffered UTF-8 text out to a binary file: one ``write`` per megabyte, not per event."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+        self._parts: list[str] = []
+        self._size = 0
+
+    def write(self, text: str) -> None:
+        self._parts.append(text)
+        self._size += len(text)
+        if self._size >= 1 << 20:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._parts:
+            self._f.write("".join(self._parts).encode())
+            self._parts.clear()
+            self._size = 0
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+@contextlib.contextmanager
+def atomic_output(path: Path) -> Iterator[IO[bytes]]:
+    """A binary file that appears under ``path`` only once everything was written: a temp file
+    in the same directory, renamed over ``path`` at the end and removed on any failure."""
+    if path.is_dir():
+        raise UserError(f"cannot write {path}: it is a directory")
+    try:
+        fd, tmp_name = tempfile.mkstemp(
+            dir=path.parent or Path("."), prefix=f".{path.name}.", suffix=".part"
+        )
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {_reason(exc)}") from None
+    tmp = Path(tmp_name)
+    ok = False
+    try:
+        with os.fdopen(fd, "wb", buffering=1 << 20) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())  # a crash after the rename must not leave an empty file
+        os.chmod(tmp, 0o644 & ~_umask())
+        os.replace(tmp, path)
+        ok = True
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {_reason(exc)}") from None
+    finally:
+        if not ok:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+def _umask() -> int:
+    # mkstemp creates 0600; the export should get the permissions any other new file gets.
+    # Read it rather than set-and-restore it: os.umask is process-wide, and the TUI has threads.
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
+
+
+def thread_ids(threads: Iterable[tuple[int, int, str]]) -> dict[tuple[int, int], int]:
+    """The tid each sampled thread gets in a trace. py-spy reports pthread ids (64-bit
+    addresses) where it cannot see native ones; trace formats want 32-bit tids, so those get a
+    synthetic id above every real Linux tid."""
+    out: dict[tuple[int, int], int] = {}
+    n = 0
+    for pid, tid, _name in threads:
+        if 0 < tid < (1 << 22):
+            out[(pid, tid)] = tid
+        else:
+            out[(pid, tid)] = SYNTHETIC_TID_BASE + n
+            n += 1
+    return out
+
+
+def thread_title(name: str, tid: int) -> str:
+    """A thread's track name (its Python name; the raw id when it has none)."""
+    return name or (f"thread {tid:#x}" if tid >= (1 << 22) else f"thread {tid}")
+
+
+@dataclass(slots=True)
+class ThreadWindow:
+    """What one stack window saw of one thread: (stack_id, count, klass) rows."""
+
+    t0: float
+    t1: float
+    rate_hz: float
+    samples: int  # sampling instants in the window (a thread may appear in fewer)
+    pid: int
+    tid: int
+    name: str
+    counts: list[tuple[int, int, str]]
+
+    @property
+    def total(self) -> int:
+        return sum(c for _, c, _ in self.counts)
+
+    def span(self) -> float:
+        """Seconds this thread's samples stand for: the window, less the part it was absent."""
+        width = max(0.0, self.t1 - self.t0)
+        if self.samples > 0:
+            width *= min(1.0, self.total / self.samples)
+        return width
+
+
+def iter_thread_windows(reader: SessionReader) -> Iterator[ThreadWindow]:
+    """Stack windows split per thread, in time order; one window in memory at a time."""
+    cur_id: int | None = None
+    per: dict[tuple[int, int], ThreadWindow] = {}
+    for wid, t0, t1, rate, samples, pid, tid, tname, sid, count, klass in reader.iter_stack_rows():
+        if wid != cur_id:
+            yield from per.values()
+            per = {}
+            cur_id = wid
+        tw = per.get((pid, tid))
+        if tw is None:
+            tw = per[(pid, tid)] = ThreadWindow(
+                float(t0), float(t1), float(rate or 0.0), int(samples or 0), pid, tid, "", []
+            )
+        if tname and not tw.name:
+            tw.name = tname
+        tw.counts.append((int(sid), int(count), str(klass)))
+    yield from per.values()
+
+
+class FrameCache:
+    """Frames of interned stacks, loaded a batch at a time as new stack ids show up."""
+
+    def __init__(self, reader: SessionReader) -> None:
+        self._reader = reader
+        self._frames: dict[int, tuple[Frame, ...]] = {}
+
+    def load(self, stack_ids: Iterable[int]) -> dict[int, tuple[Frame, ...]]:
+        missing = [s for s in stack_ids if s not in self._frames]
+        if missing:
+            got = self._reader.stack_frames(missing)
+            for s in missing:
+                self._frames[s] = got.get(s, ())
+        return self._frames

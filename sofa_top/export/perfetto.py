@@ -1,0 +1,506 @@
+"""Native Perfetto trace, built with the ``perfetto`` package's generated protos.
+
+Layout (what Perfetto UI shows):
+
+- one process track per process of the target tree, named after it (``processes`` table), with
+  a "training steps" child track (steps as slices, the input wait as a child slice at the start
+  of each step), a "markers" child track (verdict changes, target exit, optimizer runs as
+  instants) and its counters (tree CPU/RSS/IO/threads, input fraction, throughput, per-process
+  CPU);
+- machine-wide counter tracks (system CPU/iowait/memory, GPU utilization/memory/power);
+- per sampled thread, the Python stacks as a CPU profile (``StreamingProfilePacket`` with
+  interned callstacks, one packet per thread per stack window).
+
+Counters, slices and markers use absolute timestamps (ns since the Unix epoch) on sequence 1;
+each sampled thread has its own sequence, whose ``ThreadDescriptor`` anchors the sample deltas.
+A clock snapshot declares REALTIME, BOOTTIME and MONOTONIC equal, so every timestamp is the
+wall-clock time it was recorded at.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from typing import IO, Any
+
+from perfetto.protos.perfetto.trace import (  # type: ignore[import-untyped]
+    perfetto_trace_pb2 as pb,
+)
+
+from sofa_top.export.common import (
+    MARKER_KINDS,
+    THROUGHPUT_SERIES,
+    CounterSpec,
+    FrameCache,
+    SessionModel,
+    ThreadWindow,
+    Written,
+    allocate,
+    counter_bucket,
+    fmt_count,
+    iter_counter_points,
+    iter_step_spans,
+    iter_thread_windows,
+    marker_name,
+    thread_ids,
+    thread_title,
+)
+from sofa_top.samples import Frame
+from sofa_top.store import SessionReader
+
+MAIN_SEQ = 1
+FIRST_THREAD_SEQ = 16
+_CHUNK = 1024  # packets per serialized Trace chunk
+
+_SLICE_BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
+_SLICE_END = pb.TrackEvent.TYPE_SLICE_END
+_INSTANT = pb.TrackEvent.TYPE_INSTANT
+_COUNTER = pb.TrackEvent.TYPE_COUNTER
+_CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+_NEEDS = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+
+
+def _ns(ts: float) -> int:
+    return round(ts * 1e9)
+
+
+class _Packets:
+    """Packets out in chunks of one ``Trace`` message each (a trace file is packets
+    concatenated, so chunks concatenate too)."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+        self._trace = pb.Trace()
+        self.count = 0
+
+    def add(self) -> Any:
+        if len(self._trace.packet) >= _CHUNK:
+            self.flush()
+        self.count += 1
+        return self._trace.packet.add()
+
+    def flush(self) -> None:
+        if len(self._trace.packet):
+            self._f.write(self._trace.SerializeToString())
+            self._trace.Clear()
+
+
+class _Counters:
+    """Counter packets, the hot path: a chunk of template packets is refilled and serialized
+    over and over, because building a message per point costs about four times as much."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+        self._trace = pb.Trace()
+        self._packets = [
+            self._trace.packet.add(
+                trusted_packet_sequence_id=MAIN_SEQ, track_event=pb.TrackEvent(type=_COUNTER)
+            )
+            for _ in range(_CHUNK)
+        ]
+        self._events = [p.track_event for p in self._packets]
+        self._n = 0
+        self.count = 0
+
+    def add(self, ts: float, uuid: int, value: float) -> None:
+        i = self._n
+        self._packets[i].timestamp = _ns(ts)
+        ev = self._events[i]
+        ev.track_uuid = uuid
+        ev.double_counter_value = value
+        self._n = i + 1
+        self.count += 1
+        if self._n == _CHUNK:
+            self._f.write(self._trace.SerializeToString())
+            self._n = 0
+
+    def close(self) -> None:
+        if self._n:
+            del self._trace.packet[self._n :]
+            self._f.write(self._trace.SerializeToString())
+            self._n = 0
+
+
+class _ThreadProfile:
+    """One sampled thread's sequence: its interned frames and callstacks and its clock."""
+
+    def __init__(self, seq: int, pid: int, tid: int, name: str) -> None:
+        self.seq = seq
+        self.pid = pid
+        self.tid = tid
+        self.name = name
+        self.last_us: int | None = None
+        self.carry = 0.0  # fractional samples owed when thinning
+        self.callstacks: dict[int, int] = {}  # stack_id -> callstack iid
+        self.frames: dict[Frame, int] = {}
+        self.functions: dict[str, int] = {}
+        self.files: dict[str, int] = {}  # mapping path -> mapping iid (one mapping per file)
+        self.samples = 0
+
+
+def write_perfetto(
+    reader: SessionReader, model: SessionModel, f: IO[bytes], max_events: int
+) -> Written:
+    """Write the session as a Perfetto trace to ``f``."""
+    notes: list[str] = []
+    counter_need = sum(model.point_stats[c.series][0] for c in model.counters)
+    needs = {
+        "counters": counter_need,
+        "steps": 3 * model.steps,  # step slice, wait slice, throughput point
+        "markers": model.markers,
+        "stacks": model.stack_samples,
+    }
+    alloc = allocate(needs, max_events)
+    bucket = counter_bucket(model, alloc["counters"])
+    if bucket is not None:
+        notes.append(
+            f"counters averaged over {bucket:.3g} s buckets ({fmt_count(counter_need)} points "
+            f"recorded) to stay under ~{fmt_count(max_events)} trace events"
+        )
+    group = max(1, math.ceil(needs["steps"] / alloc["steps"])) if alloc["steps"] else 1
+    if group > 1:
+        notes.append(
+            f"every {group} consecutive steps merged into one slice ({fmt_count(model.steps)} "
+            f"steps recorded) to stay under ~{fmt_count(max_events)} trace events"
+        )
+    keep = 1.0 if not model.stack_samples else min(1.0, alloc["stacks"] / model.stack_samples)
+    if keep < 1.0:
+        notes.append(
+            f"stack samples thinned to {keep:.0%} ({fmt_count(alloc['stacks'])} of "
+            f"{fmt_count(model.stack_samples)}, proportions per window kept) to stay under "
+            f"~{fmt_count(max_events)} trace events"
+        )
+
+    out = _Packets(f)
+    start = model.time_span()[0]
+    _clock_snapshot(out, start)
+    uuids = _Uuids()
+    proc_tracks = _process_tracks(out, model, uuids)
+    counter_tracks = _counter_tracks(out, model, uuids, proc_tracks)
+    out.flush()
+
+    counters = _Counters(f)
+    for spec, ts, value in iter_counter_points(reader, model.counters, bucket):
+        counters.add(ts, counter_tracks[spec.series], value)
+
+    steps_tracks: dict[int, int] = {}
+    throughput_tracks: dict[int, int] = {}
+    spans = 0
+    for span in iter_step_spans(reader, group):
+        track = steps_tracks.get(span.pid)
+        if track is None:
+            parent = _proc_track(out, model, uuids, proc_tracks, span.pid)
+            track = steps_tracks[span.pid] = uuids.child(out, parent, "training steps")
+            throughput_tracks[span.pid] = uuids.counter(
+                out,
+                parent,
+                CounterSpec(THROUGHPUT_SERIES, "throughput", "steps/s", span.pid),
+            )
+            out.flush()  # the descriptors reach the file before the counter chunk using them
+        # The wait opens the step: begin step, begin wait, end wait, ..., end step.
+        _begin(out, track, span.start, span.name, _step_args(span))
+        if span.input_wait_s > 0:
+            _begin(out, track, span.start, "input wait", {})
+            _end(out, track, span.start + span.input_wait_s)
+        _end(out, track, span.end)
+        rate = span.throughput
+        if rate is not None:
+            counters.add(span.end, throughput_tracks[span.pid], rate)
+        spans += 1
+    counters.close()
+
+    markers = 0
+    if model.markers:
+        track = uuids.child(
+            out, _proc_track(out, model, uuids, proc_tracks, model.target_pid), "markers"
+        )
+        for ev in reader.iter_events(MARKER_KINDS):
+            if markers >= max(alloc["markers"], 0):
+                notes.append(f"markers after the first {fmt_count(markers)} left out")
+                break
+            p = out.add()
+            p.timestamp = _ns(ev.ts)
+            p.trusted_packet_sequence_id = MAIN_SEQ
+            te = p.track_event
+            te.type = _INSTANT
+            te.track_uuid = track
+            te.name = marker_name(ev)
+            te.categories.append(ev.kind)
+            _annotate(te, {"message": ev.message, "data": json.dumps(ev.data, default=str)})
+            markers += 1
+
+    samples = _write_stacks(reader, model, out, proc_tracks, keep)
+    out.flush()
+    return Written(counters.count + 2 * spans + markers + samples, notes)
+
+
+class _Uuids:
+    """Track uuids, handed out in order (any unique 64-bit numbers do)."""
+
+    def __init__(self) -> None:
+        self._next = 1
+
+    def new(self) -> int:
+        u = self._next
+        self._next += 1
+        return u
+
+    def child(self, out: _Packets, parent: int, name: str) -> int:
+        u = self.new()
+        p = out.add()
+        p.trusted_packet_sequence_id = MAIN_SEQ
+        p.track_descriptor.uuid = u
+        p.track_descriptor.parent_uuid = parent
+        p.track_descriptor.name = name
+        return u
+
+    def counter(self, out: _Packets, parent: int | None, spec: CounterSpec) -> int:
+        u = self.new()
+        p = out.add()
+        p.trusted_packet_sequence_id = MAIN_SEQ
+        td = p.track_descriptor
+        td.uuid = u
+        if parent is not None:
+            td.parent_uuid = parent
+        td.name = f"{spec.label} [{spec.unit}]" if spec.unit else spec.label
+        if spec.unit == "bytes":
+            td.counter.unit = pb.CounterDescriptor.UNIT_SIZE_BYTES
+        elif spec.unit:
+            td.counter.unit_name = spec.unit
+        else:
+            td.counter.unit = pb.CounterDescriptor.UNIT_COUNT
+        return u
+
+
+def _clock_snapshot(out: _Packets, start: float) -> None:
+    p = out.add()
+    p.trusted_packet_sequence_id = MAIN_SEQ
+    p.sequence_flags = _CLEARED
+    t = _ns(start)
+    for clock in (
+        pb.BuiltinClock.BUILTIN_CLOCK_REALTIME,
+        pb.BuiltinClock.BUILTIN_CLOCK_MONOTONIC,
+        pb.BuiltinClock.BUILTIN_CLOCK_BOOTTIME,
+    ):
+        p.clock_snapshot.clocks.add(clock_id=clock, timestamp=t)
+    p.clock_snapshot.primary_trace_clock = pb.BuiltinClock.BUILTIN_CLOCK_BOOTTIME
+
+
+def _process_tracks(out: _Packets, model: SessionModel, uuids: _Uuids) -> dict[int, int]:
+    tracks: dict[int, int] = {}
+    pids = sorted(model.processes, key=lambda pid: (pid != model.target_pid, pid))
+    for pid in pids:
+        _proc_track(out, model, uuids, tracks, pid)
+    return tracks
+
+
+def _proc_track(
+    out: _Packets, model: SessionModel, uuids: _Uuids, tracks: dict[int, int], pid: int
+) -> int:
+    u = tracks.get(pid)
+    if u is not None:
+        return u
+    u = tracks[pid] = uuids.new()
+    p = out.add()
+    p.trusted_packet_sequence_id = MAIN_SEQ
+    td = p.track_descriptor
+    td.uuid = u
+    td.process.pid = pid
+    td.process.process_name = model.process_title(pid)
+    proc = model.processes.get(pid)
+    if proc is not None:
+        td.process.cmdline.extend(proc.cmdline)
+        if proc.role:
+            td.process.process_labels.append(proc.role)
+    return u
+
+
+def _counter_tracks(
+    out: _Packets, model: SessionModel, uuids: _Uuids, proc_tracks: dict[int, int]
+) -> dict[str, int]:
+    tracks: dict[str, int] = {}
+    for spec in model.counters:
+        parent = None if spec.pid is None else _proc_track(out, model, uuids, proc_tracks, spec.pid)
+        tracks[spec.series] = uuids.counter(out, parent, spec)
+    return tracks
+
+
+def _annotate(te: Any, args: dict[str, object]) -> None:
+    for k, v in args.items():
+        a = te.debug_annotations.add()
+        a.name = k
+        if isinstance(v, bool):
+            a.bool_value = v
+        elif isinstance(v, int):
+            a.int_value = v
+        elif isinstance(v, float):
+            a.double_value = v
+        else:
+            a.string_value = str(v)
+
+
+def _step_args(span: Any) -> dict[str, object]:
+    args: dict[str, object] = {
+        "duration_s": span.end - span.start,
+        "input_wait_s": span.input_wait_s,
+        "steps": span.count,
+        "source": span.source,
+    }
+    if span.batch_size is not None:
+        args["batch_size"] = span.batch_size
+    return args
+
+
+def _begin(out: _Packets, track: int, ts: float, name: str, args: dict[str, object]) -> None:
+    p = out.add()
+    p.timestamp = _ns(ts)
+    p.trusted_packet_sequence_id = MAIN_SEQ
+    p.track_event.type = _SLICE_BEGIN
+    p.track_event.track_uuid = track
+    p.track_event.name = name
+    _annotate(p.track_event, args)
+
+
+def _end(out: _Packets, track: int, ts: float) -> None:
+    p = out.add()
+    p.timestamp = _ns(ts)
+    p.trusted_packet_sequence_id = MAIN_SEQ
+    p.track_event.type = _SLICE_END
+    p.track_event.track_uuid = track
+
+
+def _write_stacks(
+    reader: SessionReader,
+    model: SessionModel,
+    out: _Packets,
+    proc_tracks: dict[int, int],
+    keep: float,
+) -> int:
+    if not model.stack_rows or keep <= 0:
+        return 0
+    tids = thread_ids(model.threads)
+    names = {(pid, tid): name for pid, tid, name in model.threads}
+    profiles: dict[tuple[int, int], _ThreadProfile] = {}
+    frames = FrameCache(reader)
+    total = 0
+    for tw in iter_thread_windows(reader):
+        key = (tw.pid, tw.tid)
+        prof = profiles.get(key)
+        if prof is None:
+            seq = FIRST_THREAD_SEQ + len(profiles)
+            prof = profiles[key] = _ThreadProfile(
+                seq, tw.pid, tids.get(key, tw.tid), thread_title(names.get(key, ""), tw.tid)
+            )
+        total += _write_window(out, prof, tw, frames, keep)
+    return total
+
+
+def _thin(tw: ThreadWindow, prof: _ThreadProfile, keep: float) -> list[tuple[int, int]]:
+    """(stack_id, samples) to write for this window: all of them, or ``keep`` of them split
+    across stacks by largest remainder (the fraction owed carries to the thread's next window)."""
+    if keep >= 1.0:
+        return [(sid, n) for sid, n, _ in tw.counts]
+    want = tw.total * keep + prof.carry
+    k = math.floor(want)
+    prof.carry = want - k
+    if k <= 0:
+        return []
+    total = tw.total
+    quotas = [(sid, n * k / total) for sid, n, _ in tw.counts]
+    got = [(sid, math.floor(q)) for sid, q in quotas]
+    short = k - sum(n for _, n in got)
+    order = sorted(range(len(quotas)), key=lambda i: quotas[i][1] - got[i][1], reverse=True)
+    for i in order[:short]:
+        got[i] = (got[i][0], got[i][1] + 1)
+    return [(sid, n) for sid, n in got if n > 0]
+
+
+def _write_window(
+    out: _Packets, prof: _ThreadProfile, tw: ThreadWindow, cache: FrameCache, keep: float
+) -> int:
+    picks = _thin(tw, prof, keep)
+    k = sum(n for _, n in picks)
+    if k <= 0:
+        return 0
+    frames = cache.load(sid for sid, _ in picks)
+    # Counts carry no order within a window: lay stacks out sorted, so shared prefixes line up.
+    picks.sort(key=lambda p: _sort_key(frames.get(p[0], ())))
+    t0_us = round(tw.t0 * 1e6)
+    step = tw.span() * 1e6 / k
+    if prof.last_us is None:
+        first = out.add()
+        first.trusted_packet_sequence_id = prof.seq
+        first.sequence_flags = _CLEARED | _NEEDS
+        td = first.thread_descriptor
+        td.pid = prof.pid
+        td.tid = prof.tid
+        td.thread_name = prof.name
+        td.reference_timestamp_us = t0_us
+        prof.last_us = t0_us
+    p = out.add()
+    p.trusted_packet_sequence_id = prof.seq
+    p.sequence_flags = _NEEDS
+    iids: list[int] = []
+    for sid, n in picks:
+        iid = prof.callstacks.get(sid)
+        if iid is None:
+            iid = _intern_stack(p, prof, sid, frames.get(sid, ()))
+        iids.extend([iid] * n)
+    deltas: list[int] = []
+    last = prof.last_us
+    for j in range(k):
+        # Samples never step back in time, even where windows overlap by a few microseconds.
+        t = max(last, t0_us + int((j + 0.5) * step))
+        deltas.append(t - last)
+        last = t
+    prof.last_us = last
+    sp = p.streaming_profile_packet
+    sp.callstack_iid.extend(iids)
+    sp.timestamp_delta_us.extend(deltas)
+    prof.samples += k
+    return k
+
+
+def _sort_key(frames: tuple[Frame, ...]) -> tuple[tuple[str, str, int], ...]:
+    return tuple((f.function, f.filename, f.line) for f in frames)
+
+
+def _intern_stack(p: Any, prof: _ThreadProfile, sid: int, frames: tuple[Frame, ...]) -> int:
+    """Add what the callstack needs to the packet's interned data; returns its iid."""
+    interned = p.interned_data
+    frame_iids: list[int] = []
+    if not frames:
+        frames = (Frame("(no Python frames)", "", 0),)
+    for fr in frames:
+        fiid = prof.frames.get(fr)
+        if fiid is None:
+            name_iid = prof.functions.get(fr.function)
+            if name_iid is None:
+                name_iid = prof.functions[fr.function] = len(prof.functions) + 1
+                interned.function_names.add(iid=name_iid, str=fr.function.encode())
+            map_iid = prof.files.get(fr.filename)
+            if map_iid is None:
+                map_iid = prof.files[fr.filename] = len(prof.files) + 1
+                interned.mapping_paths.add(iid=map_iid, str=(fr.filename or "?").encode())
+                # Distinct address ranges per file keep Perfetto from folding mappings.
+                interned.mappings.add(
+                    iid=map_iid,
+                    path_string_ids=[map_iid],
+                    start=map_iid << 32,
+                    end=(map_iid + 1) << 32,
+                )
+            fiid = prof.frames[fr] = len(prof.frames) + 1
+            # rel_pc carries the line: one frame per (function, file, line), like py-spy's.
+            interned.frames.add(
+                iid=fiid, function_name_id=name_iid, mapping_id=map_iid, rel_pc=max(0, fr.line)
+            )
+        frame_iids.append(fiid)
+    iid = prof.callstacks[sid] = len(prof.callstacks) + 1
+    interned.callstacks.add(iid=iid, frame_ids=frame_iids)
+    return iid
+
+
+def iter_packets(data: bytes) -> Iterator[Any]:
+    """Parse a trace file's packets back (for tests and tools)."""
+    yield from pb.Trace.FromString(data).packet

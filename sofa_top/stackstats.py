@@ -1,0 +1,141 @@
+"""Aggregate stack windows into hot functions, a class split and per-thread stats (pure functions).
+
+Percentages (``own_pct``/``total_pct``) are of all thread-samples considered: with py-spy's
+``--idle`` every Python thread is sampled at each instant, so a process with one busy thread and
+three idle ones shows the busy function at about 25 %. Filter by ``tid`` for one thread's view.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+
+from sofa_top.samples import STACK_CLASSES, StackClass, StackCount, StackWindow
+from sofa_top.snapshot import FunctionStat, StackSummary, ThreadStat
+
+DEFAULT_TOP = 200
+
+
+def thread_label(name: str, tid: int) -> str:
+    """How a thread is shown: its Python name, else ``tid N``."""
+    return name or f"tid {tid}"
+
+
+def _split(counts: Counter[StackClass], total: int) -> dict[str, float]:
+    if total <= 0:
+        return {k: 0.0 for k in STACK_CLASSES}
+    return {k: counts[k] / total for k in STACK_CLASSES}
+
+
+def _stacks(windows: Iterable[StackWindow], tid: int | None) -> list[StackCount]:
+    return [s for w in windows for s in w.stacks if (tid is None or s.tid == tid) and s.count > 0]
+
+
+def _threads(stacks: Iterable[StackCount]) -> tuple[ThreadStat, ...]:
+    per: dict[tuple[int, int], Counter[StackClass]] = defaultdict(Counter)
+    names: dict[tuple[int, int], Counter[str]] = defaultdict(Counter)
+    for s in stacks:
+        key = (s.pid, s.tid)
+        per[key][s.klass] += s.count
+        if s.thread_name:
+            names[key][s.thread_name] += s.count
+    stats: list[ThreadStat] = []
+    for (pid, tid), counts in per.items():
+        n = sum(counts.values())
+        name = names[(pid, tid)].most_common(1)[0][0] if names[(pid, tid)] else ""
+        stats.append(ThreadStat(pid=pid, tid=tid, name=name, samples=n, split=_split(counts, n)))
+    # Busiest first: with --idle every thread has the same sample count, so rank by non-idle.
+    stats.sort(key=lambda t: (-(t.samples * (1.0 - t.split["idle"])), -t.samples, t.pid, t.tid))
+    return tuple(stats)
+
+
+def list_threads(windows: Sequence[StackWindow]) -> tuple[ThreadStat, ...]:
+    """Every (pid, tid) seen in ``windows``, busiest (most non-idle samples) first."""
+    return _threads(_stacks(windows, None))
+
+
+def _weighted_mean(pairs: Iterable[tuple[float, float | None]]) -> float | None:
+    num = den = 0.0
+    for weight, value in pairs:
+        if value is not None and weight > 0:
+            num += weight * value
+            den += weight
+    return num / den if den > 0 else None
+
+
+def summarize(
+    windows: Sequence[StackWindow], tid: int | None = None, *, top: int = DEFAULT_TOP
+) -> StackSummary | None:
+    """Aggregate ``windows`` (all threads, or only thread ``tid``); None when nothing was sampled.
+
+    Functions are keyed by (function, file): ``line`` is the line seen most as the innermost frame
+    (or anywhere, for a function that is never innermost). ``top`` caps the function table.
+    """
+    if not windows:
+        return None
+    stacks = _stacks(windows, tid)
+    total = sum(s.count for s in stacks)
+    if total <= 0:
+        return None
+
+    own: Counter[tuple[str, str]] = Counter()
+    anywhere: Counter[tuple[str, str]] = Counter()
+    own_lines: dict[tuple[str, str], Counter[int]] = defaultdict(Counter)
+    any_lines: dict[tuple[str, str], Counter[int]] = defaultdict(Counter)
+    own_class: dict[tuple[str, str], Counter[StackClass]] = defaultdict(Counter)
+    any_class: dict[tuple[str, str], Counter[StackClass]] = defaultdict(Counter)
+    where: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    classes: Counter[StackClass] = Counter()
+
+    for s in stacks:
+        n = s.count
+        classes[s.klass] += n
+        if not s.frames:
+            continue
+        leaf = s.frames[-1]
+        key = (leaf.function, leaf.filename)
+        own[key] += n
+        own_lines[key][leaf.line] += n
+        own_class[key][s.klass] += n
+        label = thread_label(s.thread_name, s.tid)
+        seen: set[tuple[str, str]] = set()
+        for f in s.frames:
+            k = (f.function, f.filename)
+            if k in seen:
+                continue  # recursion: count a sample once per function
+            seen.add(k)
+            anywhere[k] += n
+            any_lines[k][f.line] += n
+            any_class[k][s.klass] += n
+            where[k][label] += n
+
+    ranked = sorted(anywhere, key=lambda k: (-own[k], -anywhere[k], k))[: max(0, top)]
+    functions: list[FunctionStat] = []
+    for k in ranked:
+        lines = own_lines[k] if own[k] else any_lines[k]
+        klass = (own_class[k] if own[k] else any_class[k]).most_common(1)[0][0]
+        functions.append(
+            FunctionStat(
+                function=k[0],
+                filename=k[1],
+                line=lines.most_common(1)[0][0],
+                own_pct=100.0 * own[k] / total,
+                total_pct=100.0 * anywhere[k] / total,
+                thread=where[k].most_common(1)[0][0],
+                klass=klass,
+            )
+        )
+
+    durations = [(max(0.0, w.ts_end - w.ts_start) or 1e-9, w) for w in windows]
+    sampled = [(d, w) for d, w in durations if w.samples > 0] or durations
+    rate = _weighted_mean((d, w.rate_hz) for d, w in sampled)
+    return StackSummary(
+        ts_start=min(w.ts_start for w in windows),
+        ts_end=max(w.ts_end for w in windows),
+        thread_samples=total,
+        functions=tuple(functions),
+        split=_split(classes, total),
+        threads=_threads(stacks),
+        rate_hz=rate if rate is not None else windows[-1].rate_hz,
+        sampler_cpu=_weighted_mean((d, w.sampler_cpu) for d, w in durations),
+    )

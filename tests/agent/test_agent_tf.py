@@ -1,0 +1,107 @@
+"""The agent inside real TensorFlow workloads: tf.data eager loops and Keras ``fit``."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from agent_harness import classify, run_with_agent, workload_cmd
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+pytest.importorskip("tensorflow")
+
+WARMUP = 5
+
+
+@pytest.mark.parametrize("loop", ["next", "for"])
+@pytest.mark.parametrize("mode", ["input", "compute"])
+def test_tf_eager_fraction_matches_the_workloads_own(mode: str, loop: str) -> None:
+    run = run_with_agent(
+        workload_cmd("agent_tf_eager.py", "--mode", mode, "--loop", loop, "--warmup", str(WARMUP))
+    )
+    assert run.returncode == 0, run.summary()
+    own = run.value("SELF_INPUT_FRACTION")
+    seen = run.agent_fraction("tf-eager", WARMUP)
+    assert abs(seen - own) <= 0.10, (seen, own)
+    assert classify(seen) == classify(own) == mode
+    steps = run.steps("tf-eager")
+    # 45 batches: a step from each batch's arrival to the next one's (or to the end of data)
+    assert [s.step for s in steps] == list(range(45))
+    assert {s.batch_size for s in steps} == {8}
+    info = run.infos()[-1]
+    assert {"tf-eager", "tf-data-pipeline"} <= set(info.hooks_applied)
+    assert ("tensorflow", "2.21.0") in info.frameworks or any(
+        name == "tensorflow" for name, _ in info.frameworks
+    )
+    declared = [p for p in run.pipelines() if p.note.startswith("declared")]
+    assert declared, run.summary()
+    kinds = [s.kind for s in declared[0].stages]
+    assert "map" in kinds and "batch" in kinds
+    flagged = [s for s in declared[0].stages if s.is_bottleneck]
+    if mode == "input":  # the serial map with no prefetch after it
+        assert [(s.kind, s.parallelism) for s in flagged] == [("map", 1)]
+    else:  # prefetched: nothing to flag in the declared pipeline
+        assert flagged == []
+
+
+def test_tf_data_runtime_pipeline_view() -> None:
+    """With tf.data's autotune model on, the runtime stages come with their self time."""
+    run = run_with_agent(
+        workload_cmd("agent_tf_eager.py", "--mode", "compute", "--steps", "40"),
+        settings={"pipeline_interval_s": 0.5},
+    )
+    assert run.returncode == 0, run.summary()
+    runtime = [p for p in run.pipelines() if p.note.startswith("runtime")]
+    assert runtime, run.summary()
+    stages = runtime[-1].stages
+    assert any(s.kind == "prefetch" for s in stages)
+    assert all(s.self_time_s is None or s.self_time_s >= 0 for s in stages)
+    assert sum(s.is_bottleneck for s in stages) == 1
+    assert not any(s.is_bottleneck and s.kind == "prefetch" for s in stages)
+
+
+@pytest.mark.parametrize("mode", ["input", "compute"])
+def test_keras_fit_fraction_matches_the_workloads_own(mode: str) -> None:
+    run = run_with_agent(
+        workload_cmd("agent_keras_fit.py", "--mode", mode, "--warmup", str(WARMUP))
+    )
+    assert run.returncode == 0, run.summary()
+    own = run.value("SELF_INPUT_FRACTION")
+    lower = run.value("SELF_INPUT_FRACTION_LOWER")
+    upper = run.value("SELF_INPUT_FRACTION_UPPER")
+    seen = run.agent_fraction("keras-fit", WARMUP)
+    assert abs(seen - own) <= 0.10, (seen, own)
+    # and, step by step, the wait the agent timed lies inside the workload's own bracket
+    assert lower - 0.02 <= seen <= upper + 0.02, (lower, seen, upper)
+    assert classify(seen) == classify(own) == mode
+    steps = run.steps("keras-fit")
+    assert [s.step for s in steps] == list(range(45))
+    assert {s.batch_size for s in steps} == {32}
+    info = run.infos()[-1]
+    assert "keras-fit" in info.hooks_applied
+
+
+def test_keras_fit_epochs_restart_the_step_clock() -> None:
+    run = run_with_agent(
+        workload_cmd("agent_keras_fit.py", "--mode", "compute", "--steps", "10", "--epochs", "2")
+    )
+    assert run.returncode == 0, run.summary()
+    steps = run.steps("keras-fit")
+    assert len(steps) == 30
+    # the first step of each epoch starts at its own fetch, not at the previous epoch's end
+    second = steps[15]
+    assert second.start > steps[14].ts
+    assert all(b.start == a.ts for a, b in itertools.pairwise(steps[15:]))
+
+
+def test_keras_fit_with_steps_per_execution_is_reported_not_guessed() -> None:
+    run = run_with_agent(
+        workload_cmd(
+            "agent_keras_fit.py", "--mode", "compute", "--steps", "10", "--steps-per-execution", "3"
+        )
+    )
+    assert run.returncode == 0, run.summary()
+    assert run.steps("keras-fit") == []
+    skipped = dict(run.infos()[-1].hooks_skipped)
+    assert "steps_per_execution=3" in skipped["keras-fit"]

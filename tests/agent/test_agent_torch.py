@@ -1,0 +1,67 @@
+"""The agent inside real PyTorch workloads: DataLoader loops and optimizer-only loops."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from agent_harness import classify, run_with_agent, workload_cmd
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+pytest.importorskip("torch")
+
+WARMUP = 3
+
+
+@pytest.mark.parametrize("mode", ["input", "compute"])
+def test_dataloader_fraction_matches_the_workloads_own(mode: str) -> None:
+    run = run_with_agent(workload_cmd("agent_torch.py", "--mode", mode, "--warmup", str(WARMUP)))
+    assert run.returncode == 0, run.summary()
+    own = run.value("SELF_INPUT_FRACTION")
+    seen = run.agent_fraction("torch-dataloader", WARMUP)
+    assert abs(seen - own) <= 0.10, (seen, own)
+    assert classify(seen) == classify(own) == mode
+    steps = run.steps("torch-dataloader")
+    assert [s.step for s in steps] == list(range(43))
+    assert {s.batch_size for s in steps} == {16}
+    # a DataLoader was seen: optimizer steps are not double-counted
+    assert run.steps("torch-optimizer") == []
+    info = run.infos()[-1]
+    assert {"torch-dataloader", "torch-optimizer"} <= set(info.hooks_applied)
+    (pipe,) = run.pipelines()
+    assert pipe.framework == "torch"
+    assert pipe.stages[0].kind == "source" and pipe.stages[0].is_bottleneck  # num_workers=0
+
+
+def test_optimizer_only_loop_reports_steps() -> None:
+    run = run_with_agent(workload_cmd("agent_torch.py", "--mode", "optimizer", "--steps", "30"))
+    assert run.returncode == 0, run.summary()
+    steps = run.steps("torch-optimizer")
+    # the first optimizer step only starts the clock
+    assert [s.step for s in steps] == list(range(WARMUP + 30 - 1))
+    own_ms = run.value("SELF_STEP_MS")
+    agent_ms = statistics.fmean(s.duration_s for s in steps[WARMUP:]) * 1e3
+    assert abs(agent_ms - own_ms) <= 0.10 * own_ms, (agent_ms, own_ms)
+    seen = run.agent_fraction("torch-optimizer", WARMUP)
+    assert seen == run.value("SELF_INPUT_FRACTION") == 0.0
+    assert classify(seen) == "compute"
+
+
+def test_dataloader_workers_are_reported() -> None:
+    run = run_with_agent(
+        workload_cmd("agent_torch.py", "--mode", "input", "--workers", "2", "--steps", "20")
+    )
+    assert run.returncode == 0, run.summary()
+    pid = int(run.value("WORKLOAD_PID"))
+    (ev,) = run.events("agent-workers")
+    workers = ev.data["workers"]
+    assert isinstance(workers, list) and len(workers) == 2
+    assert pid not in workers and ev.data["pid"] == pid
+    # forked workers inherit the agent but stay silent: only the workload connected
+    assert [e.data["pid"] for e in run.events("agent-connected")] == [pid]
+    assert {s.pid for s in run.steps()} == {pid}
+    own = run.value("SELF_INPUT_FRACTION")
+    assert abs(run.agent_fraction("torch-dataloader", WARMUP) - own) <= 0.10
+    (pipe,) = run.pipelines()
+    assert any(s.kind == "prefetch" and s.parallelism == 2 for s in pipe.stages)

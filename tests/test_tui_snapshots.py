@@ -1,0 +1,77 @@
+"""SVG snapshots of the dashboard (pytest-textual-snapshot) with a frozen clock and fixed data.
+
+Regenerate after an intended visual change with ``pytest tests/test_tui_snapshots.py
+--snapshot-update`` and look at the SVGs under ``tests/__snapshots__/`` before committing them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+from tui_fakes import PTRACE_ERROR, PTRACE_HINT, T0, FakeSource, make_snapshot
+
+from sofa_top.snapshot import Snapshot
+from sofa_top.tui.app import DashboardApp
+
+SnapCompare = Callable[..., bool]
+
+
+def scenario(
+    snapshot: Snapshot, *keys: str
+) -> tuple[DashboardApp, Callable[[Pilot[Any]], Awaitable[None]]]:
+    """An app fed ``snapshot`` through a FakeSource, then ``keys`` pressed."""
+    source = FakeSource([snapshot])
+    app = DashboardApp(source, clock=lambda: snapshot.ts)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        source.push()
+        await pilot.pause()
+        await pilot.pause()
+        if keys:
+            await pilot.press(*keys)
+            await pilot.pause()
+
+    return app, run_before
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_no_gpu(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    app, run_before = scenario(make_snapshot(gpus=0))
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_recorded_gpu(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    app, run_before = scenario(make_snapshot(gpus=1))
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+def test_eight_gpus_160x48(snap_compare: SnapCompare) -> None:
+    app, run_before = scenario(make_snapshot(gpus=8, cpu_count=64))
+    assert snap_compare(app, terminal_size=(160, 48), run_before=run_before)
+
+
+def test_ptrace_denied_and_target_exited_80x24(snap_compare: SnapCompare) -> None:
+    snapshot = make_snapshot(
+        stack_error=PTRACE_ERROR, stack_hint=PTRACE_HINT, target_exited=True, exit_code=1
+    )
+    app, run_before = scenario(snapshot)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+def test_paused_zoomed_sorted_80x24(snap_compare: SnapCompare) -> None:
+    app, run_before = scenario(make_snapshot(T0 + 400), "p", "z", "s")
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+def test_help_screen_80x24(snap_compare: SnapCompare) -> None:
+    app, run_before = scenario(make_snapshot(), "question_mark")
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+def test_too_small_40x12(snap_compare: SnapCompare) -> None:
+    app, run_before = scenario(make_snapshot())
+    assert snap_compare(app, terminal_size=(40, 12), run_before=run_before)

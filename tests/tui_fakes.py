@@ -1,0 +1,302 @@
+"""A scripted ``SnapshotSource`` and builders of realistic, deterministic snapshots (TUI tests)."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+
+from sofa_top.samples import (
+    GpuDevice,
+    GpuSample,
+    ProcessSample,
+    ProcInfo,
+    StackClass,
+    StackWindow,
+    SystemSample,
+)
+from sofa_top.snapshot import (
+    FunctionStat,
+    Point,
+    Snapshot,
+    StackSummary,
+    TargetInfo,
+    ThreadStat,
+)
+from sofa_top.source import OnSnapshot
+
+T0 = 1_700_000_000.0  # session start (a fixed instant keeps SVG snapshots stable)
+SESSION_PATH = "/home/ml/.local/share/sofa-top/sessions/2023-11-14T22-13-20-pid4242.sofa"
+TARGET_PID = 4242
+MAIN_TID = 4242
+PIN_TID = 4301
+CMDLINE = (
+    "python",
+    "train.py",
+    "--epochs",
+    "10",
+    "--batch-size",
+    "256",
+    "--data",
+    "/datasets/imagenet",
+)
+GIB = 1024**3
+MIB = 1024**2
+
+BUSY_FUNCTION = "decode_jpeg"
+
+
+class FakeSource:
+    """Implements ``SnapshotSource``; the test decides when each snapshot arrives.
+
+    ``push()`` calls the dashboard's callback from a separate thread, exactly like the session
+    hub does, so the test exercises the same ``post_message`` path as production.
+    """
+
+    def __init__(self, snapshots: Iterable[Snapshot] = (), *, session_path: str = SESSION_PATH):
+        self.session_path = session_path
+        self.script: deque[Snapshot] = deque(snapshots)
+        self.callback: OnSnapshot | None = None
+        self.start_calls = 0
+        self.stop_calls = 0
+        self.stop_threads: list[int] = []  # thread idents stop() ran on
+
+    def start(self, on_snapshot: OnSnapshot) -> None:
+        self.start_calls += 1
+        self.callback = on_snapshot
+
+    def stop(self) -> None:
+        self.stop_calls += 1
+        self.stop_threads.append(threading.get_ident())
+
+    def push(self, snapshot: Snapshot | None = None) -> Snapshot:
+        """Deliver ``snapshot`` (default: the next scripted one) from a background thread."""
+        if self.callback is None:
+            raise RuntimeError("push() before the dashboard called start()")
+        snap = snapshot if snapshot is not None else self.script.popleft()
+        thread = threading.Thread(target=self.callback, args=(snap,), name="fake-source")
+        thread.start()
+        thread.join()
+        return snap
+
+
+# -- builders -----------------------------------------------------------------------------------
+
+
+def _wave(t: float, period: float, phase: float = 0.0) -> float:
+    """0..1, smooth and deterministic."""
+    return 0.5 + 0.5 * math.sin(2 * math.pi * (t / period) + phase)
+
+
+def series(
+    start: float, end: float, fn: Callable[[float], float], *, gaps: Iterable[float] = ()
+) -> tuple[Point, ...]:
+    """Per-second points ``fn(t)`` from ``start`` to ``end`` (inclusive); ``gaps`` read None."""
+    missing = set(gaps)
+    points: list[Point] = []
+    t = start
+    while t <= end + 1e-9:
+        points.append((t, None if t in missing else fn(t)))
+        t += 1.0
+    return tuple(points)
+
+
+def history(
+    now: float, *, started: float = T0, cpu_count: int = 8, gpus: int = 0
+) -> dict[str, tuple[Point, ...]]:
+    """All series the hub produces, from ``started`` to ``now``."""
+    h: dict[str, tuple[Point, ...]] = {
+        # An input-bound job: CPU swings with the data loader, never saturating 8 cores.
+        "tree.cpu": series(started, now, lambda t: 180 + 220 * _wave(t, 23)),
+        "tree.rss": series(started, now, lambda t: 2.1 * GIB + min(t - started, 90) * 6 * MIB),
+        "tree.read_rate": series(started, now, lambda t: 40 * MIB * _wave(t, 11, 1.0)),
+        "tree.write_rate": series(started, now, lambda t: 2 * MIB * _wave(t, 31, 2.0)),
+        "tree.threads": series(started, now, lambda t: 57),
+        "sys.cpu": series(started, now, lambda t: 35 + 25 * _wave(t, 23)),
+        "sys.iowait": series(started, now, lambda t: 4 * _wave(t, 11)),
+        "sys.mem_used": series(started, now, lambda t: 21 * GIB + min(t - started, 90) * 6 * MIB),
+    }
+    for i in range(cpu_count):
+        h[f"sys.cpu.{i}"] = series(started, now, _scaled(0, 100, 13 + i, i))
+    for g in range(gpus):
+        h[f"gpu.{g}.util"] = series(started, now, _scaled(30, 60, 17, g))
+        h[f"gpu.{g}.mem_used"] = series(started, now, _scaled(31 * GIB, 2 * GIB, 40, 0))
+        h[f"gpu.{g}.power"] = series(started, now, _scaled(180, 240, 17, g))
+    return h
+
+
+def _scaled(base: float, swing: float, period: float, phase: float) -> Callable[[float], float]:
+    """``base + swing * wave``, bound now (a lambda in a loop would see the last phase)."""
+    return lambda t: base + swing * _wave(t, period, phase)
+
+
+def processes(now: float, *, cpu: float = 312.0, worker_exited: bool = True) -> ProcessSample:
+    """The target, three DataLoader workers (one exited) and a pin-memory helper."""
+    procs = [
+        ProcInfo(TARGET_PID, 1, "python", CMDLINE, T0, cpu, 41, int(3.2 * GIB), 0, 0, 0,
+                 "running", role="target"),
+        ProcInfo(4250, TARGET_PID, "python", CMDLINE, T0 + 2, 96.0, 4, int(0.9 * GIB), 0, 0, 0,
+                 "running", role="DataLoader worker"),
+        ProcInfo(4251, TARGET_PID, "python", CMDLINE, T0 + 2, 88.5, 4, int(0.9 * GIB), 0, 0, 0,
+                 "sleeping", role="DataLoader worker"),
+        ProcInfo(4252, TARGET_PID, "python", CMDLINE, T0 + 2, 0.0, 4, int(0.8 * GIB), 0, 0, 0,
+                 "exited" if worker_exited else "running", alive=not worker_exited,
+                 role="DataLoader worker"),
+        ProcInfo(4260, 4250, "nvidia-smi", ("nvidia-smi",), T0 + 5, 1.5, 1, 12 * MIB, 0, 0, 0,
+                 "sleeping", role="child"),
+    ]  # fmt: skip
+    return ProcessSample(
+        ts=now,
+        target_pid=TARGET_PID,
+        target_alive=True,
+        procs=tuple(procs),
+        tree_cpu_percent=cpu,
+        tree_rss=sum(p.rss or 0 for p in procs if p.alive),
+        tree_read_bytes=12 * GIB,
+        tree_write_bytes=300 * MIB,
+        tree_threads=sum(p.num_threads or 0 for p in procs if p.alive),
+    )
+
+
+def system(now: float, cpu_count: int = 8) -> SystemSample:
+    """Eight busy-ish cores, 64 GiB of memory."""
+    per_core = tuple(round(100 * _wave(now, 13 + i, i), 1) for i in range(cpu_count))
+    return SystemSample(
+        ts=now,
+        cpu_per_core=per_core,
+        cpu_total=round(sum(per_core) / cpu_count, 1),
+        iowait=3.0,
+        mem_used=int(21.5 * GIB),
+        mem_total=64 * GIB,
+        swap_used=0,
+        swap_total=8 * GIB,
+    )
+
+
+def no_gpu(now: float) -> GpuSample:
+    """What the GPU collector reports on a machine without an NVIDIA driver."""
+    return GpuSample(ts=now, status="no-gpu", message="no NVIDIA GPU: NVML library not found")
+
+
+def recorded_gpu(now: float, count: int = 1) -> GpuSample:
+    """``count`` H100s half busy."""
+    devices = tuple(
+        GpuDevice(
+            index=i,
+            name="NVIDIA H100 80GB HBM3",
+            util=87.0,
+            mem_used=int(31.4 * GIB),
+            mem_total=80 * GIB,
+            power_w=402.0,
+            temp_c=61.0,
+            sm_clock_mhz=1980.0,
+            target_mem=int(30.9 * GIB),
+        )
+        for i in range(count)
+    )
+    return GpuSample(ts=now, status="ok", devices=devices, driver="550.54.15")
+
+
+_FUNCTIONS: tuple[tuple[str, str, int, float, float, str, StackClass], ...] = (
+    (BUSY_FUNCTION, "/work/data/augment.py", 41, 31.5, 33.0, "MainThread", "input"),
+    ("next_batch", "/work/data/pipeline.py", 88, 12.2, 58.4, "MainThread", "input"),
+    ("conv2d_forward", "/work/models/resnet.py", 120, 14.0, 21.7, "MainThread", "compute"),
+    ("optimizer_step", "/work/train.py", 201, 8.1, 9.0, "MainThread", "compute"),
+    ("pin_memory", "/usr/lib/python3.11/site-packages/torch/utils/data/_utils/pin_memory.py",
+     64, 6.3, 7.9, "pin_memory", "python"),
+    ("collate", "/usr/lib/python3.11/site-packages/torch/utils/data/_utils/collate.py",
+     140, 4.4, 6.0, "MainThread", "python"),
+    ("wait", "/usr/lib/python3.11/threading.py", 331, 11.0, 11.0, "pin_memory", "idle"),
+    ("log_metrics", "/work/train.py", 230, 0.9, 1.2, "MainThread", "python"),
+)  # fmt: skip
+
+
+def functions(thread: str | None = None) -> tuple[FunctionStat, ...]:
+    """Hot functions (all threads, or one thread name), sorted by own % like the hub does."""
+    stats = [
+        FunctionStat(fn, path, line, own, total, th, klass)
+        for fn, path, line, own, total, th, klass in _FUNCTIONS
+        if thread is None or th == thread
+    ]
+    return tuple(sorted(stats, key=lambda f: -f.own_pct))
+
+
+def _split(stats: Iterable[FunctionStat]) -> Mapping[str, float]:
+    totals: dict[str, float] = {"input": 0.0, "compute": 0.0, "python": 0.0, "idle": 0.0}
+    for stat in stats:
+        totals[stat.klass] += stat.own_pct
+    whole = sum(totals.values()) or 1.0
+    return {k: v / whole for k, v in totals.items()}
+
+
+def stacks(now: float) -> tuple[StackSummary, dict[int, StackSummary]]:
+    """The all-threads summary and one per thread (main thread and pin-memory thread)."""
+    threads = (
+        ThreadStat(TARGET_PID, MAIN_TID, "MainThread", 410, _split(functions("MainThread"))),
+        ThreadStat(TARGET_PID, PIN_TID, "pin_memory", 90, _split(functions("pin_memory"))),
+    )
+
+    def summary(fns: tuple[FunctionStat, ...], samples: int) -> StackSummary:
+        return StackSummary(
+            ts_start=now - 5,
+            ts_end=now,
+            thread_samples=samples,
+            functions=fns,
+            split=_split(fns),
+            threads=threads,
+            rate_hz=100.0,
+            sampler_cpu=2.4,
+        )
+
+    by_thread = {
+        MAIN_TID: summary(functions("MainThread"), 410),
+        PIN_TID: summary(functions("pin_memory"), 90),
+    }
+    return summary(functions(), 500), by_thread
+
+
+def make_snapshot(
+    now: float = T0 + 75,
+    *,
+    gpus: int = 0,
+    cpu: float = 312.0,
+    stack_error: str | None = None,
+    stack_hint: str | None = None,
+    target_exited: bool = False,
+    exit_code: int | None = None,
+    cpu_count: int = 8,
+    session_path: str = SESSION_PATH,
+) -> Snapshot:
+    """A realistic snapshot of an input-bound training job ``now - T0`` seconds in."""
+    all_stacks: StackSummary | None = None
+    by_thread: dict[int, StackSummary] = {}
+    if stack_error is not None:
+        window = StackWindow(now - 1, now, 0.0, 0, error=stack_error, hint=stack_hint)
+    else:
+        all_stacks, by_thread = stacks(now)
+        window = StackWindow(now - 1, now, 100.0, 100, sampler_cpu=2.4)
+    return Snapshot(
+        ts=now,
+        started=T0,
+        target=TargetInfo(TARGET_PID, "python", CMDLINE),
+        session_path=session_path,
+        recording=True,
+        history=history(now, cpu_count=cpu_count, gpus=gpus),
+        process=processes(now, cpu=cpu),
+        system=system(now, cpu_count),
+        gpu=recorded_gpu(now, gpus) if gpus else no_gpu(now),
+        stacks=all_stacks,
+        stacks_by_thread=by_thread,
+        last_stack_window=window,
+        target_exited=target_exited,
+        exit_code=exit_code,
+        cpu_count=cpu_count,
+    )
+
+
+PTRACE_ERROR = "ptrace denied: Operation not permitted (os error 1)"
+PTRACE_HINT = (
+    "run sofa-top as root, or allow ptrace: sudo sysctl kernel.yama.ptrace_scope=0 "
+    "(in a container: --cap-add SYS_PTRACE)"
+)
