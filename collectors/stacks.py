@@ -6,16 +6,24 @@ windows and emits one :class:`~sofa_top.samples.StackWindow` per window. It alwa
 with 150 threads) and ``--idle`` (see :mod:`sofa_top.classify` for why, and how idle is then
 detected from per-thread runnable time).
 
-CPU budget. py-spy's cost per window is a fixed start-up (attach, symbol lookup: 15 ms for a
-small script, about 45 ms for a torch process) plus a cost per sample that grows with the number
-of threads, because py-spy reads every OS thread's state at each sample (0.25 ms for one thread,
-about 5 ms for 300 native threads, 10 ms for 150 Python threads). At 100 Hz that is 4 % of a core
-on a pure-Python loop but 70-80 % on a torch process with 150 threads. So the collector measures
-py-spy's CPU time for every window (rusage of the reaped child), fits ``cpu = startup + per_sample
-* samples`` over recent windows, and plans the next window's rate (and, when even 1 Hz does not
-fit, a longer window, up to :data:`MAX_WINDOW_S`) so that py-spy stays within ``cpu_budget`` of
-one core. ``--subprocesses`` is passed only while the target has children: its child scan alone
-costs about 1.5 % of a core.
+CPU budget. py-spy's cost per window is a fixed start-up (attach, symbol lookup: about 15 ms,
+more with many Python threads whose names it reads) plus a cost per sample that grows with the
+number of threads, because py-spy reads every OS thread's /proc state at each sample (measured:
+0.2 ms for one thread, 3-5 ms for 150-300 native threads, 10-15 ms for 150 Python threads). At
+100 Hz that is 4 % of a core on a pure-Python loop but 70-80 % on a torch process with 150
+threads. So the collector measures py-spy's CPU time for every window (rusage of the reaped
+child), fits ``cpu = startup + per_sample * samples`` over recent windows, and plans the next
+window's rate and length (whole seconds, from ``window_s`` up to :data:`MAX_WINDOW_S`: start-up
+is paid per window, so a costly target gets longer windows) so that py-spy stays within
+``cpu_budget`` of one core.
+
+The default budget, 2 % of one core, is what the slowdown goals allow: a torch loop whose
+intra-op threads fill every core loses about ``budget / cores`` to the sampler (1 % on two
+cores), and a single-threaded loop with a spare core loses nothing measurable. At that budget a
+pure-Python loop is sampled at ~75 Hz in 2 s windows, a torch CPU loop at ~45 Hz, and a torch
+process with 150 threads at 1-6 Hz in 5 s windows. The collector's own thread adds 0.3-0.7 % of
+a core (reading /proc, parsing). ``--subprocesses`` is passed only while the target has children:
+its child scan (every 100 ms, over all of /proc) alone costs about 1.5 % of a core.
 """
 
 from __future__ import annotations
@@ -45,7 +53,7 @@ from sofa_top.collectors.pyspy_raw import RawStack, parse_raw
 from sofa_top.samples import StackCount, StackWindow
 from sofa_top.units import Pid
 
-DEFAULT_CPU_BUDGET = 0.05  # py-spy's share of one core
+DEFAULT_CPU_BUDGET = 0.02  # py-spy's share of one core (see the module docstring)
 MIN_RATE_HZ = 1
 PROBE_RATE_HZ = 5  # the first window's rate, before py-spy's cost on this target is known
 STARTUP_RANGE_S = (0.005, 0.1)  # plausible py-spy attach cost (measured 14-45 ms)
@@ -486,7 +494,6 @@ class StackCollector:
         active_after = read_thread_activity(tree)
         wall = max(1e-3, t1 - t0)
         sampler_cpu = 100.0 * cpu_s / wall
-        self.controller.observe(window, rate, cpu_s)
         log_text = _read(log)
 
         raw: list[RawStack] = []
@@ -508,6 +515,8 @@ class StackCollector:
                 problem = PySpyProblem("other", f"py-spy failed: {_error_lines(log_text)}")
             return self._error_window(t0, t1, problem, sampler_cpu), problem
 
+        # Only complete runs teach the cost model: a failed attach costs little and says nothing.
+        self.controller.observe(window, rate, cpu_s)
         raw = self._fill_thread_names(raw)
         stacks, instants = build_stacks(raw, self.pid, active_before, active_after, wall)
         return (

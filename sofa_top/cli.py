@@ -196,12 +196,9 @@ def _collectors(
 ) -> list[Collector]:
     from sofa_top.collectors.gpu import GpuCollector
     from sofa_top.collectors.process import ProcessCollector
-    from sofa_top.target import tree_pids
 
-    collectors: list[Collector] = [
-        ProcessCollector(pid, interval=args.interval, popen=popen),
-        GpuCollector(lambda: tree_pids(pid)),
-    ]
+    process = ProcessCollector(pid, interval=args.interval, popen=popen)
+    collectors: list[Collector] = [process, GpuCollector(process.tree_pids)]
     if not args.no_stacks:
         from sofa_top.collectors.stacks import StackCollector
 
@@ -210,11 +207,13 @@ def _collectors(
 
 
 def _open_attach(args: argparse.Namespace, mode: str) -> _Run:
+    from sofa_top.collectors.process import describe_pid
     from sofa_top.session import Session, session_file
+    from sofa_top.snapshot import TargetInfo
     from sofa_top.store import SessionStore
-    from sofa_top.target import resolve_pid
 
-    target = resolve_pid(args.pid)
+    info = describe_pid(args.pid)
+    target = TargetInfo(pid=info.pid, name=info.name, cmdline=info.cmdline or (info.name,))
     store = SessionStore(session_file(args.output, f"{target.name}-{target.pid}"))
     return _Run(Session(target, _collectors(args, target.pid, None), store, mode=mode))
 

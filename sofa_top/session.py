@@ -212,12 +212,6 @@ class Session:
                 self.target_exited = True
                 self._exit_seen = time.monotonic()
                 self.exit_code = s.exit_code
-                code = "unknown" if s.exit_code is None else str(s.exit_code)
-                ev = Event(
-                    s.ts, "target-exit", f"target exited (code {code})", {"exit_code": s.exit_code}
-                )
-                self._events.append(ev)
-                self.store.write([ev])
         elif isinstance(s, SystemSample):
             self._system = s
         elif isinstance(s, GpuSample):

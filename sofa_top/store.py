@@ -348,30 +348,37 @@ class SessionReader:
         try:
             yield
         finally:
-            with contextlib.suppress(sqlite3.Error):
+            try:
                 self._db.execute("COMMIT")
+            except sqlite3.Error:
+                # A statement left unfinished by an error: ROLLBACK ends the read regardless.
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
 
     def series_ids(self) -> dict[str, int]:
         """Series name -> id."""
         return {name: int(sid) for sid, name in self._db.execute("SELECT id, name FROM series")}
 
-    def point_stats(self) -> dict[str, tuple[int, float, float]]:
-        """Per series: (number of points, first ts, last ts), read from the series index."""
-        return {
-            name: (int(n), float(t0), float(t1))
-            for name, n, t0, t1 in self._db.execute(
-                "SELECT s.name, count(*), min(p.ts), max(p.ts) FROM points p "
-                "JOIN series s ON s.id = p.series_id GROUP BY p.series_id"
-            )
-        }
+    def point_stats(self, series: Iterable[str]) -> dict[str, tuple[int, float, float]]:
+        """Per series: (number of points, first ts, last ts), from the series index; series
+        without points are left out."""
+        out: dict[str, tuple[int, float, float]] = {}
+        for name in series:
+            n, t0, t1 = self._db.execute(
+                "SELECT count(*), min(p.ts), max(p.ts) FROM points p "
+                "WHERE p.series_id = (SELECT id FROM series WHERE name = ?)",
+                (name,),
+            ).fetchone()
+            if n:
+                out[name] = (int(n), float(t0), float(t1))
+        return out
 
     def iter_points(self, series_ids: Iterable[int]) -> Iterator[tuple[int, float, float | None]]:
         """(series_id, ts, value) of some series in arrival order (time order within a series)."""
         ids = sorted(set(series_ids))
-        if not ids:
-            return
         marks = ",".join("?" * len(ids))
-        yield from self._db.execute(
+        # The cursor itself, not a generator over it: no Python frame per row on this hot path.
+        return self._db.execute(
             f"SELECT series_id, ts, value FROM points WHERE series_id IN ({marks}) ORDER BY rowid",
             ids,
         )
@@ -422,10 +429,12 @@ class SessionReader:
 
     def stack_stats(self) -> tuple[int, int, int]:
         """(stack_counts rows, thread-samples, sum of stack depths over rows)."""
+        # Group by stack first: each distinct stack's JSON is then measured once, not per row.
         row = self._db.execute(
-            "SELECT count(*), coalesce(sum(c.count), 0), "
-            "coalesce(sum(json_array_length(s.frames)), 0) "
-            "FROM stack_counts c LEFT JOIN stack_strings s ON s.id = c.stack_id"
+            "SELECT coalesce(sum(c.rows), 0), coalesce(sum(c.samples), 0), "
+            "coalesce(sum(c.rows * coalesce(json_array_length(s.frames), 0)), 0) FROM "
+            "(SELECT stack_id, count(*) AS rows, sum(count) AS samples FROM stack_counts "
+            "GROUP BY stack_id) c LEFT JOIN stack_strings s ON s.id = c.stack_id"
         ).fetchone()
         return int(row[0]), int(row[1]), int(row[2])
 
@@ -450,7 +459,7 @@ class SessionReader:
         """Stack counts joined to their window: (window_id, ts_start, ts_end, rate_hz, samples,
         pid, tid, thread_name, stack_id, count, klass), in time order or by thread then time."""
         order = "c.pid, c.tid, w.ts_start, w.id" if by_thread else "w.ts_start, w.id"
-        yield from self._db.execute(
+        return self._db.execute(
             "SELECT w.id, w.ts_start, w.ts_end, w.rate_hz, w.samples, c.pid, c.tid, "
             "c.thread_name, c.stack_id, c.count, c.klass FROM stack_windows w "
             f"JOIN stack_counts c ON c.window_id = w.id WHERE c.count > 0 ORDER BY {order}"
@@ -513,6 +522,16 @@ class SessionReader:
             "FROM steps ORDER BY rowid"
         ):
             yield StepSample(*r)
+
+    def iter_step_rows(
+        self,
+    ) -> Iterator[tuple[float, int, float, float, float, str, int | None, int]]:
+        """``iter_steps`` as plain tuples (ts, step, start, duration_s, input_wait_s, source,
+        batch_size, pid): the cursor itself, for exports of many steps."""
+        return self._db.execute(
+            "SELECT ts, step, start, duration_s, input_wait_s, source, batch_size, pid "
+            "FROM steps ORDER BY rowid"
+        )
 
     def steps_before(self, at: float, limit: int, since: float | None = None) -> list[StepSample]:
         """The last ``limit`` steps that ended at or before ``at`` (and after ``since``), oldest

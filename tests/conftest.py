@@ -36,7 +36,7 @@ def run_cli(
     """Run the real ``sofa-top`` console script."""
     cmd = [SOFA_TOP, *args]
     if user is not None:
-        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+        cmd = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups", *cmd]
     return subprocess.run(
         cmd,
         capture_output=True,

@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import SOFA_TOP, run_cli
 
@@ -54,7 +55,7 @@ def test_bad_flags(args: list[str], expected: str) -> None:
 def test_unknown_pid(cmd: str) -> None:
     pid = 4_000_000  # above the default pid_max, so it cannot exist
     args = [cmd, str(pid)] if cmd == "attach" else [cmd, "--pid", str(pid)]
-    assert f"no process with PID {pid}" in _one_line_error(run_cli(*args))
+    assert f"no such process: PID {pid}" in _one_line_error(run_cli(*args))
 
 
 def test_zombie() -> None:
@@ -86,6 +87,8 @@ def test_unwritable_output(tmp_path: Path, busy_python: subprocess.Popen[bytes])
 
 def test_record_json_busy_loop(tmp_path: Path, busy_python: subprocess.Popen[bytes]) -> None:
     out = tmp_path / "busy.sofa"
+    me = psutil.Process(busy_python.pid)
+    cpu0, t0 = sum(me.cpu_times()[:2]), time.monotonic()
     proc = run_cli(
         "record", "--pid", str(busy_python.pid), "--duration", "4", "--json", "-o", str(out)
     )
@@ -94,7 +97,9 @@ def test_record_json_busy_loop(tmp_path: Path, busy_python: subprocess.Popen[byt
     assert summary["session"] == str(out) and summary["target"]["pid"] == busy_python.pid
     assert summary["end_reason"] == "duration reached"
     assert 3.5 <= summary["duration_s"] <= 8
-    assert summary["cpu"]["tree_mean_percent"] > 60  # a busy loop keeps one core busy
+    # What the kernel says the loop used over the same span (other tests may share the cores).
+    truth = 100 * (sum(me.cpu_times()[:2]) - cpu0) / (time.monotonic() - t0)
+    assert summary["cpu"]["tree_mean_percent"] == pytest.approx(truth, abs=25)
     assert summary["gpu"] is None or summary["gpu"]["devices"] == []
     top = summary["stacks"]["top"][0]
     assert top["function"] == "spin_here" and top["own_pct"] > 50
@@ -168,31 +173,19 @@ def test_sigterm_finalizes(tmp_path: Path, busy_python: subprocess.Popen[bytes])
     assert busy_python.poll() is None  # the target is untouched
 
 
-def test_ptrace_denied_as_unprivileged_user(
-    tmp_path: Path, busy_python: subprocess.Popen[bytes]
-) -> None:
-    """A real ptrace denial: sofa-top runs as 'nobody' against a root-owned process. The
-    recording still works; the stacks say why they are missing and how to fix it."""
+@pytest.mark.parametrize("cmd", ["attach", "record"])
+def test_pid_you_may_not_trace(cmd: str, busy_python: subprocess.Popen[bytes]) -> None:
+    """sofa-top as 'nobody' against a root-owned process: the kernel refuses to let it read
+    the process (the same check that guards ptrace), so it says so and how to fix it."""
     if os.geteuid() != 0:
         pytest.skip("needs root to switch to an unprivileged user")
     # pytest's tmp_path lives under a 0700 root directory that 'nobody' cannot enter.
     out_dir = Path(tempfile.mkdtemp(prefix="sofa-top-nobody-"))
     os.chmod(out_dir, 0o777)
+    args = [cmd, str(busy_python.pid)] if cmd == "attach" else [cmd, "--pid", str(busy_python.pid)]
     proc = run_cli(
-        "record",
-        "--pid",
-        str(busy_python.pid),
-        "--duration",
-        "3",
-        "--json",
-        "-o",
-        str(out_dir / "s.sofa"),
-        user="nobody",
-        env={"SOFA_TOP_DATA_DIR": str(out_dir), "HOME": str(out_dir)},
+        *args, user="nobody", env={"SOFA_TOP_DATA_DIR": str(out_dir), "HOME": str(out_dir)}
     )
-    assert proc.returncode == 0, proc.stderr
-    assert "Traceback" not in proc.stderr
-    summary = json.loads(proc.stdout)
-    assert summary["cpu"]["tree_mean_percent"] > 50
-    assert "ptrace" in (summary["stacks"]["error"] or "").lower()
-    assert "ptrace_scope" in (summary["stacks"]["hint"] or "")
+    line = _one_line_error(proc)
+    assert "permission denied" in line and "root" in line and "sudo" in line
+    assert busy_python.poll() is None

@@ -222,6 +222,7 @@ class PerfettoView:
     slices: dict[int, list[tuple[str, int, int, int]]] = field(
         default_factory=lambda: defaultdict(list)
     )  # uuid -> (name, begin, end, depth)
+    slice_args: dict[tuple[int, int, str], dict[str, Any]] = field(default_factory=dict)
     instants: list[tuple[int, int, str, str]] = field(default_factory=list)
     # (pid, tid, thread name) -> [(ts_us, frames outermost first as (function, file, line))]
     samples: dict[tuple[int, int, str], list[tuple[int, tuple[tuple[str, str, int], ...]]]] = field(
@@ -271,6 +272,9 @@ def parse_perfetto(path: Path) -> PerfettoView:
                 v.counters[te.track_uuid].append((p.timestamp, te.double_counter_value))
             elif te.type == pb.TrackEvent.TYPE_SLICE_BEGIN:
                 open_slices[te.track_uuid].append((te.name, p.timestamp))
+                v.slice_args[(te.track_uuid, p.timestamp, te.name)] = {
+                    a.name: getattr(a, a.WhichOneof("value")) for a in te.debug_annotations
+                }
             elif te.type == pb.TrackEvent.TYPE_SLICE_END:
                 name, begin = open_slices[te.track_uuid].pop()
                 assert p.timestamp >= begin
@@ -349,6 +353,12 @@ def test_perfetto_round_trip(session: Path, tmp_path: Path) -> None:
     assert [(n, b, e) for n, b, e, _ in top] == [
         (f"step {k}", _ns(T0 + 0.5 * k), _ns(T0 + 0.5 * k + 0.5)) for k in range(20)
     ]
+    assert v.slice_args[(v.track("training steps", PID), _ns(T0 + 1.5), "step 3")] == {
+        "input_wait_s": 0.3,
+        "steps": 1,
+        "source": "torch-dataloader",
+        "batch_size": 32,
+    }
     assert [(n, b, e) for n, b, e, _ in waits] == [
         ("input wait", _ns(T0 + 0.5 * k), _ns(T0 + 0.5 * k + step_wait(k))) for k in range(20)
     ]

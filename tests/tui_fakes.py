@@ -8,12 +8,17 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 
 from sofa_top.samples import (
+    AgentInfo,
+    Event,
     GpuDevice,
     GpuSample,
+    PipelineSample,
+    PipelineStage,
     ProcessSample,
     ProcInfo,
     StackClass,
     StackWindow,
+    StepSample,
     SystemSample,
 )
 from sofa_top.snapshot import (
@@ -25,6 +30,7 @@ from sofa_top.snapshot import (
     ThreadStat,
 )
 from sofa_top.source import OnSnapshot
+from sofa_top.verdicts import Recommendation, Verdict
 
 T0 = 1_700_000_000.0  # session start (a fixed instant keeps SVG snapshots stable)
 SESSION_PATH = "/home/ml/.local/share/sofa-top/sessions/2023-11-14T22-13-20-pid4242.sofa"
@@ -267,6 +273,13 @@ def make_snapshot(
     exit_code: int | None = None,
     cpu_count: int = 8,
     session_path: str = SESSION_PATH,
+    verdict: Verdict | None = None,
+    steps: tuple[StepSample, ...] = (),
+    pipeline: PipelineSample | None = None,
+    agent: AgentInfo | None = None,
+    logs: tuple[Event, ...] = (),
+    logs_dropped: int = 0,
+    launched: bool = False,
 ) -> Snapshot:
     """A realistic snapshot of an input-bound training job ``now - T0`` seconds in."""
     all_stacks: StackSummary | None = None
@@ -279,7 +292,7 @@ def make_snapshot(
     return Snapshot(
         ts=now,
         started=T0,
-        target=TargetInfo(TARGET_PID, "python", CMDLINE),
+        target=TargetInfo(TARGET_PID, "python", CMDLINE, launched=launched),
         session_path=session_path,
         recording=True,
         history=history(now, cpu_count=cpu_count, gpus=gpus),
@@ -292,7 +305,149 @@ def make_snapshot(
         target_exited=target_exited,
         exit_code=exit_code,
         cpu_count=cpu_count,
+        verdict=verdict,
+        steps=steps,
+        pipeline=pipeline,
+        agent=agent,
+        logs=logs,
+        logs_dropped=logs_dropped,
     )
+
+
+# -- launch mode: verdict, steps, pipeline, agent, output ---------------------------------------
+
+STEP_S = 0.25  # every step takes 250 ms ...
+WAIT_S = 0.15  # ... of which 150 ms wait for input: 60% input-bound
+BATCH = 256
+BOTTLENECK_STAGE = "ParallelMapDatasetV2"
+FIRST_REC = "map: num_parallel_calls=tf.data.AUTOTUNE (stage ParallelMapDatasetV2 runs serially)"
+
+
+def make_steps(
+    now: float = T0 + 75,
+    count: int = 120,
+    *,
+    step_s: float = STEP_S,
+    wait_s: float = WAIT_S,
+    batch_size: int | None = BATCH,
+) -> tuple[StepSample, ...]:
+    """``count`` steps ending at ``now``; every 7th waits twice as long (a visible pattern)."""
+    out: list[StepSample] = []
+    end = now
+    durations = []
+    for k in range(count):
+        extra = wait_s if k % 7 == 3 else 0.0
+        durations.append((step_s + extra, wait_s + extra))
+    for k in range(count - 1, -1, -1):
+        duration, wait = durations[k]
+        out.append(
+            StepSample(
+                ts=end,
+                step=1000 + k,
+                start=end - duration,
+                duration_s=duration,
+                input_wait_s=wait,
+                source="tf-eager",
+                batch_size=batch_size,
+                pid=TARGET_PID,
+            )
+        )
+        end -= duration
+    return tuple(reversed(out))
+
+
+def input_bound_verdict(severity: str = "high") -> Verdict:
+    """What ``verdicts.judge`` says of the steps above with a serial tf.data map."""
+    return Verdict(
+        kind="input-bound",
+        confidence=0.95 if severity == "high" else 0.76,
+        headline=f"input-bound: 60% of each step waits for input in stage {BOTTLENECK_STAGE}",
+        evidence={
+            "cpu_saturation": 0.39,
+            "gpu_util_percent": None,
+            "input_fraction": 0.6,
+            "steps": 40,
+            "median_step_s": STEP_S,
+            "bottleneck_stage": BOTTLENECK_STAGE,
+        },
+        recommendations=(
+            Recommendation(FIRST_REC, "prefetch"),
+            Recommendation("add .prefetch(tf.data.AUTOTUNE) after batch()", "prefetch"),
+        ),
+        severity=severity,
+    )
+
+
+def compute_bound_verdict() -> Verdict:
+    """A healthy job: the GPU is the limit."""
+    return Verdict(
+        kind="compute-bound",
+        confidence=0.9,
+        headline="compute-bound: only 2% of each step waits for input",
+        evidence={"cpu_saturation": 0.12, "gpu_util_percent": 97.0, "input_fraction": 0.02},
+        recommendations=(
+            Recommendation(
+                "compile the step with XLA: model.compile(jit_compile=True) or "
+                "@tf.function(jit_compile=True)",
+                "xla",
+            ),
+        ),
+    )
+
+
+def make_pipeline(now: float = T0 + 75) -> PipelineSample:
+    """A tf.data pipeline whose serial map is the bottleneck (no prefetch)."""
+    return PipelineSample(
+        ts=now,
+        framework="tf.data",
+        stages=(
+            PipelineStage("BatchDatasetV2", "batch", None, 256, 0.00021),
+            PipelineStage(BOTTLENECK_STAGE, "map", 1, None, 0.00058, is_bottleneck=True),
+            PipelineStage("ShuffleDataset", "other", None, 10000, 0.000004),
+            PipelineStage("TensorSliceDataset", "source", None, None, 0.000001),
+        ),
+        pid=TARGET_PID,
+        note="runtime (tf.data model, 30720 elements produced); slowest stage: "
+        "ParallelMapDatasetV2 (0.58 ms per element)",
+    )
+
+
+def make_agent(now: float = T0 + 75) -> AgentInfo:
+    """TensorFlow hooked; Keras fit not (this script never calls fit)."""
+    return AgentInfo(
+        ts=now,
+        pid=TARGET_PID,
+        python="3.11.9",
+        frameworks=(("tensorflow", "2.21.0"),),
+        hooks_applied=("tf-eager", "tf-data-pipeline"),
+        hooks_skipped=(("keras-fit", "keras not imported"),),
+    )
+
+
+def make_logs(
+    count: int = 30, *, now: float = T0 + 75, stderr_every: int = 5
+) -> tuple[Event, ...]:
+    """``count`` output lines, every ``stderr_every``-th on stderr."""
+    out = []
+    for i in range(count):
+        stream = "stderr" if stderr_every and i % stderr_every == stderr_every - 1 else "stdout"
+        text = f"W0000 warning {i}: [slow] op" if stream == "stderr" else f"step {i}: loss=0.{i:03d}"
+        out.append(Event(now - count + i, "log", text, {"stream": stream}))
+    return tuple(out)
+
+
+def launch_snapshot(now: float = T0 + 75, **kw: object) -> Snapshot:
+    """A launched, input-bound tf.data job with everything the agent reports."""
+    defaults: dict[str, object] = {
+        "verdict": input_bound_verdict(),
+        "steps": make_steps(now),
+        "pipeline": make_pipeline(now),
+        "agent": make_agent(now),
+        "logs": make_logs(now=now),
+        "launched": True,
+    }
+    defaults.update(kw)
+    return make_snapshot(now, **defaults)  # type: ignore[arg-type]
 
 
 PTRACE_ERROR = "ptrace denied: Operation not permitted (os error 1)"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Protocol, runtime_checkable
 
 from rich.text import Text
 from textual import on, work
@@ -14,32 +16,75 @@ from textual.events import Resize
 from textual.geometry import Size
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Static
+from textual.widgets import Footer, Static, TabbedContent, TabPane
+from textual.widgets._tabbed_content import ContentTabs
 
-from sofa_top.snapshot import Snapshot
+from sofa_top.snapshot import Snapshot, TargetInfo
 from sofa_top.source import SnapshotSource
-from sofa_top.tui.formatting import window_label
+from sofa_top.tui.confirm_quit import ConfirmQuitScreen
+from sofa_top.tui.formatting import cmdline_text, truncate, window_label
 from sofa_top.tui.header import DashboardHeader
 from sofa_top.tui.help_screen import HelpScreen
-from sofa_top.tui.messages import SnapshotArrived, SourceStopped
+from sofa_top.tui.log_pane import LogPane
+from sofa_top.tui.messages import ReplayMoved, SnapshotArrived, SourceStopped
 from sofa_top.tui.processes_panel import ProcessesPane
 from sofa_top.tui.stacks_panel import StacksPanel
+from sofa_top.tui.steps_panel import PipelinePane, StepsPane
 from sofa_top.tui.timelines import TimelinesPane, next_zoom
+from sofa_top.tui.verdict_panel import VerdictPanel
 
 MIN_WIDTH = 60
 MIN_HEIGHT = 15
 WIDE_WIDTH = 120  # from here the processes pane gets a share of the width, not a fixed one
 ROOMY_HEIGHT = 40  # from here timelines get taller graphs and the system-memory row
+REPLAY_DRAW_S = 0.1  # a scrub must show at once; the live 1 s throttle would feel stuck
+VIEWS = ("overview", "steps", "log")
 
 # What the help screen says for each key (the footer uses the short binding descriptions).
 KEY_HELP: tuple[tuple[str, str], ...] = (
     ("p", "pause the view: the display freezes, recording continues (p again resumes)"),
     ("z", "zoom the timelines: 30 s → 60 s → 5 min → 15 min"),
     ("s", "sort hot functions by the next column (or click a column header)"),
+    ("1 2 3", "views: 1 overview (timelines, processes, hot functions), 2 steps and input "
+     "pipeline, 3 workload output (or click a tab)"),
     ("tab", "focus the next pane (shift+tab: previous); arrows scroll it"),
     ("?", "this help"),
-    ("q", "quit: stop recording, finalize the session file and print its path"),
+    ("q", "quit: stop recording, finalize the session file and print its path; a workload "
+     "sofa-top launched is stopped after you confirm (ctrl+c asks the same)"),
+)  # fmt: skip
+REPLAY_KEY_HELP: tuple[tuple[str, str], ...] = (
+    ("← →", "move the replay cursor by 1 s (shift: 10 s)"),
+    ("[ ]", "jump to the previous / next verdict change"),
+    ("f", "follow the end of the recording again"),
+    ("z", "zoom the timelines: 30 s → 60 s → 5 min → 15 min"),
+    ("s", "sort hot functions by the next column (or click a column header)"),
+    ("1 2 3", "views: 1 overview, 2 steps and input pipeline, 3 workload output"),
+    ("tab", "focus the next pane (shift+tab: previous); arrows scroll it"),
+    ("?", "this help"),
+    ("q", "close the replay (the session file is not changed)"),
 )
+REPLAY_ACTIONS = frozenset({"scrub", "marker", "follow"})
+
+
+@runtime_checkable
+class ReplayControls(Protocol):
+    """What a replay source offers besides ``SnapshotSource`` (``sofa_top.replay.ReplaySource``)."""
+
+    def seek(self, ts: float) -> float:
+        """Move the cursor to ``ts``."""
+        ...
+
+    def step(self, seconds: float) -> float:
+        """Move the cursor by ``seconds``."""
+        ...
+
+    def next_marker(self) -> float | None:
+        """Jump to the next verdict change (None: none)."""
+        ...
+
+    def prev_marker(self) -> float | None:
+        """Jump to the previous verdict change (None: none)."""
+        ...
 
 
 def exit_banner(snapshot: Snapshot) -> tuple[str, str]:
@@ -64,6 +109,20 @@ class DashboardApp(App[str]):
         Binding("tab", "focus_next", "Next pane", priority=True),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
+        # The terminal's Ctrl-C arrives as a key (raw mode): it asks before stopping anything.
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("1", "show_view('overview')", "Overview", show=False),
+        Binding("2", "show_view('steps')", "Steps", show=False),
+        Binding("3", "show_view('log')", "Log", show=False),
+        # Replay only (check_action hides them live). Priority: the focused table would
+        # otherwise take the arrows.
+        Binding("left", "scrub(-1)", "-1s", priority=True, key_display="←"),
+        Binding("right", "scrub(1)", "+1s", priority=True, key_display="→"),
+        Binding("shift+left", "scrub(-10)", "-10s", show=False, priority=True),
+        Binding("shift+right", "scrub(10)", "+10s", show=False, priority=True),
+        Binding("left_square_bracket", "marker(-1)", "Prev verdict", key_display="["),
+        Binding("right_square_bracket", "marker(1)", "Next verdict", key_display="]"),
+        Binding("f", "follow", "Follow end", show=False),
     ]
 
     def __init__(
@@ -84,15 +143,26 @@ class DashboardApp(App[str]):
         self.paused = False
         self.stopping = False
         self.stop_error: str | None = None
+        self.stopped_workload = False  # the user confirmed stopping a launched workload
+        self.replay = isinstance(source, ReplayControls)
+        self._draw_interval = min(self.refresh_s, REPLAY_DRAW_S) if self.replay else self.refresh_s
+        self._move_lock = threading.Lock()  # replay moves run one at a time, in key order
         self._last_draw = float("-inf")
         self._draw_timer: Timer | None = None
         # Held directly: App.query_one only searches the active screen, which is the help
         # screen or the command palette while those are open and snapshots keep arriving.
         self.header = DashboardHeader(source.session_path, id="header")
+        self.header.replay = self.replay
+        self.verdict = VerdictPanel(id="verdict")
+        self.verdict.replay = self.replay
         self.banner = Static(id="banner")
         self.timelines = TimelinesPane(id="timelines")
         self.processes = ProcessesPane(id="processes")
         self.stacks = StacksPanel(id="stacks")
+        self.steps = StepsPane(id="steps")
+        self.pipeline = PipelinePane(id="pipeline")
+        self.log_pane = LogPane(id="log")
+        self.views = TabbedContent(id="views", initial="tab-overview")
         self.too_small = Static(id="too-small")
         self.top = Horizontal(self.timelines, self.processes, id="top")
 
@@ -100,13 +170,27 @@ class DashboardApp(App[str]):
 
     def compose(self) -> ComposeResult:
         yield self.header
+        yield self.verdict
         yield self.banner
-        yield self.top
-        yield self.stacks
+        with self.views:
+            with TabPane("1 Overview", id="tab-overview"):
+                yield self.top
+                yield self.stacks
+            with TabPane("2 Steps", id="tab-steps"):
+                yield self.steps
+                yield self.pipeline
+            with TabPane("3 Log", id="tab-log"):
+                yield self.log_pane
         yield self.too_small
         yield Footer()
 
     def on_mount(self) -> None:
+        # Tabs switch with 1/2/3 or a click; a focusable tab strip would add a stop to the
+        # tab-key cycle between panes.
+        self.views.query_one(ContentTabs).can_focus = False
+        self.set_class(self.replay, "-replay")
+        if self.replay:
+            self.title = f"{self.title} replay"
         self._apply_size(self.size)
         self.set_interval(self.refresh_s if self.refresh_s > 0 else 1.0, self._tick)
         self.timelines.focus()
@@ -114,6 +198,8 @@ class DashboardApp(App[str]):
             self.source.start(self._on_snapshot)
         except Exception as exc:  # a dead source must not take the terminal down with it
             self.header.update_state(status=f"source failed: {exc}")
+        if self.replay:
+            self._replay_move("none", 0.0)  # learn the recording's end for the header
 
     def on_resize(self, event: Resize) -> None:
         self._apply_size(event.size)
@@ -128,6 +214,9 @@ class DashboardApp(App[str]):
             "(recording continues; q quits)"
         )
         roomy = size.height >= ROOMY_HEIGHT
+        self.set_class(roomy, "-roomy")
+        if roomy != self.verdict.roomy:
+            self.verdict.set_roomy(roomy)
         if roomy != self.timelines.roomy:
             self.timelines.roomy = roomy
             self._render_snapshot(self.shown)
@@ -148,10 +237,10 @@ class DashboardApp(App[str]):
     def _schedule_draw(self) -> None:
         # Coalesce bursts (a replay can produce snapshots faster than a terminal should redraw).
         since = time.monotonic() - self._last_draw
-        if since >= self.refresh_s:
+        if since >= self._draw_interval:
             self._draw_latest()
         elif self._draw_timer is None:
-            self._draw_timer = self.set_timer(self.refresh_s - since, self._deferred_draw)
+            self._draw_timer = self.set_timer(self._draw_interval - since, self._deferred_draw)
 
     def _deferred_draw(self) -> None:
         self._draw_timer = None
@@ -168,6 +257,7 @@ class DashboardApp(App[str]):
         if snapshot is None:
             return
         self.header.update_state(snapshot=snapshot, now=self.clock())
+        self.verdict.show(snapshot)
         banner = self.banner
         if snapshot.target_exited:
             text, klass = exit_banner(snapshot)
@@ -179,12 +269,18 @@ class DashboardApp(App[str]):
         self.timelines.show(snapshot)
         self.processes.show(snapshot.process)
         self.stacks.show(snapshot)
+        self.steps.show(snapshot)
+        self.pipeline.show(snapshot)
+        self.log_pane.show(snapshot)
         self._fit_top()
 
     def _fit_top(self) -> None:
         # The top row is as tall as the timelines need, but never starves the stacks pane.
         lines = max(self.timelines.body.line_count, 3)
-        limit = max(6, (self.size.height - 3) // 2)
+        # Header, tab strip and footer, the verdict (with its border when roomy), the banner.
+        fixed = 4 + self.verdict.line_count + (2 if self.verdict.roomy else 0)
+        fixed += 1 if self.banner.display else 0
+        limit = max(6, (self.size.height - fixed) // 2)
         self.top.styles.height = min(lines + 2, limit)
 
     def _tick(self) -> None:
@@ -211,15 +307,124 @@ class DashboardApp(App[str]):
     def action_help(self) -> None:
         """Show the help screen."""
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(KEY_HELP))
+            self.push_screen(HelpScreen(REPLAY_KEY_HELP if self.replay else KEY_HELP))
+
+    def action_show_view(self, view: str) -> None:
+        """Switch to the overview, steps or log view."""
+        if view in VIEWS:
+            self.views.active = f"tab-{view}"
+
+    @on(TabbedContent.TabActivated, "#views")
+    def _view_changed(self, event: TabbedContent.TabActivated) -> None:
+        # Focus follows the view, so arrows scroll what is on screen.
+        target = {
+            "tab-overview": self.timelines,
+            "tab-steps": self.pipeline,
+            "tab-log": self.log_pane.log_view,
+        }.get(event.pane.id or "")
+        if target is not None and self.screen is self.screen_stack[0]:
+            target.focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Replay keys exist only in a replay; pausing a replay means nothing."""
+        if action in REPLAY_ACTIONS:
+            return self.replay
+        if action == "toggle_pause":
+            return not self.replay
+        return True
+
+    def workload_running(self) -> bool:
+        """True while a workload sofa-top launched is still running (quitting would stop it)."""
+        if self.replay:
+            return False
+        snapshot = self.latest
+        if snapshot is not None:
+            return snapshot.target.launched and not snapshot.target_exited and not snapshot.read_only
+        # No snapshot yet: the source (a live session) still knows what it launched.
+        target = getattr(self.source, "target", None)
+        return isinstance(target, TargetInfo) and target.launched
 
     async def action_quit(self) -> None:
+        """Quit; a running launched workload is stopped only after the user confirms."""
+        if self.stopping or isinstance(self.screen, ConfirmQuitScreen):
+            return
+        if self.workload_running():
+            self.push_screen(ConfirmQuitScreen(self._target_line()), self._quit_answered)
+            return
+        self._begin_stop()
+
+    def _target_line(self) -> str:
+        snapshot = self.latest
+        target = snapshot.target if snapshot is not None else getattr(self.source, "target", None)
+        if not isinstance(target, TargetInfo):
+            return ""
+        return truncate(f"pid {target.pid}: {cmdline_text(target.cmdline, target.name)}", 70)
+
+    def _quit_answered(self, stop: bool | None) -> None:
+        if stop:
+            self.stopped_workload = True
+            self._begin_stop()
+
+    def _begin_stop(self) -> None:
         """Stop the source (off the UI thread), then exit with the session path."""
         if self.stopping:
             return
         self.stopping = True
-        self.header.update_state(status="stopping: finalizing the session…")
+        if self.replay:
+            status = "closing the replay…"
+        elif self.stopped_workload:
+            status = "stopping: finalizing the session, then the workload…"
+        else:
+            status = "stopping: finalizing the session…"
+        self.header.update_state(status=status)
         self._stop_source()
+
+    # -- replay ---------------------------------------------------------------------------------
+
+    def action_scrub(self, seconds: float) -> None:
+        """Move the replay cursor by ``seconds``."""
+        self._replay_move("step", float(seconds))
+
+    def action_marker(self, direction: int) -> None:
+        """Jump to the next (1) or previous (-1) verdict change."""
+        self._replay_move("marker", float(direction))
+
+    def action_follow(self) -> None:
+        """Let the replay cursor follow the end of the recording."""
+        self._replay_move("follow", 0.0)
+
+    @work(thread=True, group="replay-move")
+    def _replay_move(self, kind: str, amount: float) -> None:
+        # The source reads SQLite (and may wait for its own snapshot thread): never on the UI.
+        source = self.source
+        if not isinstance(source, ReplayControls):
+            return
+        note: str | None = None
+        at: float | None = None
+        with self._move_lock:
+            try:
+                if kind == "step":
+                    at = source.step(amount)
+                elif kind == "marker":
+                    at = source.next_marker() if amount > 0 else source.prev_marker()
+                    if at is None:
+                        note = f"no {'later' if amount > 0 else 'earlier'} verdict change"
+                elif kind == "follow":
+                    follow = getattr(source, "follow", None)
+                    if callable(follow):
+                        follow()
+                end = _time_range_end(source)
+                following = bool(getattr(source, "following", False))
+            except Exception as exc:  # a damaged file must not take the dashboard down
+                self.post_message(ReplayMoved(None, None, False, f"replay: {exc}"))
+                return
+        self.post_message(ReplayMoved(at, end, following, note))
+
+    @on(ReplayMoved)
+    def _replay_moved(self, message: ReplayMoved) -> None:
+        self.header.update_state(replay_end=message.end, following=message.following)
+        if message.note:
+            self.notify(message.note, timeout=3)
 
     @work(thread=True, exclusive=True, group="stop-source")
     def _stop_source(self) -> None:
@@ -254,6 +459,18 @@ class DashboardApp(App[str]):
         yield SystemCommand("Zoom timelines", f"Show the last {window}", self.action_zoom)
         yield SystemCommand("Sort hot functions", "Sort by the next column", self.action_sort)
         yield SystemCommand("Help", "Key bindings and what each pane shows", self.action_help)
+        for view in VIEWS:
+            yield SystemCommand(
+                f"Show {view}", f"Switch to the {view} view", lambda v=view: self.action_show_view(v)
+            )
+
+
+def _time_range_end(source: object) -> float | None:
+    """The end of a replay's recording, when the source can tell."""
+    rng = getattr(source, "time_range", None)
+    if isinstance(rng, tuple) and len(rng) == 2 and isinstance(rng[1], int | float):
+        return float(rng[1])
+    return None
 
 
 def run_dashboard(
@@ -266,3 +483,12 @@ def run_dashboard(
     finally:
         # Idempotent: after a normal quit this is a no-op; after a crash it still finalizes.
         source.stop()
+
+
+def run_replay(source: SnapshotSource, *, title: str = "sofa-top") -> None:
+    """Browse a recorded session (``sofa_top.replay.ReplaySource``) until the user quits.
+
+    The dashboard is read-only: ←/→ move the cursor (shift: 10 s), [ and ] jump between verdict
+    changes, and every pane shows the recording at the cursor.
+    """
+    run_dashboard(source, refresh_s=1.0, title=title)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
@@ -14,6 +16,7 @@ STALE_AFTER_S = 5.0  # snapshots come about once a second; five missed ones is w
 REC_STYLE = Style(color="red", bold=True)
 STALE_STYLE = Style(color="yellow", bold=True)
 PAUSED_STYLE = Style(color="black", bgcolor="yellow", bold=True)
+REPLAY_STYLE = Style(color="black", bgcolor="cyan", bold=True)
 DIM = Style(color="grey62")
 BOLD = Style(bold=True)
 
@@ -32,6 +35,9 @@ class DashboardHeader(Widget):
         self.paused = False
         self.now: float | None = None
         self.status: str | None = None  # e.g. "stopping: finalizing the session…"
+        self.replay = False  # a recorded session: the cursor, not the clock, sets the time
+        self.replay_end: float | None = None  # last recorded instant (replay)
+        self.following = False  # replay cursor follows the end of the file
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return 2
@@ -43,6 +49,8 @@ class DashboardHeader(Widget):
         paused: bool | None = None,
         now: float | None = None,
         status: str | None = None,
+        replay_end: float | None = None,
+        following: bool | None = None,
     ) -> None:
         """Change what the header shows (arguments left as None keep their value)."""
         if snapshot is not None:
@@ -54,12 +62,18 @@ class DashboardHeader(Widget):
             self.now = now
         if status is not None:
             self.status = status
+        if replay_end is not None:
+            self.replay_end = replay_end
+        if following is not None:
+            self.following = following
         self.refresh()
 
     def state_text(self) -> Text:
         """The recording indicator: ● REC, paused view, or not recording."""
         if self.status:
             return Text(f" {self.status} ", PAUSED_STYLE)
+        if self.replay:
+            return Text(" ◆ REPLAY ", REPLAY_STYLE)
         if self.paused:
             return Text(" ❚❚ paused view ", PAUSED_STYLE)
         if self.snapshot is None:
@@ -70,6 +84,15 @@ class DashboardHeader(Widget):
             return Text(f"○ no data for {human_duration(self.now - self.snapshot.ts)}", STALE_STYLE)
         return Text("● REC", REC_STYLE)
 
+    def cursor_text(self, snapshot: Snapshot) -> Text:
+        """Replay position: ``at 1:23 / 5:00 (14:03:22)``; ``live end`` while following."""
+        at = Text.assemble(("at ", DIM), (human_duration(snapshot.ts - snapshot.started), BOLD))
+        if self.replay_end is not None:
+            at.append(f" / {human_duration(self.replay_end - snapshot.started)}", DIM)
+        clock = time.strftime("%H:%M:%S", time.localtime(snapshot.ts))
+        at.append(f" ({clock}{', end' if self.following else ''})", DIM)
+        return at
+
     def render(self) -> Text:
         width = max(1, self.size.width)
         state = self.state_text()
@@ -79,8 +102,11 @@ class DashboardHeader(Widget):
             elapsed = Text("")
         else:
             target = snapshot.target
-            seconds = (self.now if self.now is not None else snapshot.ts) - snapshot.started
-            elapsed = Text.assemble(("elapsed ", DIM), (human_duration(seconds), BOLD))
+            if self.replay:
+                elapsed = self.cursor_text(snapshot)
+            else:
+                seconds = (self.now if self.now is not None else snapshot.ts) - snapshot.started
+                elapsed = Text.assemble(("elapsed ", DIM), (human_duration(seconds), BOLD))
             who = Text.assemble(("pid ", DIM), (str(target.pid), BOLD), " ")
             command = cmdline_text(target.cmdline, target.name)
             # Everything else on the line is short; the command line gets what is left.

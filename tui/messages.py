@@ -21,3 +21,16 @@ class SourceStopped(Message):
     def __init__(self, error: str | None = None) -> None:
         super().__init__()
         self.error = error
+
+
+class ReplayMoved(Message):
+    """A replay cursor move finished (posted from the move worker)."""
+
+    def __init__(
+        self, at: float | None, end: float | None, following: bool, note: str | None = None
+    ) -> None:
+        super().__init__()
+        self.at = at  # where the cursor landed (None: it did not move)
+        self.end = end  # last recorded instant, when known
+        self.following = following
+        self.note = note  # said to the user, e.g. "no later verdict change"

@@ -32,13 +32,13 @@ from sofa_top.export.common import (
     SessionModel,
     ThreadWindow,
     Written,
-    allocate,
-    counter_bucket,
+    counter_ids,
     fmt_count,
     iter_counter_points,
     iter_step_spans,
     iter_thread_windows,
     marker_name,
+    plan,
     thread_ids,
     thread_title,
 )
@@ -50,8 +50,10 @@ MARKERS_TID = SYNTHETIC_TID_BASE + (1 << 21)
 SEGMENT_S = 60.0  # flame slices are closed and flushed this often (bounds what is buffered)
 MIN_BLOCK_SHARE = 0.005  # stacks below this share of a window fold into "(other stacks)"
 MAX_BLOCKS = 32  # and so do all but the most seen this many
+OTHER_ID = -1  # the stack id of "(other stacks)"
 OTHER = (Frame("(other stacks)", "", 0),)
 NO_FRAMES = (Frame("(no Python frames)", "", 0),)
+_BATCH = 4096  # events joined into one string at a time
 
 _UNIT_KEYS = {"%": "percent", "bytes": "bytes", "B/s": "bytes_per_s", "W": "watts"}
 
@@ -64,32 +66,94 @@ def _j(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+class _Events:
+    """Events into the ``traceEvents`` array, comma-separated, joined a batch at a time."""
+
+    def __init__(self, out: JsonSink) -> None:
+        self._out = out
+        self.count = 0
+
+    def extend(self, events: list[str]) -> None:
+        if events:
+            self._out.write((",\n" if self.count else "") + ",\n".join(events))
+            self.count += len(events)
+
+    def raw(self, text: str) -> None:
+        self.extend([text])
+
+    def meta(self, name: str, pid: int, tid: int, value: str | int) -> None:
+        key = "sort_index" if name.endswith("sort_index") else "name"
+        if name == "process_labels":
+            key = "labels"
+        self.raw(
+            f'{{"ph":"M","name":"{name}","pid":{pid},"tid":{tid},'
+            f'"args":{{"{key}":{json.dumps(value)}}}}}'
+        )
+
+
+class _Frames:
+    """Frames as small ints with their rendered JSON, stacks as tuples of those ints: the flame
+    builder compares and looks up ints, not frame objects."""
+
+    def __init__(self, cache: FrameCache) -> None:
+        self._cache = cache
+        self._ids: dict[Frame, int] = {}
+        self.frags: list[str] = []
+        self._stacks: dict[int, tuple[int, ...]] = {OTHER_ID: (self._id(OTHER[0]),)}
+
+    def _id(self, fr: Frame) -> int:
+        i = self._ids.get(fr)
+        if i is None:
+            i = self._ids[fr] = len(self.frags)
+            self.frags.append(
+                f'"name":{_j(fr.function)},"args":{{"file":{_j(fr.filename)},"line":{fr.line}}}'
+            )
+        return i
+
+    def stack(self, sid: int) -> tuple[int, ...]:
+        st = self._stacks.get(sid)
+        if st is None:
+            frames = self._cache.load((sid,))[sid] or NO_FRAMES
+            st = self._stacks[sid] = tuple(self._id(fr) for fr in frames)
+        return st
+
+
 @dataclass
 class _Flame:
-    """One thread's open frames and the finished slices waiting for the segment flush."""
+    """One thread's flame chart being built. A slice gets its slot when it opens, so slots are
+    in (start, depth) order: parents before children, no sorting needed at the flush."""
 
     pid: int
     tid: int
-    open: list[tuple[Frame, float]] = field(default_factory=list)
+    open: list[tuple[int, float, int]] = field(default_factory=list)  # (frame, start, slot)
     end: float = -math.inf
-    done: list[tuple[float, float, int, Frame]] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)
+    durs: list[float] = field(default_factory=list)
+    frames: list[int] = field(default_factory=list)
 
     def close_to(self, depth: int, at: float) -> None:
-        while len(self.open) > depth:
-            fr, start = self.open.pop()
-            self.done.append((start, max(0.0, at - start), len(self.open), fr))
+        if len(self.open) > depth:
+            durs = self.durs
+            for _fr, start, slot in self.open[depth:]:
+                durs[slot] = at - start if at > start else 0.0
+            del self.open[depth:]
 
-    def block(self, frames: tuple[Frame, ...], b0: float, b1: float) -> None:
-        if b0 > self.end + 1e-6:
+    def block(self, stack: tuple[int, ...], b0: float, b1: float) -> None:
+        if b0 > self.end + 1e-6:  # the thread was not sampled in between: nothing spans it
             self.close_to(0, self.end)
         common = 0
-        for (open_fr, _), fr in zip(self.open, frames, strict=False):
+        for (open_fr, _, _), fr in zip(self.open, stack, strict=False):
             if open_fr != fr:
                 break
             common += 1
         self.close_to(common, b0)
-        for fr in frames[common:]:
-            self.open.append((fr, b0))
+        new = stack[common:]
+        if new:
+            first = len(self.starts)
+            self.open += [(fr, b0, first + k) for k, fr in enumerate(new)]
+            self.starts += [b0] * len(new)
+            self.durs += [0.0] * len(new)
+            self.frames += new
         self.end = b1
 
 
@@ -97,98 +161,54 @@ def write_chrome(
     reader: SessionReader, model: SessionModel, f: IO[bytes], max_events: int
 ) -> Written:
     """Write the session as Trace Event Format JSON to ``f``."""
-    notes: list[str] = []
-    counter_need = sum(model.point_stats[c.series][0] for c in model.counters)
-    needs = {
-        "counters": counter_need,
-        "steps": 3 * model.steps,
-        "markers": model.markers,
-        # An upper bound (every row opens its whole stack); merging shared prefixes writes less.
-        "stacks": model.stack_depth_sum,
-    }
     # Names, sort keys and labels per process, thread names, the steps and markers tracks.
-    meta_events = 5 * len(model.processes) + 2 * len(model.threads) + 4
-    alloc = allocate(needs, max_events - meta_events)
-    bucket = counter_bucket(model, alloc["counters"])
-    if bucket is not None:
-        notes.append(
-            f"counters averaged over {bucket:.3g} s buckets ({fmt_count(counter_need)} points "
-            f"recorded) to stay under ~{fmt_count(max_events)} trace events"
-        )
-    group = max(1, math.ceil(needs["steps"] / alloc["steps"])) if alloc["steps"] else 1
-    if group > 1:
-        notes.append(
-            f"every {group} consecutive steps merged into one slice ({fmt_count(model.steps)} "
-            f"steps recorded) to stay under ~{fmt_count(max_events)} trace events"
-        )
+    reserved = 5 * len(model.processes) + 2 * len(model.threads) + 4
+    # The stacks' need is an upper bound (every row opening its whole stack); merging shared
+    # prefixes writes far less.
+    budget = plan(model, max_events, model.stack_depth_sum, reserved)
+    notes, alloc = budget.notes, budget.alloc
     merge = 1
-    if alloc["stacks"] and needs["stacks"] > alloc["stacks"]:
-        merge = math.ceil(needs["stacks"] / alloc["stacks"])
+    if alloc["stacks"] and model.stack_depth_sum > alloc["stacks"]:
+        merge = math.ceil(model.stack_depth_sum / alloc["stacks"])
         notes.append(
-            f"stack windows merged {merge} at a time for the flame chart to stay under "
-            f"~{fmt_count(max_events)} trace events (the speedscope export keeps every window)"
+            f"stack windows merged {merge} at a time for the flame chart {budget.limit()} "
+            "(the speedscope export keeps every window)"
         )
 
     out = JsonSink(f)
+    other = {
+        "exporter": f"sofa-top {__version__}",
+        **{k: model.meta.get(k) for k in ("target", "mode", "started", "ended", "host")},
+    }
     out.write(
         '{"displayTimeUnit":"ms","otherData":'
-        + json.dumps(
-            {
-                "exporter": f"sofa-top {__version__}",
-                "target": model.meta.get("target"),
-                "mode": model.meta.get("mode"),
-                "started": model.meta.get("started"),
-                "ended": model.meta.get("ended"),
-                "host": model.meta.get("host"),
-            },
-            default=str,
-        )
+        + json.dumps(other, default=str)
         + ',\n"traceEvents":[\n'
     )
     w = _Events(out)
     tids = thread_ids(model.threads)
     _metadata(w, model, tids)
 
-    names = {c.series: (_j(c.label), _j(_UNIT_KEYS.get(c.unit, "value"))) for c in model.counters}
-    pids = {c.series: MACHINE_PID if c.pid is None else c.pid for c in model.counters}
-    for spec, ts, value in iter_counter_points(reader, model.counters, bucket):
-        name, key = names[spec.series]
-        pid = pids[spec.series]
-        w.raw(
-            f'{{"ph":"C","name":{name},"pid":{pid},"tid":{pid},"ts":{_us(ts)},'
-            f'"args":{{{key}:{value!r}}}}}'
+    # Counters: everything but the time and the value is formatted once per series.
+    by_id = counter_ids(reader, model.counters)
+    heads: dict[int, tuple[str, str]] = {}
+    for sid, c in by_id.items():
+        pid = MACHINE_PID if c.pid is None else c.pid
+        key = _UNIT_KEYS.get(c.unit, "value")
+        heads[sid] = (
+            f'{{"ph":"C","name":{_j(c.label)},"pid":{pid},"tid":{pid},"ts":',
+            f',"args":{{"{key}":',
         )
+    batch: list[str] = []
+    for sid, ts, value in iter_counter_points(reader, by_id, budget.bucket):
+        head, mid = heads[sid]
+        batch.append(f"{head}{ts * 1e6:.3f}{mid}{value!r}}}}}")
+        if len(batch) >= _BATCH:
+            w.extend(batch)
+            batch = []
+    w.extend(batch)
 
-    steps_tids: dict[int, int] = {}
-    for span in iter_step_spans(reader, group):
-        tid = steps_tids.get(span.pid)
-        if tid is None:
-            tid = steps_tids[span.pid] = STEPS_TID_BASE + len(steps_tids)
-            w.meta("thread_name", span.pid, tid, "training steps")
-            w.meta("thread_sort_index", span.pid, tid, -1)
-        args = {
-            "duration_s": span.end - span.start,
-            "input_wait_s": span.input_wait_s,
-            "steps": span.count,
-            "source": span.source,
-            "batch_size": span.batch_size,
-        }
-        w.raw(
-            f'{{"ph":"X","cat":"step","name":{_j(span.name)},"pid":{span.pid},"tid":{tid},'
-            f'"ts":{_us(span.start)},"dur":{_us(span.end - span.start)},'
-            f'"args":{json.dumps(args)}}}'
-        )
-        if span.input_wait_s > 0:
-            w.raw(
-                f'{{"ph":"X","cat":"step","name":"input wait","pid":{span.pid},"tid":{tid},'
-                f'"ts":{_us(span.start)},"dur":{_us(span.input_wait_s)}}}'
-            )
-        rate = span.throughput
-        if rate is not None:
-            w.raw(
-                f'{{"ph":"C","name":"throughput","pid":{span.pid},"tid":{span.pid},'
-                f'"ts":{_us(span.end)},"args":{{"steps_per_s":{rate!r}}}}}'
-            )
+    _steps(reader, w, budget.group)
 
     markers = 0
     if model.markers:
@@ -206,36 +226,55 @@ def write_chrome(
             )
             markers += 1
 
-    _slices, cut = _stacks(reader, model, w, tids, merge, alloc["stacks"])
+    cut = _stacks(reader, model, w, tids, merge, alloc["stacks"])
     if cut is not None:
         notes.append(
-            f"stack slices stop at {cut:.3f} (Unix time) to stay under "
-            f"~{fmt_count(max_events)} trace events (the speedscope export has them all)"
+            f"stack slices stop at {cut:.3f} (Unix time) {budget.limit()} "
+            "(the speedscope export has them all)"
         )
     out.write("\n]}\n")
     out.flush()
     return Written(w.count, notes)
 
 
-class _Events:
-    """Comma-separated events into the ``traceEvents`` array."""
-
-    def __init__(self, out: JsonSink) -> None:
-        self._out = out
-        self.count = 0
-
-    def raw(self, text: str) -> None:
-        self._out.write(text if self.count == 0 else ",\n" + text)
-        self.count += 1
-
-    def meta(self, name: str, pid: int, tid: int, value: str | int) -> None:
-        key = "sort_index" if name.endswith("sort_index") else "name"
-        if name == "process_labels":
-            key = "labels"
-        self.raw(
-            f'{{"ph":"M","name":"{name}","pid":{pid},"tid":{tid},'
-            f'"args":{{"{key}":{json.dumps(value)}}}}}'
+def _steps(reader: SessionReader, w: _Events, group: int) -> None:
+    """Steps as slices (the input wait a child slice at the start) and the throughput."""
+    steps_tids: dict[int, int] = {}
+    sources: dict[str, str] = {}
+    batch: list[str] = []
+    for span in iter_step_spans(reader, group):
+        tid = steps_tids.get(span.pid)
+        if tid is None:
+            tid = steps_tids[span.pid] = STEPS_TID_BASE + len(steps_tids)
+            w.meta("thread_name", span.pid, tid, "training steps")
+            w.meta("thread_sort_index", span.pid, tid, -1)
+        dur = span.end - span.start
+        source = sources.get(span.source)
+        if source is None:
+            source = sources[span.source] = _j(span.source)
+        batch_size = "null" if span.batch_size is None else int(span.batch_size)
+        # The name is ours ("step N" / "steps N-M"): nothing in it needs JSON escaping.
+        batch.append(
+            f'{{"ph":"X","cat":"step","name":"{span.name}","pid":{span.pid},"tid":{tid},'
+            f'"ts":{span.start * 1e6:.3f},"dur":{dur * 1e6:.3f},"args":{{"duration_s":{dur!r},'
+            f'"input_wait_s":{span.input_wait_s!r},"steps":{span.count},'
+            f'"source":{source},"batch_size":{batch_size}}}}}'
         )
+        if span.input_wait_s > 0:
+            batch.append(
+                f'{{"ph":"X","cat":"step","name":"input wait","pid":{span.pid},"tid":{tid},'
+                f'"ts":{span.start * 1e6:.3f},"dur":{span.input_wait_s * 1e6:.3f}}}'
+            )
+        rate = span.throughput
+        if rate is not None:
+            batch.append(
+                f'{{"ph":"C","name":"throughput","pid":{span.pid},"tid":{span.pid},'
+                f'"ts":{span.end * 1e6:.3f},"args":{{"steps_per_s":{rate!r}}}}}'
+            )
+        if len(batch) >= _BATCH:
+            w.extend(batch)
+            batch = []
+    w.extend(batch)
 
 
 def _metadata(w: _Events, model: SessionModel, tids: dict[tuple[int, int], int]) -> None:
@@ -264,7 +303,7 @@ def _merged_windows(reader: SessionReader, merge: int) -> Iterator[ThreadWindow]
         key = (tw.pid, tw.tid)
         cur = acc.get(key)
         if cur is None:
-            cur = acc[key] = (tw, Counter(), 0)
+            cur = (tw, Counter(), 0)
         first, counts, n = cur
         for sid, c, _ in tw.counts:
             counts[sid] += c
@@ -272,11 +311,12 @@ def _merged_windows(reader: SessionReader, merge: int) -> Iterator[ThreadWindow]
         if n:
             first.samples += tw.samples
             first.name = first.name or tw.name
-        acc[key] = (first, counts, n + 1)
         if n + 1 >= merge:
             first.counts = [(sid, c, "") for sid, c in counts.items()]
+            acc.pop(key, None)
             yield first
-            del acc[key]
+        else:
+            acc[key] = (first, counts, n + 1)
     for first, counts, _ in acc.values():
         first.counts = [(sid, c, "") for sid, c in counts.items()]
         yield first
@@ -289,67 +329,65 @@ def _stacks(
     tids: dict[tuple[int, int], int],
     merge: int,
     budget: int,
-) -> tuple[int, float | None]:
-    """Flame-chart slices per sampled thread; returns (slices written, where they were cut)."""
+) -> float | None:
+    """Flame-chart slices per sampled thread; returns where they were cut for the budget."""
     if not model.stack_rows or budget <= 0:
-        return 0, None
+        return None
     cache = FrameCache(reader)
+    frames = _Frames(cache)
+    frags = frames.frags
     flames: dict[tuple[int, int], _Flame] = {}
-    rendered: dict[Frame, str] = {}
-    written = 0
     segment_end = -math.inf
+    left = budget
     cut: float | None = None
 
     def flush() -> None:
-        nonlocal written, cut
+        nonlocal left, cut
         for fl in flames.values():
             fl.close_to(0, fl.end)
-            fl.done.sort(key=lambda d: (d[0], -d[1], d[2]))
-            for start, dur, _depth, fr in fl.done:
-                if written >= budget:
-                    cut = start if cut is None else min(cut, start)
-                    break
-                frag = rendered.get(fr)
-                if frag is None:
-                    frag = rendered[fr] = (
-                        f'"name":{_j(fr.function)},"args":{{"file":{_j(fr.filename)},'
-                        f'"line":{fr.line}}}'
-                    )
-                w.raw(
-                    f'{{"ph":"X","cat":"stack","pid":{fl.pid},"tid":{fl.tid},'
-                    f'"ts":{_us(start)},"dur":{_us(dur)},{frag}}}'
-                )
-                written += 1
-            fl.done.clear()
+            n = len(fl.starts)
+            if n > left:
+                cut = fl.starts[left] if cut is None else min(cut, fl.starts[left])
+                n = left
+            head = f'{{"ph":"X","cat":"stack","pid":{fl.pid},"tid":{fl.tid},"ts":'
+            w.extend(
+                [
+                    f'{head}{s * 1e6:.3f},"dur":{d * 1e6:.3f},{frags[i]}}}'
+                    for s, d, i in zip(fl.starts[:n], fl.durs[:n], fl.frames[:n], strict=True)
+                ]
+            )
+            left -= n
+            fl.starts, fl.durs, fl.frames = [], [], []
 
     for tw in _merged_windows(reader, merge):
-        if cut is not None:
-            break
         if tw.t0 >= segment_end:
             flush()
+            if cut is not None:
+                break
             segment_end = tw.t0 + SEGMENT_S
         key = (tw.pid, tw.tid)
         fl = flames.get(key)
         if fl is None:
             fl = flames[key] = _Flame(tw.pid, tids.get(key, tw.tid))
-        _layout(fl, tw, cache)
-    if cut is None:
+        _layout(fl, tw, cache, frames)
+    else:
         flush()
-    return written, cut
+    return cut
 
 
-def _layout(fl: _Flame, tw: ThreadWindow, cache: FrameCache) -> None:
+def _layout(fl: _Flame, tw: ThreadWindow, cache: FrameCache, frames: _Frames) -> None:
     total = tw.total
     if total <= 0:
         return
-    frames = cache.load(sid for sid, _, _ in tw.counts)
+    cache.load(sid for sid, _, _ in tw.counts)
     ranked = sorted(tw.counts, key=lambda c: -c[1])
     keep = [c for i, c in enumerate(ranked) if i < MAX_BLOCKS and c[1] >= MIN_BLOCK_SHARE * total]
     other = total - sum(c[1] for c in keep)
-    blocks = [(frames.get(sid) or NO_FRAMES, n) for sid, n, _ in keep]
-    blocks.sort(key=lambda b: [(f.function, f.filename, f.line) for f in b[0]])
+    key = cache.key
+    keep.sort(key=lambda c: key(c[0]))
+    blocks = [(frames.stack(sid), n) for sid, n, _ in keep]
     if other > 0:
-        blocks.append((OTHER, other))
+        blocks.append((frames.stack(OTHER_ID), other))
     width = tw.span()
     t = tw.t0
     for stack, n in blocks:

@@ -124,7 +124,8 @@ class SessionModel:
     target_name: str
     processes: dict[int, ProcessLabel]
     threads: list[tuple[int, int, str]]  # (pid, tid, name) of sampled threads
-    point_stats: dict[str, tuple[int, float, float]]
+    point_stats: dict[str, tuple[int, float, float]]  # of the counter series only
+    span: tuple[float, float] | None  # first and last point of any series
     counters: list[CounterSpec]
     steps: int
     markers: int
@@ -140,15 +141,12 @@ class SessionModel:
         role = p.role if p.role and p.role != p.name else ""
         return f"{p.name} ({role})" if role else p.name
 
-    def time_span(self) -> tuple[float, float]:
-        starts = [s[1] for s in self.point_stats.values()]
-        ends = [s[2] for s in self.point_stats.values()]
+    def start(self) -> float:
+        """Where the trace starts: the session's start, else its first point."""
         started = self.meta.get("started")
         if isinstance(started, int | float):
-            starts.append(float(started))
-        if not starts:
-            return 0.0, 0.0
-        return min(starts), max(ends or starts)
+            return float(started)
+        return self.span[0] if self.span is not None else 0.0
 
 
 def load_model(reader: SessionReader) -> SessionModel:
@@ -168,11 +166,9 @@ def load_model(reader: SessionReader) -> SessionModel:
     if target_pid and target_pid not in processes:
         cmd = tuple(str(a) for a in target.get("cmdline") or ())
         processes[target_pid] = ProcessLabel(target_pid, target_name, cmd, "target")
-    stats = reader.point_stats()
-    counters = sorted(
-        (c for c in (counter_spec(name, target_pid) for name in stats) if c is not None),
-        key=_counter_order,
-    )
+    specs = [c for c in (counter_spec(n, target_pid) for n in reader.series_names()) if c]
+    stats = reader.point_stats(c.series for c in specs)
+    counters = sorted((c for c in specs if c.series in stats), key=_counter_order)
     rows, samples, depth = reader.stack_stats()
     return SessionModel(
         meta=meta,
@@ -181,6 +177,7 @@ def load_model(reader: SessionReader) -> SessionModel:
         processes=processes,
         threads=reader.stack_threads(),
         point_stats=stats,
+        span=reader.fast_time_range(),
         counters=counters,
         steps=reader.count_steps(),
         markers=reader.count_events(MARKER_KINDS),
@@ -210,6 +207,47 @@ def allocate(needs: Mapping[str, int], budget: int) -> dict[str, int]:
     return alloc
 
 
+@dataclass
+class Plan:
+    """How an export fits the event budget: each category's share, the counter averaging
+    bucket, how many steps go into one slice, and notes saying so."""
+
+    max_events: int
+    alloc: dict[str, int]
+    bucket: float | None
+    group: int
+    notes: list[str]
+
+    def limit(self) -> str:
+        return f"to stay under ~{fmt_count(self.max_events)} trace events"
+
+
+def plan(model: SessionModel, max_events: int, stack_need: int, reserved: int = 0) -> Plan:
+    """Share ``max_events`` (less ``reserved`` for metadata) between counters, steps (a slice,
+    a wait slice and a throughput point each), markers and stacks (``stack_need``)."""
+    counter_need = sum(model.point_stats[c.series][0] for c in model.counters)
+    needs = {
+        "counters": counter_need,
+        "steps": 3 * model.steps,
+        "markers": model.markers,
+        "stacks": stack_need,
+    }
+    alloc = allocate(needs, max_events - reserved)
+    p = Plan(max_events, alloc, counter_bucket(model, alloc["counters"]), 1, [])
+    if p.bucket is not None:
+        p.notes.append(
+            f"counters averaged over {p.bucket:.3g} s buckets ({fmt_count(counter_need)} points "
+            f"recorded) {p.limit()}"
+        )
+    if alloc["steps"] and needs["steps"] > alloc["steps"]:
+        p.group = math.ceil(needs["steps"] / alloc["steps"])
+        p.notes.append(
+            f"every {p.group} consecutive steps merged into one slice "
+            f"({fmt_count(model.steps)} steps recorded) {p.limit()}"
+        )
+    return p
+
+
 def counter_bucket(model: SessionModel, allowed: int) -> float | None:
     """The averaging bucket (seconds) that brings the counters under ``allowed`` points, or None
     when they fit as recorded."""
@@ -234,30 +272,37 @@ def counter_bucket(model: SessionModel, allowed: int) -> float | None:
     return hi
 
 
-def iter_counter_points(
-    reader: SessionReader, specs: Iterable[CounterSpec], bucket_s: float | None
-) -> Iterator[tuple[CounterSpec, float, float]]:
-    """(counter, ts, value) in arrival order, strictly increasing in time per counter; failed
-    readings are left out; with ``bucket_s`` each counter is averaged over aligned buckets."""
+def counter_ids(reader: SessionReader, specs: Iterable[CounterSpec]) -> dict[int, CounterSpec]:
+    """Series id -> counter, for the counters that have a stored series."""
     ids = reader.series_ids()
-    by_id = {ids[s.series]: s for s in specs if s.series in ids}
-    last: dict[int, float] = {}
+    return {ids[s.series]: s for s in specs if s.series in ids}
+
+
+def iter_counter_points(
+    reader: SessionReader, by_id: Mapping[int, CounterSpec], bucket_s: float | None
+) -> Iterator[tuple[int, float, float]]:
+    """(series id, ts, value) in arrival order, strictly increasing in time per series; failed
+    readings are left out; with ``bucket_s`` each series is averaged over aligned buckets."""
+    rows = reader.iter_points(by_id)
+    isfinite = math.isfinite
+    if bucket_s is None:
+        last = dict.fromkeys(by_id, -math.inf)
+        for sid, ts, value in rows:
+            # Same instant twice or out of order: a track must move forward.
+            if value is not None and ts > last[sid] and isfinite(value):
+                last[sid] = ts
+                yield sid, ts, value
+        return
     acc: dict[int, list[float]] = {}  # series id -> [bucket index, sum, count]
-    for sid, ts, value in reader.iter_points(by_id):
-        if value is None or not math.isfinite(value):
-            continue
-        if bucket_s is None:
-            if ts <= last.get(sid, -math.inf):
-                continue  # same instant twice or out of order: the track must move forward
-            last[sid] = ts
-            yield by_id[sid], ts, value
+    for sid, ts, value in rows:
+        if value is None or not isfinite(value):
             continue
         b = float(math.floor(ts / bucket_s))
         cur = acc.get(sid)
         if cur is not None and b != cur[0]:
             if b < cur[0]:
                 continue
-            yield by_id[sid], cur[0] * bucket_s, cur[1] / cur[2]
+            yield sid, cur[0] * bucket_s, cur[1] / cur[2]
             cur = None
         if cur is None:
             acc[sid] = [b, value, 1.0]
@@ -265,7 +310,7 @@ def iter_counter_points(
             cur[1] += value
             cur[2] += 1
     for sid, (b, total, n) in acc.items():
-        yield by_id[sid], b * bucket_s if bucket_s else 0.0, total / n
+        yield sid, b * bucket_s, total / n
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,16 +342,20 @@ def iter_step_spans(reader: SessionReader, group: int) -> Iterator[StepSpan]:
     is clipped), ``group`` consecutive steps merged into one span."""
     prev_end: dict[int, float] = {}
     pending: dict[int, list[tuple[float, float, float, int, str, int | None]]] = {}
-    for s in reader.iter_steps():
-        end = s.start + max(0.0, s.duration_s)
-        start = max(s.start, prev_end.get(s.pid, -math.inf))
+    for _ts, step, start, duration, wait, source, batch, pid in reader.iter_step_rows():
+        end = start + max(0.0, duration)
+        start = max(start, prev_end.get(pid, -math.inf))
         if end < start:
             continue
-        prev_end[s.pid] = end
-        buf = pending.setdefault(s.pid, [])
-        buf.append((start, end, max(0.0, s.input_wait_s), s.step, s.source, s.batch_size))
+        prev_end[pid] = end
+        wait = min(max(0.0, wait), end - start)
+        if group == 1:  # the common case, without the buffering
+            yield StepSpan(pid, start, end, wait, step, step, 1, source, batch)
+            continue
+        buf = pending.setdefault(pid, [])
+        buf.append((start, end, wait, step, source, batch))
         if len(buf) >= group:
-            yield _span(s.pid, buf)
+            yield _span(pid, buf)
             buf.clear()
     for pid, buf in pending.items():
         if buf:
@@ -462,17 +511,27 @@ def iter_thread_windows(reader: SessionReader) -> Iterator[ThreadWindow]:
     yield from per.values()
 
 
+SortKey = tuple[tuple[str, str, int], ...]
+
+
 class FrameCache:
-    """Frames of interned stacks, loaded a batch at a time as new stack ids show up."""
+    """Frames of interned stacks (and their sort keys), loaded a batch at a time as new stack
+    ids show up."""
 
     def __init__(self, reader: SessionReader) -> None:
         self._reader = reader
         self._frames: dict[int, tuple[Frame, ...]] = {}
+        self._keys: dict[int, SortKey] = {}
 
     def load(self, stack_ids: Iterable[int]) -> dict[int, tuple[Frame, ...]]:
         missing = [s for s in stack_ids if s not in self._frames]
         if missing:
             got = self._reader.stack_frames(missing)
             for s in missing:
-                self._frames[s] = got.get(s, ())
+                frames = self._frames[s] = got.get(s, ())
+                self._keys[s] = tuple((f.function, f.filename, f.line) for f in frames)
         return self._frames
+
+    def key(self, stack_id: int) -> SortKey:
+        """Orders stacks so that shared prefixes sit side by side (the stack must be loaded)."""
+        return self._keys[stack_id]

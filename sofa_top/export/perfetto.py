@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable
+from itertools import pairwise
 from typing import IO, Any
 
 from perfetto.protos.perfetto.trace import (  # type: ignore[import-untyped]
@@ -34,15 +35,16 @@ from sofa_top.export.common import (
     CounterSpec,
     FrameCache,
     SessionModel,
+    StepSpan,
     ThreadWindow,
     Written,
-    allocate,
-    counter_bucket,
+    counter_ids,
     fmt_count,
     iter_counter_points,
     iter_step_spans,
     iter_thread_windows,
     marker_name,
+    plan,
     thread_ids,
     thread_title,
 )
@@ -72,18 +74,73 @@ class _Packets:
     def __init__(self, f: IO[bytes]) -> None:
         self._f = f
         self._trace = pb.Trace()
-        self.count = 0
+        self._pending = 0
 
     def add(self) -> Any:
-        if len(self._trace.packet) >= _CHUNK:
+        if self._pending >= _CHUNK:
             self.flush()
-        self.count += 1
+        self._pending += 1
         return self._trace.packet.add()
 
     def flush(self) -> None:
-        if len(self._trace.packet):
+        if self._pending:
             self._f.write(self._trace.SerializeToString())
             self._trace.Clear()
+            self._pending = 0
+
+
+class _Steps:
+    """Step slices (begin step, begin wait, end wait, end step) refilled into template packets,
+    one template per shape, for the same reason as ``_Counters``. The slice's own length is
+    the step time, so the annotations carry only what it does not show."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+        self._shapes: dict[tuple[bool, bool], tuple[Any, list[Any], dict[str, Any]]] = {}
+        self._track: dict[tuple[bool, bool], int] = {}
+        self._source: dict[tuple[bool, bool], str] = {}
+
+    def _shape(self, wait: bool, batch: bool) -> tuple[Any, list[Any], dict[str, Any]]:
+        trace = pb.Trace()
+        types = [_SLICE_BEGIN, _SLICE_END]
+        if wait:
+            types = [_SLICE_BEGIN, _SLICE_BEGIN, _SLICE_END, _SLICE_END]
+        packets = [
+            trace.packet.add(trusted_packet_sequence_id=MAIN_SEQ, track_event=pb.TrackEvent(type=t))
+            for t in types
+        ]
+        if wait:
+            packets[1].track_event.name = "input wait"
+        names = ["input_wait_s", "steps", "source"] + (["batch_size"] if batch else [])
+        args = {n: packets[0].track_event.debug_annotations.add(name=n) for n in names}
+        return trace, packets, args
+
+    def add(self, track: int, span: StepSpan) -> None:
+        wait = span.input_wait_s > 0
+        key = (wait, span.batch_size is not None)
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = self._shape(*key)
+        trace, packets, args = shape
+        if self._track.get(key) != track:  # one process's steps come in runs: set it on change
+            self._track[key] = track
+            for p in packets:
+                p.track_event.track_uuid = track
+        if self._source.get(key) != span.source:
+            self._source[key] = span.source
+            args["source"].string_value = span.source
+        begin = packets[0]
+        begin.timestamp = _ns(span.start)
+        begin.track_event.name = span.name
+        packets[-1].timestamp = _ns(span.end)
+        if wait:
+            packets[1].timestamp = begin.timestamp
+            packets[2].timestamp = _ns(span.start + span.input_wait_s)
+        args["input_wait_s"].double_value = span.input_wait_s
+        args["steps"].int_value = span.count
+        if span.batch_size is not None:
+            args["batch_size"].int_value = span.batch_size
+        self._f.write(trace.SerializeToString())
 
 
 class _Counters:
@@ -103,9 +160,27 @@ class _Counters:
         self._n = 0
         self.count = 0
 
+    def extend(self, points: Iterable[tuple[int, float, float]]) -> None:
+        """Add many (track uuid, ts, value): ``add`` with the lookups hoisted out of the loop."""
+        packets, events, write, trace = self._packets, self._events, self._f.write, self._trace
+        i = self._n
+        n = 0
+        for uuid, ts, value in points:
+            packets[i].timestamp = round(ts * 1e9)
+            ev = events[i]
+            ev.track_uuid = uuid
+            ev.double_counter_value = value
+            i += 1
+            n += 1
+            if i == _CHUNK:
+                write(trace.SerializeToString())
+                i = 0
+        self._n = i
+        self.count += n
+
     def add(self, ts: float, uuid: int, value: float) -> None:
         i = self._n
-        self._packets[i].timestamp = _ns(ts)
+        self._packets[i].timestamp = round(ts * 1e9)
         ev = self._events[i]
         ev.track_uuid = uuid
         ev.double_counter_value = value
@@ -136,57 +211,39 @@ class _ThreadProfile:
         self.frames: dict[Frame, int] = {}
         self.functions: dict[str, int] = {}
         self.files: dict[str, int] = {}  # mapping path -> mapping iid (one mapping per file)
-        self.samples = 0
 
 
 def write_perfetto(
     reader: SessionReader, model: SessionModel, f: IO[bytes], max_events: int
 ) -> Written:
     """Write the session as a Perfetto trace to ``f``."""
-    notes: list[str] = []
-    counter_need = sum(model.point_stats[c.series][0] for c in model.counters)
-    needs = {
-        "counters": counter_need,
-        "steps": 3 * model.steps,  # step slice, wait slice, throughput point
-        "markers": model.markers,
-        "stacks": model.stack_samples,
-    }
-    alloc = allocate(needs, max_events)
-    bucket = counter_bucket(model, alloc["counters"])
-    if bucket is not None:
-        notes.append(
-            f"counters averaged over {bucket:.3g} s buckets ({fmt_count(counter_need)} points "
-            f"recorded) to stay under ~{fmt_count(max_events)} trace events"
-        )
-    group = max(1, math.ceil(needs["steps"] / alloc["steps"])) if alloc["steps"] else 1
-    if group > 1:
-        notes.append(
-            f"every {group} consecutive steps merged into one slice ({fmt_count(model.steps)} "
-            f"steps recorded) to stay under ~{fmt_count(max_events)} trace events"
-        )
+    budget = plan(model, max_events, model.stack_samples)
+    notes, group, alloc = budget.notes, budget.group, budget.alloc
     keep = 1.0 if not model.stack_samples else min(1.0, alloc["stacks"] / model.stack_samples)
     if keep < 1.0:
         notes.append(
             f"stack samples thinned to {keep:.0%} ({fmt_count(alloc['stacks'])} of "
-            f"{fmt_count(model.stack_samples)}, proportions per window kept) to stay under "
-            f"~{fmt_count(max_events)} trace events"
+            f"{fmt_count(model.stack_samples)}, proportions per window kept) {budget.limit()}"
         )
 
     out = _Packets(f)
-    start = model.time_span()[0]
-    _clock_snapshot(out, start)
+    _clock_snapshot(out, model.start())
     uuids = _Uuids()
     proc_tracks = _process_tracks(out, model, uuids)
     counter_tracks = _counter_tracks(out, model, uuids, proc_tracks)
     out.flush()
 
     counters = _Counters(f)
-    for spec, ts, value in iter_counter_points(reader, model.counters, bucket):
-        counters.add(ts, counter_tracks[spec.series], value)
+    by_id = counter_ids(reader, model.counters)
+    track_of = {sid: counter_tracks[spec.series] for sid, spec in by_id.items()}
+    counters.extend(
+        (track_of[sid], ts, v) for sid, ts, v in iter_counter_points(reader, by_id, budget.bucket)
+    )
 
+    steps = _Steps(f)
     steps_tracks: dict[int, int] = {}
     throughput_tracks: dict[int, int] = {}
-    spans = 0
+    slices = 0
     for span in iter_step_spans(reader, group):
         track = steps_tracks.get(span.pid)
         if track is None:
@@ -199,15 +256,11 @@ def write_perfetto(
             )
             out.flush()  # the descriptors reach the file before the counter chunk using them
         # The wait opens the step: begin step, begin wait, end wait, ..., end step.
-        _begin(out, track, span.start, span.name, _step_args(span))
-        if span.input_wait_s > 0:
-            _begin(out, track, span.start, "input wait", {})
-            _end(out, track, span.start + span.input_wait_s)
-        _end(out, track, span.end)
+        steps.add(track, span)
         rate = span.throughput
         if rate is not None:
             counters.add(span.end, throughput_tracks[span.pid], rate)
-        spans += 1
+        slices += 2 if span.input_wait_s > 0 else 1
     counters.close()
 
     markers = 0
@@ -232,7 +285,7 @@ def write_perfetto(
 
     samples = _write_stacks(reader, model, out, proc_tracks, keep)
     out.flush()
-    return Written(counters.count + 2 * spans + markers + samples, notes)
+    return Written(counters.count + slices + markers + samples, notes)
 
 
 class _Uuids:
@@ -340,36 +393,6 @@ def _annotate(te: Any, args: dict[str, object]) -> None:
             a.string_value = str(v)
 
 
-def _step_args(span: Any) -> dict[str, object]:
-    args: dict[str, object] = {
-        "duration_s": span.end - span.start,
-        "input_wait_s": span.input_wait_s,
-        "steps": span.count,
-        "source": span.source,
-    }
-    if span.batch_size is not None:
-        args["batch_size"] = span.batch_size
-    return args
-
-
-def _begin(out: _Packets, track: int, ts: float, name: str, args: dict[str, object]) -> None:
-    p = out.add()
-    p.timestamp = _ns(ts)
-    p.trusted_packet_sequence_id = MAIN_SEQ
-    p.track_event.type = _SLICE_BEGIN
-    p.track_event.track_uuid = track
-    p.track_event.name = name
-    _annotate(p.track_event, args)
-
-
-def _end(out: _Packets, track: int, ts: float) -> None:
-    p = out.add()
-    p.timestamp = _ns(ts)
-    p.trusted_packet_sequence_id = MAIN_SEQ
-    p.track_event.type = _SLICE_END
-    p.track_event.track_uuid = track
-
-
 def _write_stacks(
     reader: SessionReader,
     model: SessionModel,
@@ -425,9 +448,10 @@ def _write_window(
         return 0
     frames = cache.load(sid for sid, _ in picks)
     # Counts carry no order within a window: lay stacks out sorted, so shared prefixes line up.
-    picks.sort(key=lambda p: _sort_key(frames.get(p[0], ())))
+    key = cache.key
+    picks.sort(key=lambda p: key(p[0]))
     t0_us = round(tw.t0 * 1e6)
-    step = tw.span() * 1e6 / k
+    span_us = max(0, round(tw.span() * 1e6))
     if prof.last_us is None:
         first = out.add()
         first.trusted_packet_sequence_id = prof.seq
@@ -447,23 +471,18 @@ def _write_window(
         if iid is None:
             iid = _intern_stack(p, prof, sid, frames.get(sid, ()))
         iids.extend([iid] * n)
-    deltas: list[int] = []
+    # Sample j sits in the middle of its 1/k of the span; integer math keeps the deltas exact.
+    times = [t0_us + (2 * j + 1) * span_us // (2 * k) for j in range(k)]
     last = prof.last_us
-    for j in range(k):
-        # Samples never step back in time, even where windows overlap by a few microseconds.
-        t = max(last, t0_us + int((j + 0.5) * step))
-        deltas.append(t - last)
-        last = t
-    prof.last_us = last
+    if times[0] < last:  # windows may overlap by a few microseconds: never step back
+        times = [max(t, last) for t in times]
+    deltas = [times[0] - last]
+    deltas += [b - a for a, b in pairwise(times)]
+    prof.last_us = times[-1]
     sp = p.streaming_profile_packet
     sp.callstack_iid.extend(iids)
     sp.timestamp_delta_us.extend(deltas)
-    prof.samples += k
     return k
-
-
-def _sort_key(frames: tuple[Frame, ...]) -> tuple[tuple[str, str, int], ...]:
-    return tuple((f.function, f.filename, f.line) for f in frames)
 
 
 def _intern_stack(p: Any, prof: _ThreadProfile, sid: int, frames: tuple[Frame, ...]) -> int:
@@ -499,8 +518,3 @@ def _intern_stack(p: Any, prof: _ThreadProfile, sid: int, frames: tuple[Frame, .
     iid = prof.callstacks[sid] = len(prof.callstacks) + 1
     interned.callstacks.add(iid=iid, frame_ids=frame_iids)
     return iid
-
-
-def iter_packets(data: bytes) -> Iterator[Any]:
-    """Parse a trace file's packets back (for tests and tools)."""
-    yield from pb.Trace.FromString(data).packet

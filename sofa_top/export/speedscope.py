@@ -73,13 +73,23 @@ def write_speedscope(
     acc: dict[int, float] = {}  # stack_id -> ms, over the windows being gathered
     idle: set[int] = set()
 
+    stack_index: dict[int, tuple[int, ...]] = {}  # stack_id -> frame indexes (and sort key)
+
+    def indexes(sid: int) -> tuple[int, ...]:
+        idx = stack_index.get(sid)
+        if idx is None:
+            frames = cache.load((sid,))[sid] or NO_FRAMES
+            idx = stack_index[sid] = tuple(_index(frame_index, fr) for fr in frames)
+        return idx
+
     def emit_window() -> None:
         nonlocal samples
         assert cur is not None
-        frames = cache.load(acc)
-        order = sorted(acc, key=lambda s: [(f.function, f.filename, f.line) for f in frames[s]])
+        cache.load(acc)  # one query for the window's new stacks
+        # Frame indexes follow first appearance, so sort by the frames themselves.
+        order = sorted(acc, key=lambda s: _sort_key(cache.load(())[s]))
         for sid in order:
-            idx = tuple(_index(frame_index, fr) for fr in (frames[sid] or NO_FRAMES))
+            idx = indexes(sid)
             weight = acc[sid]
             if sid not in idle:
                 cur.busy += weight
@@ -131,6 +141,10 @@ def write_speedscope(
     out.write("]}}\n")
     out.flush()
     return Written(samples, notes)
+
+
+def _sort_key(frames: tuple[Frame, ...]) -> tuple[tuple[str, str, int], ...]:
+    return tuple((f.function, f.filename, f.line) for f in frames)
 
 
 def _ms_per_sample(rate_hz: float, width_s: float, instants: int) -> float:

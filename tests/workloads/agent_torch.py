@@ -43,18 +43,18 @@ def model_for(mode: str) -> nn.Module:
     if mode == "input":
         return nn.Linear(FEATURES, 4)
     return nn.Sequential(
-        nn.Linear(FEATURES, 768),
+        nn.Linear(FEATURES, 512),
         nn.ReLU(),
-        nn.Linear(768, 768),
+        nn.Linear(512, 512),
         nn.ReLU(),
-        nn.Linear(768, 4),
+        nn.Linear(512, 4),
     )
 
 
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--mode", choices=("input", "compute", "optimizer"), default="input")
-    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--workers", type=int, default=0)
@@ -81,7 +81,7 @@ def main() -> int:
         total = time.perf_counter() - start
         print(f"SELF_STEP_MS={total / a.steps * 1e3:.3f}")
     else:
-        work = 12_000 if a.mode == "input" else 50
+        work = 8_000 if a.mode == "input" else 50
         loader = DataLoader(
             Samples(n * a.batch, work), batch_size=a.batch, shuffle=False, num_workers=a.workers
         )

@@ -29,7 +29,9 @@ def main() -> None:
     end = time.time() + duration()
     # fork keeps the start fast and the children visible to py-spy as plain children
     ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=child_spin, args=(end,), name=f"worker-{i}") for i in range(workers)]
+    procs = [
+        ctx.Process(target=child_spin, args=(end,), name=f"worker-{i}") for i in range(workers)
+    ]
     for p in procs:
         p.start()
     for p in procs:

@@ -1,0 +1,424 @@
+"""Steps view: per-step input wait vs compute, throughput, the tf.data / DataLoader stages and
+what the in-process agent hooked (launch mode)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.geometry import Size
+from textual.widget import Widget
+
+from sofa_top.samples import AgentInfo, PipelineSample, StepSample
+from sofa_top.snapshot import Snapshot
+from sofa_top.tui.formatting import truncate
+from sofa_top.tui.split_bar import CLASS_COLORS
+
+STATS_WINDOW_S = 10.0  # as the verdicts: throughput and median over about the last 10 s
+AXIS_W = 8  # "1.23 s ┤"
+BLOCKS = " ▁▂▃▄▅▆▇█"
+
+INPUT_STYLE = Style(color=CLASS_COLORS["input"])
+COMPUTE_STYLE = Style(color=CLASS_COLORS["compute"])
+CLIPPED_STYLE = Style(color="bright_white", bold=True)
+AXIS_STYLE = Style(color="grey62")
+DIM = Style(color="grey62", italic=True)
+BOLD = Style(bold=True)
+BOTTLENECK_STYLE = Style(color="red", bold=True)
+
+NO_STEPS_ATTACH = "no step telemetry (attach mode) — use sofa-top launch -- CMD for per-step input wait"
+NO_STEPS_YET = (
+    "waiting for the first training steps… (the agent times tf.function / Keras fit / "
+    "DataLoader / optimizer steps)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StepStats:
+    """Throughput and step-time figures over the recent window."""
+
+    count: int  # steps in the window
+    last_step: int
+    steps_per_s: float | None
+    samples_per_s: float | None  # None when the batch size is unknown
+    median_s: float | None
+    input_fraction: float | None
+    batch_size: int | None
+    source: str
+
+
+def step_stats(steps: Sequence[StepSample], window_s: float = STATS_WINDOW_S) -> StepStats | None:
+    """Figures over the steps that ended in the last ``window_s`` before the newest one."""
+    if not steps:
+        return None
+    last = steps[-1]
+    recent = [s for s in steps if s.ts >= last.ts - window_s] or [last]
+    busy = sum(max(s.duration_s, 0.0) for s in recent)
+    wait = sum(max(s.input_wait_s, 0.0) for s in recent)
+    # Durations run from the end of one step to the end of the next, so they tile the
+    # wall-clock time: their sum is the time the window's steps took.
+    rate = len(recent) / busy if busy > 0 else None
+    batch = next((s.batch_size for s in reversed(recent) if s.batch_size), None)
+    return StepStats(
+        count=len(recent),
+        last_step=last.step,
+        steps_per_s=rate,
+        samples_per_s=None if rate is None or batch is None else rate * batch,
+        median_s=_median([s.duration_s for s in recent]),
+        input_fraction=min(1.0, wait / busy) if busy > 0 else None,
+        batch_size=batch,
+        source=last.source,
+    )
+
+
+def _median(values: Sequence[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def human_seconds(seconds: float | None) -> str:
+    """A step time: ``0.0123`` -> ``"12.3 ms"``, ``1.5`` -> ``"1.50 s"``."""
+    if seconds is None:
+        return "-"
+    if seconds < 0.001:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1.0:
+        ms = seconds * 1e3
+        return f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
+    return f"{seconds:.2f} s"
+
+
+def human_rate(value: float | None, unit: str) -> str:
+    """``3.21 steps/s``; large rates lose their decimals."""
+    if value is None:
+        return "-"
+    if value >= 100:
+        return f"{value:.0f} {unit}"
+    if value >= 10:
+        return f"{value:.1f} {unit}"
+    return f"{value:.2f} {unit}"
+
+
+def stats_text(stats: StepStats) -> Text:
+    """One line: steps/s, samples/s, median step time and the input share."""
+    parts: list[Text] = [
+        Text.assemble((human_rate(stats.steps_per_s, "steps/s"), BOLD)),
+    ]
+    if stats.samples_per_s is not None:
+        parts.append(Text(human_rate(stats.samples_per_s, "samples/s")))
+    parts.append(Text.assemble("median ", (human_seconds(stats.median_s), BOLD)))
+    if stats.input_fraction is not None:
+        parts.append(
+            Text.assemble(
+                ("input wait ", INPUT_STYLE), (f"{stats.input_fraction:.0%}", INPUT_STYLE + BOLD)
+            )
+        )
+    parts.append(Text(f"step {stats.last_step}", AXIS_STYLE))
+    return Text(" · ").join(parts)
+
+
+def _scale(durations: Sequence[float]) -> float:
+    """The chart's top: the 95th percentile, so one slow warm-up step does not flatten the rest."""
+    ordered = sorted(d for d in durations if d > 0)
+    if not ordered:
+        return 1.0
+    p95 = ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+    return max(p95 * 1.1, ordered[-1] if len(ordered) < 5 else 0.0, 1e-9)
+
+
+def _column(total: float, wait: float, scale: float, height: int) -> list[tuple[str, Style]]:
+    """One step's bar, bottom cell first: input wait at the bottom, compute on top."""
+    units = height * 8
+    clipped = total > scale * 1.0001
+    t = min(units, max(0, round(total / scale * units)))
+    if total > 0 and t == 0:
+        t = 1  # every step that happened shows
+    i = min(t, max(0, round(min(wait, total) / scale * units)))
+    cells: list[tuple[str, Style]] = []
+    for row in range(height):
+        lo = row * 8
+        if t <= lo:
+            cells.append((" ", Style()))
+        elif i >= lo + 8:
+            cells.append(("█", INPUT_STYLE))
+        elif i <= lo:
+            cells.append((BLOCKS[min(t - lo, 8)], COMPUTE_STYLE))
+        elif t >= lo + 8:
+            # The cell where input wait ends and compute begins: both colours in one cell.
+            cells.append((BLOCKS[i - lo], Style(color=INPUT_STYLE.color, bgcolor=COMPUTE_STYLE.color)))
+        else:
+            style = INPUT_STYLE if (i - lo) * 2 >= (t - lo) else COMPUTE_STYLE
+            cells.append((BLOCKS[t - lo], style))
+    if clipped and cells:
+        cells[-1] = ("▲", CLIPPED_STYLE)
+    return cells
+
+
+def step_chart(steps: Sequence[StepSample], width: int, height: int) -> list[Text]:
+    """A stacked bar per step (newest at the right) with a time axis on the left."""
+    width = max(0, width)
+    height = max(1, height)
+    columns = max(0, width - AXIS_W)
+    shown = list(steps)[-columns:] if columns else []
+    scale = _scale([s.duration_s for s in shown])
+    grid: list[list[tuple[str, Style]]] = [
+        _column(s.duration_s, s.input_wait_s, scale, height) for s in shown
+    ]
+    lines: list[Text] = []
+    for row in range(height - 1, -1, -1):
+        if row == height - 1:
+            label = human_seconds(scale)
+        elif row == 0:
+            label = "0"
+        elif height >= 6 and row == (height - 1) // 2:
+            label = human_seconds(scale * (row + 1) / height)
+        else:
+            label = ""
+        tick = "┤" if label else "│"
+        line = Text()
+        line.append(label.rjust(AXIS_W - 2)[: AXIS_W - 2] + " " + tick, AXIS_STYLE)
+        for column in grid:
+            char, style = column[row]
+            line.append(char, style)
+        lines.append(line)
+    return lines
+
+
+def legend(count: int, width: int) -> Text:
+    """The line under the chart: colours and how many steps are drawn."""
+    text = Text(" " * AXIS_W)
+    text.append("█", INPUT_STYLE)
+    text.append(" input wait  ")
+    text.append("█", COMPUTE_STYLE)
+    text.append(" compute  ")
+    text.append("▲", CLIPPED_STYLE)
+    text.append(" off the scale  ", AXIS_STYLE)
+    text.append(f"last {count} steps, newest right", AXIS_STYLE)
+    text.truncate(width)
+    return text
+
+
+class StepChart(Widget):
+    """The per-step bar chart; it fills the height it is given."""
+
+    DEFAULT_CSS = """
+    StepChart { height: 1fr; width: 1fr; min-height: 3; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.steps: tuple[StepSample, ...] = ()
+        self.message: str | None = None
+
+    def show(self, steps: tuple[StepSample, ...], message: str | None) -> None:
+        """Replace the steps drawn (``message`` instead of a chart when there are none)."""
+        self.steps = steps
+        self.message = message
+        self.refresh()
+
+    def render(self) -> Text:
+        if self.message is not None:
+            return Text(self.message, DIM)
+        width, height = self.size.width, self.size.height
+        chart = step_chart(self.steps, width, max(1, height - 1))
+        shown = min(len(self.steps), max(0, width - AXIS_W))
+        return Text("\n").join([*chart, legend(shown, width)])
+
+
+class StepsPane(Vertical):
+    """Throughput line plus the chart."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.border_title = "steps"
+        self.stats: StepStats | None = None
+        self.summary = StepsSummary(id="steps-summary")
+        self.chart = StepChart(id="step-chart")
+
+    def compose(self) -> ComposeResult:
+        yield self.summary
+        yield self.chart
+
+    def show(self, snapshot: Snapshot) -> None:
+        """Draw the steps of ``snapshot`` (or why there are none)."""
+        steps = snapshot.steps
+        self.stats = step_stats(steps)
+        summary = self.summary
+        if not steps:
+            message = NO_STEPS_YET if snapshot.target.launched else NO_STEPS_ATTACH
+            summary.show(None)
+            summary.display = False
+            self.chart.show((), message)
+            self.border_title = "steps"
+            return
+        summary.display = True
+        summary.show(self.stats)
+        self.chart.show(steps, None)
+        assert self.stats is not None
+        batch = f" · batch {self.stats.batch_size}" if self.stats.batch_size else ""
+        self.border_title = f"steps · {self.stats.source}{batch}"
+
+
+class StepsSummary(Widget):
+    """One line of step figures."""
+
+    DEFAULT_CSS = """
+    StepsSummary { height: 1; width: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.stats: StepStats | None = None
+
+    def show(self, stats: StepStats | None) -> None:
+        """Replace the figures."""
+        self.stats = stats
+        self.refresh()
+
+    def render(self) -> Text:
+        if self.stats is None:
+            return Text()
+        text = stats_text(self.stats)
+        text.truncate(self.size.width)
+        return text
+
+
+# -- pipeline and agent -------------------------------------------------------------------------
+
+
+def pipeline_table(pipeline: PipelineSample, width: int) -> Table:
+    """The stages, outermost first: name, kind, parallelism, buffer, time per element."""
+    table = Table(
+        box=None,
+        expand=True,
+        pad_edge=False,
+        show_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+        header_style="bold",
+    )
+    table.add_column("stage", ratio=1, no_wrap=True, overflow="ellipsis")
+    table.add_column("kind", no_wrap=True)
+    table.add_column("parallel" if width >= 70 else "par", justify="right", no_wrap=True)
+    table.add_column("buffer", justify="right", no_wrap=True)
+    table.add_column("per element" if width >= 70 else "per elem", justify="right", no_wrap=True)
+    table.add_column("", no_wrap=True)
+    for stage in pipeline.stages:
+        marker = Text("◀ bottleneck" if width >= 60 else "◀", BOTTLENECK_STYLE)
+        style = BOTTLENECK_STYLE if stage.is_bottleneck else Style()
+        table.add_row(
+            Text(stage.name, style),
+            Text(stage.kind),
+            Text("-" if stage.parallelism is None else str(stage.parallelism)),
+            Text("-" if stage.buffer is None else str(stage.buffer)),
+            Text(human_seconds(stage.self_time_s)),
+            marker if stage.is_bottleneck else Text(""),
+        )
+    return table
+
+
+def agent_text(agent: AgentInfo | None, launched: bool) -> Text:
+    """What the agent hooked and skipped (and why), on one line (wrapping when needed)."""
+    if agent is None:
+        if launched:
+            return Text("agent: no report yet", DIM)
+        return Text("agent: not loaded (attach mode)", DIM)
+    text = Text.assemble(("agent ", BOLD), f"pid {agent.pid} · python {agent.python}")
+    for name, version in agent.frameworks:
+        text.append(f" · {name} {version}")
+    if agent.hooks_applied:
+        text.append(" · hooks ")
+        text.append(" ".join(f"✓{h}" for h in agent.hooks_applied), Style(color="green"))
+    if agent.hooks_skipped:
+        text.append(" · skipped ")
+        text.append(
+            ", ".join(f"✗{h} ({reason})" for h, reason in agent.hooks_skipped), Style(color="yellow")
+        )
+    if agent.dropped:
+        text.append(f" · {agent.dropped} messages dropped", Style(color="red"))
+    return text
+
+
+class PipelineBody(Widget):
+    """The stage table, or why there is none, and the agent line."""
+
+    DEFAULT_CSS = """
+    PipelineBody { height: auto; width: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.pipeline: PipelineSample | None = None
+        self.agent: AgentInfo | None = None
+        self.launched = False
+
+    def show(self, pipeline: PipelineSample | None, agent: AgentInfo | None, launched: bool) -> None:
+        """Replace what is drawn."""
+        self.pipeline = pipeline
+        self.agent = agent
+        self.launched = launched
+        self.refresh(layout=True)
+
+    def _agent_lines(self, width: int) -> int:
+        return max(1, math.ceil(agent_text(self.agent, self.launched).cell_len / max(width, 1)))
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        stages = len(self.pipeline.stages) + 1 if self.pipeline and self.pipeline.stages else 1
+        note = 1 if self.pipeline is not None and self.pipeline.note else 0
+        return stages + note + self._agent_lines(width)
+
+    def render(self) -> Table:
+        width = self.size.width
+        grid = Table.grid(expand=True)
+        grid.add_column()
+        pipeline = self.pipeline
+        if pipeline is None or not pipeline.stages:
+            grid.add_row(
+                Text(
+                    "no input-pipeline report (the agent describes tf.data pipelines and "
+                    "DataLoaders in launch mode)",
+                    DIM,
+                )
+                if pipeline is None
+                else Text(f"{pipeline.framework}: no stages reported", DIM)
+            )
+        else:
+            grid.add_row(pipeline_table(pipeline, width))
+        if pipeline is not None and pipeline.note:
+            grid.add_row(Text(truncate(pipeline.note, width), DIM))
+        grid.add_row(agent_text(self.agent, self.launched))
+        return grid
+
+
+class PipelinePane(VerticalScroll, can_focus=True):
+    """Stages of the input pipeline and the agent's hooks."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.border_title = "input pipeline"
+        self.body = PipelineBody(id="pipeline-body")
+
+    def compose(self) -> ComposeResult:
+        yield self.body
+
+    def show(self, snapshot: Snapshot) -> None:
+        """Draw the pipeline and agent of ``snapshot``."""
+        pipeline = snapshot.pipeline
+        self.body.show(pipeline, snapshot.agent, snapshot.target.launched)
+        if pipeline is None:
+            self.border_title = "input pipeline"
+        else:
+            bottleneck = next((s.name for s in pipeline.stages if s.is_bottleneck), None)
+            title = f"input pipeline · {pipeline.framework} · {len(pipeline.stages)} stages"
+            if bottleneck:
+                title += f" · bottleneck {bottleneck}"
+            self.border_title = title

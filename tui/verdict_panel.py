@@ -1,0 +1,240 @@
+"""Verdict panel: why the workload is slow, the numbers behind it and the code change to try."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rich.style import Style
+from rich.text import Text
+from textual.geometry import Size
+from textual.widget import Widget
+
+from sofa_top.snapshot import Snapshot
+from sofa_top.tui.steps_panel import human_rate, human_seconds, step_stats
+from sofa_top.verdicts import Verdict
+
+RED = "#d75f5f"
+AMBER = "#d7af00"
+GREEN = "#5faf5f"
+BLUE = "#5f87d7"
+GREY = "#8a8a8a"
+
+COMPACT_LINES = 3  # 80x24: headline, evidence, first recommendation
+ROOMY_LINES = 5  # tall terminals: headline, evidence, three recommendations
+ROOMY_RECOMMENDATIONS = ROOMY_LINES - 2
+
+DIM = Style(color="grey62")
+WAITING = Style(color="grey62", italic=True)
+BOLD = Style(bold=True)
+FIX_STYLE = Style(color="cyan", bold=True)
+TOGGLE_STYLE = Style(color="grey62", italic=True)
+
+
+def kind_color(verdict: Verdict) -> str:
+    """The verdict's colour: red for what costs most, green for a healthy compute-bound job."""
+    kind = verdict.kind
+    if kind == "input-bound":
+        return RED if verdict.severity != "moderate" else AMBER
+    if kind == "memory-pressure":
+        return RED
+    if kind == "gpu-underutilized":
+        return AMBER
+    if kind == "compute-bound":
+        return GREEN
+    if kind == "python-overhead":
+        return BLUE
+    return GREY  # idle, unknown and any kind this version does not know
+
+
+def badge(verdict: Verdict) -> Text:
+    """`` INPUT-BOUND · high `` in the kind's colour."""
+    label = verdict.kind.upper()
+    if verdict.severity:
+        label += f" · {verdict.severity}"
+    fg = "white" if kind_color(verdict) in (RED, BLUE) else "black"
+    text = Text()  # a span, not the base style: the headline appended later must not inherit it
+    text.append(f" {label} ", Style(color=fg, bgcolor=kind_color(verdict), bold=True))
+    return text
+
+
+def headline(verdict: Verdict) -> str:
+    """The headline without the ``kind:`` prefix the badge already says."""
+    text = verdict.headline
+    prefix = f"{verdict.kind}:"
+    if text.startswith(prefix):
+        text = text[len(prefix) :].strip()
+    return text or verdict.kind
+
+
+def _fraction(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def evidence_parts(verdict: Verdict | None, snapshot: Snapshot) -> list[Text]:
+    """The key numbers: input share, bottleneck stage, CPU saturation, GPU use, throughput."""
+    ev: Mapping[str, object] = verdict.evidence if verdict is not None else {}
+    parts: list[Text] = []
+    stats = step_stats(snapshot.steps)
+    input_fraction = _fraction(ev.get("input_fraction"))
+    if input_fraction is None and stats is not None:
+        input_fraction = stats.input_fraction
+    if input_fraction is not None:
+        parts.append(Text.assemble("input wait ", (f"{input_fraction:.0%}", BOLD), " of step"))
+    else:
+        share = _fraction(ev.get("input_share"))
+        if share is not None:
+            parts.append(Text.assemble("input ", (f"{share:.0%}", BOLD), " of samples"))
+        compute = _fraction(ev.get("compute_share"))
+        if compute is not None:
+            parts.append(Text.assemble("compute ", (f"{compute:.0%}", BOLD)))
+    stage = ev.get("bottleneck_stage")
+    if stage is None and snapshot.pipeline is not None:
+        stage = next((s.name for s in snapshot.pipeline.stages if s.is_bottleneck), None)
+    if stage:
+        parts.append(Text.assemble("bottleneck ", (str(stage), BOLD)))
+    saturation = _fraction(ev.get("cpu_saturation"))
+    if saturation is None and snapshot.process is not None:
+        tree = snapshot.process.tree_cpu_percent
+        if tree is not None:
+            saturation = min(1.0, tree / (100.0 * max(1, snapshot.cpu_count)))
+    if saturation is not None:
+        cores = snapshot.cpu_count
+        parts.append(
+            Text.assemble("CPU ", (f"{saturation:.0%}", BOLD), f" of {cores} core{'s' * (cores != 1)}")
+        )
+    gpu = _fraction(ev.get("gpu_util_percent"))
+    if gpu is not None:
+        parts.append(Text.assemble("GPU ", (f"{gpu:.0f}%", BOLD)))
+    elif snapshot.gpu is not None and snapshot.gpu.status != "ok":
+        parts.append(Text("no GPU", DIM))
+    if stats is not None:
+        parts.append(
+            Text.assemble(
+                (human_rate(stats.steps_per_s, "steps/s"), BOLD),
+                f" median {human_seconds(stats.median_s)}",
+            )
+        )
+    return parts
+
+
+def _fit(parts: list[Text], width: int) -> Text:
+    """Join evidence with separators, dropping trailing parts that do not fit whole."""
+    line = Text()
+    for part in parts:
+        candidate = line.copy()
+        if line.plain:
+            candidate.append(" · ", DIM)
+        candidate.append_text(part)
+        if candidate.cell_len > width and line.plain:
+            break
+        line = candidate
+    line.truncate(width)
+    return line
+
+
+def recommendation_text(verdict: Verdict, index: int, *, numbered: bool) -> Text:
+    """``fix: <code change>  [toggle]``."""
+    rec = verdict.recommendations[index]
+    head = f"{index + 1}. " if numbered else "fix: "
+    text = Text.assemble((head, FIX_STYLE), rec.text)
+    if rec.toggle:
+        text.append(f"  [{rec.toggle}]", TOGGLE_STYLE)
+    return text
+
+
+def verdict_lines(
+    verdict: Verdict | None, snapshot: Snapshot | None, width: int, *, roomy: bool, replay: bool = False
+) -> list[Text]:
+    """The panel's lines at ``width`` cells (``COMPACT_LINES`` or ``ROOMY_LINES`` of them)."""
+    count = ROOMY_LINES if roomy else COMPACT_LINES
+    lines: list[Text] = []
+    if verdict is None:
+        if snapshot is None:
+            lines.append(Text("verdict: waiting for the first snapshot…", WAITING))
+        elif replay:
+            lines.append(Text("no verdict at this point of the recording", WAITING))
+        else:
+            lines.append(
+                Text("verdict: judging… (it needs a few seconds of samples)", WAITING)
+            )
+        if snapshot is not None:
+            evidence = evidence_parts(None, snapshot)
+            if evidence:
+                lines.append(_fit(evidence, width))
+    else:
+        first = badge(verdict)
+        first.append(" ")
+        first.append(headline(verdict), BOLD)
+        confidence = Text(f" confidence {verdict.confidence:.0%}", DIM)
+        room = width - confidence.cell_len
+        if first.cell_len <= room:
+            first.append(" " * (room - first.cell_len))
+            first.append_text(confidence)
+        first.truncate(width, overflow="ellipsis")
+        lines.append(first)
+        lines.append(_fit(evidence_parts(verdict, snapshot) if snapshot else [], width))
+        recs = len(verdict.recommendations)
+        if roomy:
+            for i in range(min(recs, ROOMY_RECOMMENDATIONS)):
+                lines.append(recommendation_text(verdict, i, numbered=True))
+            if recs > ROOMY_RECOMMENDATIONS:
+                lines[-1].append(f"  (+{recs - ROOMY_RECOMMENDATIONS} more)", DIM)
+        elif recs:
+            line = recommendation_text(verdict, 0, numbered=False)
+            if recs > 1:
+                more = Text(f"  (+{recs - 1} more: 2 steps view)", DIM)
+                if line.cell_len + more.cell_len <= width:
+                    line.append_text(more)
+            lines.append(line)
+        elif verdict.kind == "compute-bound":
+            lines.append(Text("nothing to fix in the input pipeline", DIM))
+    for line in lines:
+        line.truncate(width, overflow="ellipsis")
+        line.no_wrap = True
+    lines = lines[:count]
+    lines.extend(Text() for _ in range(count - len(lines)))
+    return lines
+
+
+class VerdictPanel(Widget):
+    """The first thing under the header: the verdict for the last ~10 s (or the cursor)."""
+
+    DEFAULT_CSS = """
+    VerdictPanel { height: auto; width: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.snapshot: Snapshot | None = None
+        self.roomy = False
+        self.replay = False
+
+    def show(self, snapshot: Snapshot | None) -> None:
+        """Draw the verdict of ``snapshot``."""
+        self.snapshot = snapshot
+        verdict = snapshot.verdict if snapshot is not None else None
+        self.set_class(verdict is not None and kind_color(verdict) == RED, "-alarm")
+        self.refresh()
+
+    def set_roomy(self, roomy: bool) -> None:
+        """Tall terminals list up to three recommendations."""
+        self.roomy = roomy
+        self.set_class(roomy, "-roomy")
+        self.refresh(layout=True)
+
+    @property
+    def line_count(self) -> int:
+        """Lines of content (the border, when roomy, comes on top)."""
+        return ROOMY_LINES if self.roomy else COMPACT_LINES
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return self.line_count
+
+    def render(self) -> Text:
+        snapshot = self.snapshot
+        verdict = snapshot.verdict if snapshot is not None else None
+        width = max(1, self.size.width)
+        lines = verdict_lines(verdict, snapshot, width, roomy=self.roomy, replay=self.replay)
+        return Text("\n").join(lines)
