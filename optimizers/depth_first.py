@@ -189,7 +189,10 @@ _ACT_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 # Tuning: chunk sizes tried, as multiples of the cache-derived size, and timed rounds.
-_TUNE_FACTORS = (0.5, 1.0, 4.0)
+_TUNE_FACTORS = (1.0, 2.0, 0.5, 4.0)
+# Chunks in turn with multithreaded layers lost everywhere we measured with worker threads
+# available; two sizes of them stay in the running for machines where that differs.
+_TUNE_FACTORS_SERIAL = (1.0, 4.0)
 _TUNE_ROUNDS = 3
 _TUNE_BUDGET_S = 1.0  # per run and input signature; at least one timed round is always done
 
@@ -751,28 +754,31 @@ class _Run:
         threads = torch.get_num_threads()
         # Worker threads only without autograd: grad mode, saved-tensor hooks (checkpointing)
         # and anomaly mode are per thread, and the backward would not be split by chunks.
-        parallel = [0] if grad or threads < 2 else [threads, 0]
-        if self.opts.parallel_chunks is not None:
-            parallel = [threads if self.opts.parallel_chunks and not grad and threads > 1 else 0]
+        can_spread = not grad and threads > 1 and self.opts.parallel_chunks is not False
+        spread = threads if can_spread else 0
         if self.opts.chunk_bytes is not None or not self.opts.tune:
             target = self.opts.chunk_bytes or self.opts.base_bytes
             tile = self._plan(shapes, itemsize, target, batch_split)
             if tile is None:
                 return decision(None, target, False, None, "fits in one chunk")
             why = "forced chunk_bytes" if self.opts.chunk_bytes else "tuning off"
-            workers = parallel[0] if self.opts.parallel_chunks else 0
-            return decision((tile, workers), target, True, None, why)
-        plans: dict[_Variant, int] = {}
-        for factor in _TUNE_FACTORS:
-            target = int(self.opts.base_bytes * factor)
-            tile = self._plan(shapes, itemsize, target, batch_split)
-            if tile is None:
-                continue
-            for workers in parallel:
-                plans.setdefault((tile, workers), target)
+            return decision((tile, spread), target, True, None, why)
+        plans: dict[_Variant, int] = {}  # in order of preference, for a tight budget
+        options = [(0, _TUNE_FACTORS)]
+        if spread:
+            options = [(spread, _TUNE_FACTORS)]
+            if self.opts.parallel_chunks is None:
+                options.append((0, _TUNE_FACTORS_SERIAL))
+        for workers, factors in options:
+            for factor in factors:
+                target = int(self.opts.base_bytes * factor)
+                tile = self._plan(shapes, itemsize, target, batch_split)
+                if tile is not None:
+                    plans.setdefault((tile, workers), target)
         if not plans:
             return decision(None, self.opts.base_bytes, False, None, "fits in one chunk")
         times = self._measure(x, sides, shapes, list(plans), grad)
+        plans = {v: plans[v] for v in times if v is not None}
         # Other processes only ever add time. The fastest round estimates a variant's own
         # cost; the median guards against a variant that is only fast when undisturbed
         # (many small chunks suffer most from descheduled intra-op threads).
@@ -792,17 +798,21 @@ class _Run:
         variants: list[_Variant],
         grad: bool,
     ) -> dict[_Variant, list[float]]:
-        """Interleaved timings: one untimed warm-up round, then rounds until the budget."""
-        everything: list[_Variant] = [None, *variants]
-        times: dict[_Variant, list[float]] = {v: [] for v in everything}
+        """Interleaved timings after one untimed warm-up call each; as many variants and
+        rounds as fit in the budget (a variant costs about what the original costs)."""
+        times: dict[_Variant, list[float]] = {None: []}
         start = time.perf_counter()
         with self._preserved():
-            for r in range(_TUNE_ROUNDS + 1):
-                for v in everything:
-                    elapsed = self._time_once(x, sides, shapes, v, grad)
-                    if r > 0:
-                        times[v].append(elapsed)
-                if r > 0 and time.perf_counter() - start > _TUNE_BUDGET_S:
+            ref = self._time_once(x, sides, shapes, None, grad)
+            fit = int(_TUNE_BUDGET_S / max(ref, 1e-6)) // 2 - 1
+            chosen = variants[: max(1, min(len(variants), fit))]
+            for v in chosen:
+                times[v] = []
+                self._time_once(x, sides, shapes, v, grad)
+            for _ in range(_TUNE_ROUNDS):
+                for v in times:
+                    times[v].append(self._time_once(x, sides, shapes, v, grad))
+                if time.perf_counter() - start > _TUNE_BUDGET_S:
                     break
         return times
 

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
@@ -114,6 +115,30 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seconds", type=_positive_float, metavar="S", help="stop the demo after S s")
     sampling(d)
 
+    e = sub.add_parser(
+        "export", help="export a session for Perfetto, chrome://tracing or speedscope"
+    )
+    e.add_argument("session", metavar="SESSION", help="session file, name, or 'last'")
+    e.add_argument(
+        "--format", "-f", choices=("perfetto", "chrome", "speedscope"), default="perfetto"
+    )
+    e.add_argument(
+        "-o", "--output", metavar="OUT", help="output file (default: beside the session)"
+    )
+
+    rp = sub.add_parser("replay", help="open a saved session read-only with a time cursor")
+    rp.add_argument("session", metavar="SESSION", help="session file, name, or 'last'")
+
+    ss = sub.add_parser("sessions", help="list saved sessions")
+    ss.add_argument("--json", action="store_true", help="machine-readable list")
+    ss.add_argument(
+        "--prune",
+        type=_positive_float,
+        metavar="DAYS",
+        help="delete sessions older than DAYS (asks first)",
+    )
+    ss.add_argument("--yes", action="store_true", help="with --prune: do not ask")
+
     sub.add_parser("doctor", help="check what sofa-top can see on this machine")
     return p
 
@@ -142,6 +167,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _launch(args)
         if args.command == "demo":
             return _demo(args)
+        if args.command == "export":
+            return _export(args)
+        if args.command == "replay":
+            return _replay(args)
+        if args.command == "sessions":
+            return _sessions(args)
         if args.command == "doctor":
             from sofa_top.doctor import main as doctor_main
 
@@ -331,4 +362,68 @@ def _record(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         render_summary(summary)
+    return 0
+
+
+def resolve_session(text: str) -> Path:
+    """A session given as a path, a file name in the sessions directory, or ``last``."""
+    from sofa_top.paths import sessions_dir
+
+    path = Path(text).expanduser()
+    if path.is_file():
+        return path
+    root = sessions_dir()
+    if text == "last":
+        candidates = sorted(root.glob("*.sofa"), key=lambda p: p.stat().st_mtime)
+        if not candidates:
+            raise UserError(f"no saved sessions in {root}")
+        return candidates[-1]
+    matches = sorted(root.glob(f"{text}*.sofa")) if "/" not in text else []
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise UserError(f"'{text}' matches {len(matches)} sessions; give more of the name")
+    raise UserError(f"no such session: {text}")
+
+
+def _export(args: argparse.Namespace) -> int:
+    from sofa_top.export import export_session
+
+    out = Path(args.output).expanduser() if args.output else None
+    result = export_session(resolve_session(args.session), args.format, out)
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"{result.path} ({args.format}, {result.events} events, {result.seconds:.2f} s)")
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from sofa_top.replay import ReplaySource
+    from sofa_top.tui.app import run_dashboard
+
+    run_dashboard(ReplaySource(resolve_session(args.session)))
+    return 0
+
+
+def _sessions(args: argparse.Namespace) -> int:
+    from sofa_top.sessions import list_sessions, prune, render_sessions, sessions_json
+
+    if args.prune is not None:
+
+        def confirm(question: str) -> bool:
+            if args.yes:
+                return True
+            if not sys.stdin.isatty():
+                raise UserError("--prune asks for confirmation: run it in a terminal or add --yes")
+            return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+        n = prune(args.prune, confirm)
+        print(f"deleted {n} session(s)")
+        return 0
+    sessions = list_sessions()
+    if args.json:
+        json.dump(sessions_json(sessions), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render_sessions(sessions)
     return 0

@@ -39,7 +39,7 @@ from sofa_top.samples import (
     SystemSample,
 )
 from sofa_top.snapshot import Snapshot, StackSummary, TargetInfo
-from sofa_top.source import OnSnapshot
+from sofa_top.source import OnSnapshot, SnapshotSource
 from sofa_top.stackstats import summarize
 from sofa_top.store import SessionReader
 from sofa_top.verdicts import Recommendation, Verdict
@@ -66,6 +66,7 @@ class ReplaySource:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._history = _HistoryCache()
 
     # -- cursor ----------------------------------------------------------------------------
     @property
@@ -171,14 +172,12 @@ class ReplaySource:
             meta = r.meta()
             names = r.series_names()
             history = {}
-            # The seconds a ring would hold: the last HISTORY_S of them, the cursor's included.
-            since = math.floor(ts) - HISTORY_S + 1 - 1e-9
             for name in names:
                 if name.startswith("proc."):
                     continue
-                pts = r.second_means(name, since, ts)
+                pts = self._history.get(r, name, ts)
                 if pts:
-                    history[name] = tuple(pts)
+                    history[name] = pts
             exit_ev = r.last_event("target-exit", ts)
             process = _process_at(r, ts, meta, exit_ev)
             system = _system_at(r, ts, meta, names)
@@ -213,6 +212,43 @@ class ReplaySource:
             verdict=None if verdict_ev is None else verdict_from_event(verdict_ev),
             steps=tuple(steps),
         )
+
+
+def _is_a_source(r: ReplaySource) -> SnapshotSource:
+    return r  # mypy checks here that ReplaySource keeps to the protocol
+
+
+Point = tuple[float, float | None]
+
+
+class _HistoryCache:
+    """Per-second means already read, per series. Seconds more than ``SETTLED_S`` before the
+    cursor no longer change (even in a file still being written), so a cursor that moves
+    forward reads only the seconds it has not seen yet; a jump back reads the window afresh.
+    The result is what ``SessionReader.second_means`` gives for the whole window."""
+
+    SETTLED_S = 10
+
+    def __init__(self) -> None:
+        # name -> (first cached second, seconds before this one are cached, [(second, mean)])
+        self._series: dict[str, tuple[int, int, list[Point]]] = {}
+
+    def get(self, r: SessionReader, name: str, ts: float) -> tuple[Point, ...]:
+        # The seconds a ring would hold: the last HISTORY_S of them, the cursor's included.
+        now = math.floor(ts)
+        first = now - HISTORY_S + 1
+        settled = max(first, math.floor(ts - self.SETTLED_S))
+        cached = self._series.get(name)
+        # Usable if it starts early enough and holds only whole seconds before the cursor's.
+        if cached is not None and cached[0] <= first and cached[1] <= now:
+            start = max(cached[1], first)
+            pts = [p for p in cached[2] if p[0] >= first]
+        else:
+            start, pts = first, []
+        fresh = r.second_means(name, start, ts)
+        pts += [p for p in fresh if p[0] < settled]
+        self._series[name] = (first, max(start, settled), pts)
+        return (*pts, *(p for p in fresh if p[0] >= settled))
 
 
 def verdict_from_event(ev: Event) -> Verdict:

@@ -373,24 +373,21 @@ class SessionReader:
                 out[name] = (int(n), float(t0), float(t1))
         return out
 
-    def iter_points(self, series_ids: Iterable[int]) -> Iterator[tuple[int, float, float | None]]:
-        """(series_id, ts, value) of some series in arrival order (time order within a series)."""
-        ids = sorted(set(series_ids))
-        marks = ",".join("?" * len(ids))
-        # The cursor itself, not a generator over it: no Python frame per row on this hot path.
+    def series_points(self, series_id: int) -> sqlite3.Cursor:
+        """(ts, value) of one series in time order, straight off the (series_id, ts) index;
+        the cursor itself, so that callers can ``fetchmany``."""
         return self._db.execute(
-            f"SELECT series_id, ts, value FROM points WHERE series_id IN ({marks}) ORDER BY rowid",
-            ids,
+            "SELECT ts, value FROM points WHERE series_id = ? ORDER BY ts", (series_id,)
         )
 
     def second_means(self, series: str, t0: float, t1: float) -> list[tuple[float, float | None]]:
-        """Per-second means of ``series`` over ``t0 < ts <= t1`` (as ``ring.SeriesRing`` has them:
+        """Per-second means of ``series`` over ``t0 <= ts <= t1`` (as ``ring.SeriesRing`` has them:
         a second with only failed readings has ``None``, a second without points is absent)."""
         return [
             (float(sec), value)
             for sec, value in self._db.execute(
                 "SELECT CAST(p.ts AS INTEGER) AS sec, avg(p.value) FROM points p "
-                "JOIN series s ON s.id = p.series_id WHERE s.name = ? AND p.ts > ? AND p.ts <= ? "
+                "JOIN series s ON s.id = p.series_id WHERE s.name = ? AND p.ts >= ? AND p.ts <= ? "
                 "GROUP BY sec ORDER BY sec",
                 (series, t0, t1),
             )
@@ -426,6 +423,14 @@ class SessionReader:
             ):
                 out[int(sid)] = tuple(Frame(f, fn, int(ln)) for f, fn, ln in json.loads(text))
         return out
+
+    def stack_thread_windows(self) -> int:
+        """How many (window, thread) pairs have samples."""
+        return int(
+            self._db.execute(
+                "SELECT count(*) FROM (SELECT DISTINCT window_id, pid, tid FROM stack_counts)"
+            ).fetchone()[0]
+        )
 
     def stack_stats(self) -> tuple[int, int, int]:
         """(stack_counts rows, thread-samples, sum of stack depths over rows)."""
@@ -515,19 +520,11 @@ class SessionReader:
     def count_steps(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM steps").fetchone()[0])
 
-    def iter_steps(self) -> Iterator[StepSample]:
-        """All steps in arrival order (time order per process)."""
-        for r in self._db.execute(
-            "SELECT ts, step, start, duration_s, input_wait_s, source, batch_size, pid "
-            "FROM steps ORDER BY rowid"
-        ):
-            yield StepSample(*r)
-
     def iter_step_rows(
         self,
     ) -> Iterator[tuple[float, int, float, float, float, str, int | None, int]]:
-        """``iter_steps`` as plain tuples (ts, step, start, duration_s, input_wait_s, source,
-        batch_size, pid): the cursor itself, for exports of many steps."""
+        """All steps as (ts, step, start, duration_s, input_wait_s, source, batch_size, pid), in
+        arrival order (time order per process): the cursor itself, for exports of many steps."""
         return self._db.execute(
             "SELECT ts, step, start, duration_s, input_wait_s, source, batch_size, pid "
             "FROM steps ORDER BY rowid"

@@ -109,6 +109,22 @@ def test_history_keeps_fifteen_minutes(tmp_path: Path) -> None:
         r.stop()
 
 
+def test_history_reuse_matches_fresh_reads(tmp_path: Path) -> None:
+    path = tmp_path / "minute.sofa"
+    make_session(path, seconds=60)
+    walking = ReplaySource(path)
+    try:
+        # Forward in small and big steps, back, and within one second.
+        for at in (20.3, 21.3, 25.7, 40.0, 30.2, 30.9, 59.9, 12.0):
+            fresh = ReplaySource(path)
+            try:
+                assert walking.snapshot_at(T0 + at).history == fresh.snapshot_at(T0 + at).history
+            finally:
+                fresh.stop()
+    finally:
+        walking.stop()
+
+
 def test_stacks_fall_back_to_the_last_window(tmp_path: Path) -> None:
     path = tmp_path / "gap.sofa"
     store = SessionStore(path)

@@ -178,7 +178,9 @@ def test_non_python_launcher_with_python_child() -> None:
         assert wait_until(lambda: bool(children_named(proc.pid, "busy_python")), 10)
         child = children_named(proc.pid, "busy_python")[0]
         with collecting(proc.pid) as run:
-            assert run.wait_for(lambda ws: thread_samples(ws, child) >= 50, timeout=25)
+            assert run.wait_for(lambda ws: thread_samples(ws, child) >= 50, timeout=25), [
+                (w.error, w.rate_hz, len(w.stacks)) for w in run.windows
+            ]
             run.stop_and_join()
     assert main_thread(run.windows, child).functions[0].function == "spin_here"
 

@@ -424,14 +424,14 @@ def make_agent(now: float = T0 + 75) -> AgentInfo:
     )
 
 
-def make_logs(
-    count: int = 30, *, now: float = T0 + 75, stderr_every: int = 5
-) -> tuple[Event, ...]:
+def make_logs(count: int = 30, *, now: float = T0 + 75, stderr_every: int = 5) -> tuple[Event, ...]:
     """``count`` output lines, every ``stderr_every``-th on stderr."""
     out = []
     for i in range(count):
         stream = "stderr" if stderr_every and i % stderr_every == stderr_every - 1 else "stdout"
-        text = f"W0000 warning {i}: [slow] op" if stream == "stderr" else f"step {i}: loss=0.{i:03d}"
+        text = (
+            f"W0000 warning {i}: [slow] op" if stream == "stderr" else f"step {i}: loss=0.{i:03d}"
+        )
         out.append(Event(now - count + i, "log", text, {"stream": stream}))
     return tuple(out)
 

@@ -64,6 +64,8 @@ REPLAY_KEY_HELP: tuple[tuple[str, str], ...] = (
     ("q", "close the replay (the session file is not changed)"),
 )
 REPLAY_ACTIONS = frozenset({"scrub", "marker", "follow"})
+SCRUB = Binding.Group("Scrub", compact=True)  # one footer entry: "←→ Scrub"
+MARKER = Binding.Group("Verdict", compact=True)
 
 
 @runtime_checkable
@@ -116,12 +118,12 @@ class DashboardApp(App[str]):
         Binding("3", "show_view('log')", "Log", show=False),
         # Replay only (check_action hides them live). Priority: the focused table would
         # otherwise take the arrows.
-        Binding("left", "scrub(-1)", "-1s", priority=True, key_display="←"),
-        Binding("right", "scrub(1)", "+1s", priority=True, key_display="→"),
+        Binding("left", "scrub(-1)", "-1s", priority=True, key_display="←", group=SCRUB),
+        Binding("right", "scrub(1)", "+1s", priority=True, key_display="→", group=SCRUB),
         Binding("shift+left", "scrub(-10)", "-10s", show=False, priority=True),
         Binding("shift+right", "scrub(10)", "+10s", show=False, priority=True),
-        Binding("left_square_bracket", "marker(-1)", "Prev verdict", key_display="["),
-        Binding("right_square_bracket", "marker(1)", "Next verdict", key_display="]"),
+        Binding("left_square_bracket", "marker(-1)", "Prev", key_display="[", group=MARKER),
+        Binding("right_square_bracket", "marker(1)", "Next", key_display="]", group=MARKER),
         Binding("f", "follow", "Follow end", show=False),
     ]
 
@@ -339,7 +341,9 @@ class DashboardApp(App[str]):
             return False
         snapshot = self.latest
         if snapshot is not None:
-            return snapshot.target.launched and not snapshot.target_exited and not snapshot.read_only
+            return (
+                snapshot.target.launched and not snapshot.target_exited and not snapshot.read_only
+            )
         # No snapshot yet: the source (a live session) still knows what it launched.
         target = getattr(self.source, "target", None)
         return isinstance(target, TargetInfo) and target.launched
@@ -461,7 +465,9 @@ class DashboardApp(App[str]):
         yield SystemCommand("Help", "Key bindings and what each pane shows", self.action_help)
         for view in VIEWS:
             yield SystemCommand(
-                f"Show {view}", f"Switch to the {view} view", lambda v=view: self.action_show_view(v)
+                f"Show {view}",
+                f"Switch to the {view} view",
+                lambda v=view: self.action_show_view(v),
             )
 
 

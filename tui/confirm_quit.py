@@ -6,6 +6,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
@@ -31,8 +32,9 @@ class ConfirmQuitScreen(ModalScreen[bool]):
             if self.target:
                 yield Static(self.target, id="confirm-target")
             with Horizontal(id="confirm-buttons"):
-                yield Button("[y] stop & quit", variant="error", id="confirm-yes")
-                yield Button("[n] cancel", variant="primary", id="confirm-no")
+                # Content, not str: "[y]" would be read as markup and vanish.
+                yield Button(Content("[y] stop & quit"), variant="error", id="confirm-yes")
+                yield Button(Content("[n] cancel"), variant="primary", id="confirm-no")
 
     def on_mount(self) -> None:
         self.query_one("#confirm-box").border_title = "quit sofa-top"

@@ -50,14 +50,14 @@ class LogPane(Vertical):
         logs = snapshot.logs
         new = self._new_lines(logs)
         view = self.log_view
+        # Follow new lines only while the user has not scrolled up to read something.
         follow = view.is_vertical_scroll_end or view.max_scroll_y == 0
         for event in new:
-            view.write(log_line(event), scroll_end=False)
+            # Per write: a hidden view defers rendering, and the flag travels with the line.
+            view.write(log_line(event), scroll_end=follow)
             self.written += 1
             if event.data.get("stream") == "stderr":
                 self.stderr_lines += 1
-        if new and follow:
-            view.scroll_end(animate=False, immediate=False)
         if logs:
             self._last = logs[-1]
         status = Text()
@@ -72,7 +72,7 @@ class LogPane(Vertical):
             if snapshot.logs_dropped > 0:
                 status.append(" · ")
                 status.append(f"{snapshot.logs_dropped} lines dropped", DROPPED_STYLE)
-                status.append(" (output flood: not all lines are kept)", DIM)
+                status.append(" (flood protection)", DIM)
             if not logs:
                 status.append(" · no output yet", DIM)
         self.status.update(status)

@@ -32,7 +32,9 @@ DIM = Style(color="grey62", italic=True)
 BOLD = Style(bold=True)
 BOTTLENECK_STYLE = Style(color="red", bold=True)
 
-NO_STEPS_ATTACH = "no step telemetry (attach mode) — use sofa-top launch -- CMD for per-step input wait"
+NO_STEPS_ATTACH = (
+    "no step telemetry (attach mode) — use sofa-top launch -- CMD for per-step input wait"
+)
 NO_STEPS_YET = (
     "waiting for the first training steps… (the agent times tf.function / Keras fit / "
     "DataLoader / optimizer steps)"
@@ -54,11 +56,14 @@ class StepStats:
 
 
 def step_stats(steps: Sequence[StepSample], window_s: float = STATS_WINDOW_S) -> StepStats | None:
-    """Figures over the steps that ended in the last ``window_s`` before the newest one."""
+    """Figures over the steps that ran in the last ``window_s`` up to the newest one."""
     if not steps:
         return None
     last = steps[-1]
-    recent = [s for s in steps if s.ts >= last.ts - window_s] or [last]
+    # Steps that ran inside the window: a long step that merely ended in it would count its
+    # whole duration against a window it mostly lies before.
+    cutoff = last.ts - window_s - 1e-9
+    recent = [s for s in steps if s.ts - s.duration_s >= cutoff] or [last]
     busy = sum(max(s.duration_s, 0.0) for s in recent)
     wait = sum(max(s.input_wait_s, 0.0) for s in recent)
     # Durations run from the end of one step to the end of the next, so they tile the
@@ -154,7 +159,9 @@ def _column(total: float, wait: float, scale: float, height: int) -> list[tuple[
             cells.append((BLOCKS[min(t - lo, 8)], COMPUTE_STYLE))
         elif t >= lo + 8:
             # The cell where input wait ends and compute begins: both colours in one cell.
-            cells.append((BLOCKS[i - lo], Style(color=INPUT_STYLE.color, bgcolor=COMPUTE_STYLE.color)))
+            cells.append(
+                (BLOCKS[i - lo], Style(color=INPUT_STYLE.color, bgcolor=COMPUTE_STYLE.color))
+            )
         else:
             style = INPUT_STYLE if (i - lo) * 2 >= (t - lo) else COMPUTE_STYLE
             cells.append((BLOCKS[t - lo], style))
@@ -164,15 +171,25 @@ def _column(total: float, wait: float, scale: float, height: int) -> list[tuple[
 
 
 def step_chart(steps: Sequence[StepSample], width: int, height: int) -> list[Text]:
-    """A stacked bar per step (newest at the right) with a time axis on the left."""
+    """A stacked bar per step, newest at the right edge, with a time axis on the left.
+
+    Few steps get a gap after each bar so they read as separate steps; many steps fill the
+    width one column each.
+    """
     width = max(0, width)
     height = max(1, height)
     columns = max(0, width - AXIS_W)
+    gap = 0 < len(steps) * 2 <= columns
     shown = list(steps)[-columns:] if columns else []
     scale = _scale([s.duration_s for s in shown])
-    grid: list[list[tuple[str, Style]]] = [
-        _column(s.duration_s, s.input_wait_s, scale, height) for s in shown
-    ]
+    blank: list[tuple[str, Style]] = [(" ", Style())] * height
+    grid: list[list[tuple[str, Style]]] = []
+    for s in shown:
+        grid.append(_column(s.duration_s, s.input_wait_s, scale, height))
+        if gap:
+            grid.append(blank)
+    # Newest at the right edge: the eye looks there for "now".
+    grid = [blank] * (columns - len(grid)) + grid
     lines: list[Text] = []
     for row in range(height - 1, -1, -1):
         if row == height - 1:
@@ -201,8 +218,8 @@ def legend(count: int, width: int) -> Text:
     text.append("█", COMPUTE_STYLE)
     text.append(" compute  ")
     text.append("▲", CLIPPED_STYLE)
-    text.append(" off the scale  ", AXIS_STYLE)
-    text.append(f"last {count} steps, newest right", AXIS_STYLE)
+    text.append(" off scale  ", AXIS_STYLE)
+    text.append(f"last {count} steps →", AXIS_STYLE)
     text.truncate(width)
     return text
 
@@ -232,6 +249,30 @@ class StepChart(Widget):
         chart = step_chart(self.steps, width, max(1, height - 1))
         shown = min(len(self.steps), max(0, width - AXIS_W))
         return Text("\n").join([*chart, legend(shown, width)])
+
+
+class StepsSummary(Widget):
+    """One line of step figures."""
+
+    DEFAULT_CSS = """
+    StepsSummary { height: 1; width: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.stats: StepStats | None = None
+
+    def show(self, stats: StepStats | None) -> None:
+        """Replace the figures."""
+        self.stats = stats
+        self.refresh()
+
+    def render(self) -> Text:
+        if self.stats is None:
+            return Text()
+        text = stats_text(self.stats)
+        text.truncate(self.size.width)
+        return text
 
 
 class StepsPane(Vertical):
@@ -268,30 +309,6 @@ class StepsPane(Vertical):
         self.border_title = f"steps · {self.stats.source}{batch}"
 
 
-class StepsSummary(Widget):
-    """One line of step figures."""
-
-    DEFAULT_CSS = """
-    StepsSummary { height: 1; width: 1fr; }
-    """
-
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.stats: StepStats | None = None
-
-    def show(self, stats: StepStats | None) -> None:
-        """Replace the figures."""
-        self.stats = stats
-        self.refresh()
-
-    def render(self) -> Text:
-        if self.stats is None:
-            return Text()
-        text = stats_text(self.stats)
-        text.truncate(self.size.width)
-        return text
-
-
 # -- pipeline and agent -------------------------------------------------------------------------
 
 
@@ -299,14 +316,14 @@ def pipeline_table(pipeline: PipelineSample, width: int) -> Table:
     """The stages, outermost first: name, kind, parallelism, buffer, time per element."""
     table = Table(
         box=None,
-        expand=True,
+        expand=False,  # numbers next to the names, not across a 160-column screen
         pad_edge=False,
         show_edge=False,
         padding=(0, 1),
         collapse_padding=True,
         header_style="bold",
     )
-    table.add_column("stage", ratio=1, no_wrap=True, overflow="ellipsis")
+    table.add_column("stage", no_wrap=True, overflow="ellipsis", max_width=max(12, width - 40))
     table.add_column("kind", no_wrap=True)
     table.add_column("parallel" if width >= 70 else "par", justify="right", no_wrap=True)
     table.add_column("buffer", justify="right", no_wrap=True)
@@ -341,7 +358,8 @@ def agent_text(agent: AgentInfo | None, launched: bool) -> Text:
     if agent.hooks_skipped:
         text.append(" · skipped ")
         text.append(
-            ", ".join(f"✗{h} ({reason})" for h, reason in agent.hooks_skipped), Style(color="yellow")
+            ", ".join(f"✗{h} ({reason})" for h, reason in agent.hooks_skipped),
+            Style(color="yellow"),
         )
     if agent.dropped:
         text.append(f" · {agent.dropped} messages dropped", Style(color="red"))
@@ -361,7 +379,9 @@ class PipelineBody(Widget):
         self.agent: AgentInfo | None = None
         self.launched = False
 
-    def show(self, pipeline: PipelineSample | None, agent: AgentInfo | None, launched: bool) -> None:
+    def show(
+        self, pipeline: PipelineSample | None, agent: AgentInfo | None, launched: bool
+    ) -> None:
         """Replace what is drawn."""
         self.pipeline = pipeline
         self.agent = agent
@@ -393,9 +413,10 @@ class PipelineBody(Widget):
             )
         else:
             grid.add_row(pipeline_table(pipeline, width))
+        grid.add_row(agent_text(self.agent, self.launched))
+        # Last: the first thing to scroll out of a short pane.
         if pipeline is not None and pipeline.note:
             grid.add_row(Text(truncate(pipeline.note, width), DIM))
-        grid.add_row(agent_text(self.agent, self.launched))
         return grid
 
 

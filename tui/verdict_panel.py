@@ -87,7 +87,7 @@ def evidence_parts(verdict: Verdict | None, snapshot: Snapshot) -> list[Text]:
         if share is not None:
             parts.append(Text.assemble("input ", (f"{share:.0%}", BOLD), " of samples"))
         compute = _fraction(ev.get("compute_share"))
-        if compute is not None:
+        if compute:
             parts.append(Text.assemble("compute ", (f"{compute:.0%}", BOLD)))
     stage = ev.get("bottleneck_stage")
     if stage is None and snapshot.pipeline is not None:
@@ -100,11 +100,13 @@ def evidence_parts(verdict: Verdict | None, snapshot: Snapshot) -> list[Text]:
         if tree is not None:
             saturation = min(1.0, tree / (100.0 * max(1, snapshot.cpu_count)))
     if saturation is not None:
-        cores = snapshot.cpu_count
-        parts.append(
-            Text.assemble("CPU ", (f"{saturation:.0%}", BOLD), f" of {cores} core{'s' * (cores != 1)}")
-        )
+        # A share of the whole machine (not "% of one core" as the timelines count).
+        parts.append(Text.assemble("CPU saturation ", (f"{saturation:.0%}", BOLD)))
     gpu = _fraction(ev.get("gpu_util_percent"))
+    if gpu is None and snapshot.gpu is not None and snapshot.gpu.status == "ok":
+        # The verdict had no GPU reading: the live one still answers "is the GPU busy?".
+        utils = [d.util for d in snapshot.gpu.devices if d.util is not None]
+        gpu = max(utils) if utils else None
     if gpu is not None:
         parts.append(Text.assemble("GPU ", (f"{gpu:.0f}%", BOLD)))
     elif snapshot.gpu is not None and snapshot.gpu.status != "ok":
@@ -145,7 +147,12 @@ def recommendation_text(verdict: Verdict, index: int, *, numbered: bool) -> Text
 
 
 def verdict_lines(
-    verdict: Verdict | None, snapshot: Snapshot | None, width: int, *, roomy: bool, replay: bool = False
+    verdict: Verdict | None,
+    snapshot: Snapshot | None,
+    width: int,
+    *,
+    roomy: bool,
+    replay: bool = False,
 ) -> list[Text]:
     """The panel's lines at ``width`` cells (``COMPACT_LINES`` or ``ROOMY_LINES`` of them)."""
     count = ROOMY_LINES if roomy else COMPACT_LINES
@@ -156,9 +163,7 @@ def verdict_lines(
         elif replay:
             lines.append(Text("no verdict at this point of the recording", WAITING))
         else:
-            lines.append(
-                Text("verdict: judging… (it needs a few seconds of samples)", WAITING)
-            )
+            lines.append(Text("verdict: judging… (it needs a few seconds of samples)", WAITING))
         if snapshot is not None:
             evidence = evidence_parts(None, snapshot)
             if evidence:

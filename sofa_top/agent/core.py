@@ -267,8 +267,8 @@ class Agent:
             "settings": self.settings.to_json(),
         }
 
-    def _collect(self, final: bool) -> bytes:
-        """Drain the queues into encoded frames."""
+    def _collect(self, final: bool, deadline: float | None = None) -> bytes:
+        """Drain the queues into encoded frames; past ``deadline``, count the rest as dropped."""
         out: list[bytes] = []
         while self._control:
             frame = self._control.popleft()
@@ -279,6 +279,12 @@ class Agent:
         steps = self._steps
         off = self._offset
         while steps:
+            if deadline is not None and time.perf_counter() > deadline:
+                # the exit cannot wait for a backlog: what is left is dropped, and counted
+                left = len(steps)
+                steps.clear()
+                self.dropped += left
+                break
             batch: list[list[Any]] = []
             while steps and len(batch) < _STEPS_PER_FRAME:
                 src, n, start, end, wait, bs = steps.popleft()
@@ -317,12 +323,24 @@ class Agent:
     def _run(self) -> None:
         interval = self.settings.flush_interval_s
         try:
-            while not self._stop.is_set() and self.enabled:
+            while True:  # not on `enabled`: hooks may pause while the connection lives
+                if self._stop.is_set():
+                    self._final_flush()
+                    return
                 self._wake.wait(interval)
+                if self._stop.is_set():
+                    continue
                 if not self._send(self._collect(final=False)):
                     return
         except Exception as e:
             self.fail("the drain thread", e)
+
+    def _final_flush(self) -> None:
+        # half the exit budget to encode, the rest to send; _at_exit waits for no more
+        deadline = time.perf_counter() + self.settings.exit_flush_s / 2
+        data = self._collect(final=True, deadline=deadline)
+        bye = {"type": "bye", "pid": self.pid, "t": time.time(), "dropped": self.dropped}
+        self._send(data + protocol.encode(bye))
 
     def _at_exit(self) -> None:
         if os.getpid() != self.pid or self._conn is None:
@@ -330,19 +348,11 @@ class Agent:
         self._stop.set()
         self._wake.set()
         t = self._thread
-        if t is not None:
-            t.join(self.settings.exit_flush_s)
-            if t.is_alive():
-                return  # stuck in a send: give up rather than delay the exit
-        if self.enabled:
-            try:
-                data = self._collect(final=True)
-                bye = {"type": "bye", "pid": self.pid, "t": time.time(), "dropped": self.dropped}
-                self._send(data + protocol.encode(bye))
-            except Exception as e:
-                self.fail("the exit flush", e)
+        if t is not None and t.is_alive():
+            # a stuck send (sofa-top hung) is abandoned: the exit is never held longer
+            t.join(self.settings.exit_flush_s + 0.2)
         self.enabled = False
-        if self._conn is not None:
+        if not (t is not None and t.is_alive()) and self._conn is not None:
             self._conn.close()
 
     def _after_fork_child(self) -> None:

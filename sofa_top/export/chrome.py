@@ -34,7 +34,7 @@ from sofa_top.export.common import (
     Written,
     counter_ids,
     fmt_count,
-    iter_counter_points,
+    iter_counter_chunks,
     iter_step_spans,
     iter_thread_windows,
     marker_name,
@@ -163,16 +163,20 @@ def write_chrome(
     """Write the session as Trace Event Format JSON to ``f``."""
     # Names, sort keys and labels per process, thread names, the steps and markers tracks.
     reserved = 5 * len(model.processes) + 2 * len(model.threads) + 4
-    # The stacks' need is an upper bound (every row opening its whole stack); merging shared
-    # prefixes writes far less.
-    budget = plan(model, max_events, model.stack_depth_sum, reserved)
+    # The stacks' need is an upper bound: every row opening its whole stack, plus an
+    # "(other stacks)" slice per thread window. Merging shared prefixes writes far less.
+    need = model.stack_depth_sum + model.stack_thread_windows
+    budget = plan(model, max_events, need, reserved)
     notes, alloc = budget.notes, budget.alloc
-    merge = 1
-    if alloc["stacks"] and model.stack_depth_sum > alloc["stacks"]:
-        merge = math.ceil(model.stack_depth_sum / alloc["stacks"])
+    merge, blocks = 1, MAX_BLOCKS
+    if alloc["stacks"] and need > alloc["stacks"]:
+        # k windows merged into one, each keeping only as many stacks as a window has on
+        # average, write about 1/k of the bound.
+        merge = math.ceil(need / alloc["stacks"])
+        blocks = max(1, math.ceil(model.stack_rows / max(1, model.stack_thread_windows)))
         notes.append(
-            f"stack windows merged {merge} at a time for the flame chart {budget.limit()} "
-            "(the speedscope export keeps every window)"
+            f"stack windows merged {merge} at a time, {blocks} stacks kept per thread and "
+            f"window, for the flame chart {budget.limit()} (the speedscope export keeps all)"
         )
 
     out = JsonSink(f)
@@ -199,14 +203,9 @@ def write_chrome(
             f'{{"ph":"C","name":{_j(c.label)},"pid":{pid},"tid":{pid},"ts":',
             f',"args":{{"{key}":',
         )
-    batch: list[str] = []
-    for sid, ts, value in iter_counter_points(reader, by_id, budget.bucket):
+    for sid, pts in iter_counter_chunks(reader, by_id, budget.bucket):
         head, mid = heads[sid]
-        batch.append(f"{head}{ts * 1e6:.3f}{mid}{value!r}}}}}")
-        if len(batch) >= _BATCH:
-            w.extend(batch)
-            batch = []
-    w.extend(batch)
+        w.extend([f"{head}{ts * 1e6:.3f}{mid}{v!r}}}}}" for ts, v in pts])
 
     _steps(reader, w, budget.group)
 
@@ -226,7 +225,7 @@ def write_chrome(
             )
             markers += 1
 
-    cut = _stacks(reader, model, w, tids, merge, alloc["stacks"])
+    cut = _stacks(reader, model, w, tids, merge, blocks, alloc["stacks"])
     if cut is not None:
         notes.append(
             f"stack slices stop at {cut:.3f} (Unix time) {budget.limit()} "
@@ -328,6 +327,7 @@ def _stacks(
     w: _Events,
     tids: dict[tuple[int, int], int],
     merge: int,
+    max_blocks: int,
     budget: int,
 ) -> float | None:
     """Flame-chart slices per sampled thread; returns where they were cut for the budget."""
@@ -369,19 +369,21 @@ def _stacks(
         fl = flames.get(key)
         if fl is None:
             fl = flames[key] = _Flame(tw.pid, tids.get(key, tw.tid))
-        _layout(fl, tw, cache, frames)
+        _layout(fl, tw, cache, frames, max_blocks)
     else:
         flush()
     return cut
 
 
-def _layout(fl: _Flame, tw: ThreadWindow, cache: FrameCache, frames: _Frames) -> None:
+def _layout(
+    fl: _Flame, tw: ThreadWindow, cache: FrameCache, frames: _Frames, max_blocks: int
+) -> None:
     total = tw.total
     if total <= 0:
         return
     cache.load(sid for sid, _, _ in tw.counts)
     ranked = sorted(tw.counts, key=lambda c: -c[1])
-    keep = [c for i, c in enumerate(ranked) if i < MAX_BLOCKS and c[1] >= MIN_BLOCK_SHARE * total]
+    keep = [c for i, c in enumerate(ranked) if i < max_blocks and c[1] >= MIN_BLOCK_SHARE * total]
     other = total - sum(c[1] for c in keep)
     key = cache.key
     keep.sort(key=lambda c: key(c[0]))

@@ -132,6 +132,7 @@ class SessionModel:
     stack_rows: int
     stack_samples: int
     stack_depth_sum: int
+    stack_thread_windows: int
 
     def process_title(self, pid: int) -> str:
         """How a process track is named: its name and role in the target tree."""
@@ -184,6 +185,7 @@ def load_model(reader: SessionReader) -> SessionModel:
         stack_rows=rows,
         stack_samples=samples,
         stack_depth_sum=depth,
+        stack_thread_windows=reader.stack_thread_windows() if rows else 0,
     )
 
 
@@ -278,39 +280,43 @@ def counter_ids(reader: SessionReader, specs: Iterable[CounterSpec]) -> dict[int
     return {ids[s.series]: s for s in specs if s.series in ids}
 
 
-def iter_counter_points(
+_FETCH = 8192
+
+
+def iter_counter_chunks(
     reader: SessionReader, by_id: Mapping[int, CounterSpec], bucket_s: float | None
-) -> Iterator[tuple[int, float, float]]:
-    """(series id, ts, value) in arrival order, strictly increasing in time per series; failed
-    readings are left out; with ``bucket_s`` each series is averaged over aligned buckets."""
-    rows = reader.iter_points(by_id)
+) -> Iterator[tuple[int, list[tuple[float, float]]]]:
+    """(series id, [(ts, value), ...]) chunks, one series after the other, each in time order;
+    failed readings are left out; with ``bucket_s`` each series is averaged over aligned
+    buckets. Chunks, not points: the writers format them in list comprehensions, the one loop
+    in Python that keeps up with a million points."""
     isfinite = math.isfinite
-    if bucket_s is None:
-        last = dict.fromkeys(by_id, -math.inf)
-        for sid, ts, value in rows:
-            # Same instant twice or out of order: a track must move forward.
-            if value is not None and ts > last[sid] and isfinite(value):
-                last[sid] = ts
-                yield sid, ts, value
-        return
-    acc: dict[int, list[float]] = {}  # series id -> [bucket index, sum, count]
-    for sid, ts, value in rows:
-        if value is None or not isfinite(value):
+    for sid in by_id:
+        cur = reader.series_points(sid)
+        if bucket_s is None:
+            while rows := cur.fetchmany(_FETCH):
+                pts = [(ts, v) for ts, v in rows if v is not None and isfinite(v)]
+                if pts:
+                    yield sid, pts
             continue
-        b = float(math.floor(ts / bucket_s))
-        cur = acc.get(sid)
-        if cur is not None and b != cur[0]:
-            if b < cur[0]:
-                continue
-            yield sid, cur[0] * bucket_s, cur[1] / cur[2]
-            cur = None
-        if cur is None:
-            acc[sid] = [b, value, 1.0]
-        else:
-            cur[1] += value
-            cur[2] += 1
-    for sid, (b, total, n) in acc.items():
-        yield sid, b * bucket_s, total / n
+        out: list[tuple[float, float]] = []
+        bucket, total, n = math.nan, 0.0, 0
+        while rows := cur.fetchmany(_FETCH):
+            for ts, v in rows:
+                if v is None or not isfinite(v):
+                    continue
+                b = math.floor(ts / bucket_s)
+                if b != bucket:
+                    if n:
+                        out.append((bucket * bucket_s, total / n))
+                    bucket, total, n = b, 0.0, 0
+                total += v
+                n += 1
+            if out:
+                yield sid, out
+                out = []
+        if n:
+            yield sid, [(bucket * bucket_s, total / n)]
 
 
 @dataclass(frozen=True, slots=True)

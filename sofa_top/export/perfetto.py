@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
 from itertools import pairwise
 from typing import IO, Any
 
@@ -40,7 +39,7 @@ from sofa_top.export.common import (
     Written,
     counter_ids,
     fmt_count,
-    iter_counter_points,
+    iter_counter_chunks,
     iter_step_spans,
     iter_thread_windows,
     marker_name,
@@ -160,23 +159,21 @@ class _Counters:
         self._n = 0
         self.count = 0
 
-    def extend(self, points: Iterable[tuple[int, float, float]]) -> None:
-        """Add many (track uuid, ts, value): ``add`` with the lookups hoisted out of the loop."""
+    def extend(self, uuid: int, points: list[tuple[float, float]]) -> None:
+        """Add (ts, value) points of one track: ``add`` with the lookups hoisted out of the loop."""
         packets, events, write, trace = self._packets, self._events, self._f.write, self._trace
         i = self._n
-        n = 0
-        for uuid, ts, value in points:
+        for ts, value in points:
             packets[i].timestamp = round(ts * 1e9)
             ev = events[i]
             ev.track_uuid = uuid
             ev.double_counter_value = value
             i += 1
-            n += 1
             if i == _CHUNK:
                 write(trace.SerializeToString())
                 i = 0
         self._n = i
-        self.count += n
+        self.count += len(points)
 
     def add(self, ts: float, uuid: int, value: float) -> None:
         i = self._n
@@ -236,9 +233,8 @@ def write_perfetto(
     counters = _Counters(f)
     by_id = counter_ids(reader, model.counters)
     track_of = {sid: counter_tracks[spec.series] for sid, spec in by_id.items()}
-    counters.extend(
-        (track_of[sid], ts, v) for sid, ts, v in iter_counter_points(reader, by_id, budget.bucket)
-    )
+    for sid, pts in iter_counter_chunks(reader, by_id, budget.bucket):
+        counters.extend(track_of[sid], pts)
 
     steps = _Steps(f)
     steps_tracks: dict[int, int] = {}

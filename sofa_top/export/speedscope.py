@@ -73,7 +73,7 @@ def write_speedscope(
     acc: dict[int, float] = {}  # stack_id -> ms, over the windows being gathered
     idle: set[int] = set()
 
-    stack_index: dict[int, tuple[int, ...]] = {}  # stack_id -> frame indexes (and sort key)
+    stack_index: dict[int, tuple[int, ...]] = {}  # stack_id -> frame indexes
 
     def indexes(sid: int) -> tuple[int, ...]:
         idx = stack_index.get(sid)
@@ -87,7 +87,7 @@ def write_speedscope(
         assert cur is not None
         cache.load(acc)  # one query for the window's new stacks
         # Frame indexes follow first appearance, so sort by the frames themselves.
-        order = sorted(acc, key=lambda s: _sort_key(cache.load(())[s]))
+        order = sorted(acc, key=cache.key)
         for sid in order:
             idx = indexes(sid)
             weight = acc[sid]
@@ -141,10 +141,6 @@ def write_speedscope(
     out.write("]}}\n")
     out.flush()
     return Written(samples, notes)
-
-
-def _sort_key(frames: tuple[Frame, ...]) -> tuple[tuple[str, str, int], ...]:
-    return tuple((f.function, f.filename, f.line) for f in frames)
 
 
 def _ms_per_sample(rate_hz: float, width_s: float, instants: int) -> float:
