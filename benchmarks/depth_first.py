@@ -151,6 +151,7 @@ def bench_training(name: str, model: nn.Module, x: torch.Tensor, repeats: int) -
     xs = x.clone().requires_grad_()
 
     def step(m: nn.Module) -> torch.Tensor:
+        torch.manual_seed(0)  # same dropout masks for both models
         out: torch.Tensor = m(xs)
         out.sum().backward()
         return out

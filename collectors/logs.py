@@ -53,14 +53,14 @@ class LogCollector:
                 break
             for key, _ in ready:
                 label = str(key.data)
-                pipe = key.fileobj
-                assert not isinstance(pipe, int)
+                fileobj = key.fileobj
+                fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
                 try:
-                    chunk = os.read(pipe.fileno(), 65536)
+                    chunk = os.read(fd, 65536)
                 except BlockingIOError:
                     continue
                 if not chunk:  # EOF: the workload closed this stream (usually: it exited)
-                    sel.unregister(pipe)
+                    sel.unregister(fileobj)
                     open_streams -= 1
                     lines = [partial[label]] if partial[label] else []
                 else:

@@ -34,11 +34,19 @@ How a run is split
     * training, or BatchNorm without running stats: along channels only, each chunk over the
       whole batch, so each chunk computes the exact per-channel mean/var and updates its slice
       of ``running_mean``/``running_var`` in place; ``num_batches_tracked`` is bumped once per
-      call, as the original does. Chunk outputs are joined with ``torch.cat`` (differentiable;
-      autograd then runs the backward chunk by chunk too). Writing into a preallocated output
-      through ``narrow`` views is used without autograd only: under autograd every such
-      write records a CopySlices node whose backward copies the *whole* gradient, which made
-      backward several times slower than ``torch.cat`` in our measurement.
+      call, as the original does. Channel slices are made contiguous first, which makes
+      the batch statistics bit-identical to the unsplit BatchNorm's.
+    * without autograd, chunk outputs are written into one preallocated output through
+      ``narrow`` views, and every layer after the first works in place on the chunk's
+      scratch tensor. With several intra-op threads, worker threads (one per intra-op thread, each
+      running single-threaded ops) take whole chunks in turn: BrainSlug's parallelism over
+      chunks, without a thread barrier at every layer of every chunk (which made chunked
+      execution several times slower than eager on a loaded machine).
+    * with autograd, chunks run in turn on the calling thread and are joined with
+      ``torch.cat`` (differentiable; the backward then also runs chunk by chunk). A
+      preallocated output written through ``narrow`` views records one CopySlices node per
+      chunk whose backward copies the *whole* gradient: several times slower in our
+      measurement.
     * Dropout in training draws its mask for the whole tensor once, before the chunks, with
       the same RNG call as ``F.dropout`` (``bernoulli_`` on a tensor of the full shape), so
       for the same seed the masks, outputs and gradients are bit-identical to the unsplit
@@ -47,9 +55,10 @@ How a run is split
 Tuning
     The chunk size starts from the cache sizes (``optimizers/cache.py``: per-core L2 times
     threads / 2, capped at L3/4; sysfs, falling back to 1 MiB L2 / 32 MiB L3). On the first
-    call for each (run, input shape, dtype, train/eval, autograd) a short measurement compares
-    the original layers with a few chunk sizes (forward, plus backward when autograd records).
-    BatchNorm buffers and the RNG state are restored after it and it never runs during
+    call for each (run, input shape, dtype, train/eval, autograd) a short measurement (about
+    1 s per run) compares the original layers with a few chunk sizes, with and without worker
+    threads (forward, plus backward when autograd records); a variant must win in both the
+    fastest and the median round. BatchNorm buffers and the RNG state are restored after it and it never runs during
     ``torch.jit``/fx tracing or ``torch.compile``, so tuning cannot change results. A run
     keeps the original path when no chunking is ``min_speedup`` times faster; the decision is
     recorded and shown by ``depth_first_report``. ``chunk_bytes=`` forces a size (no tuning).
@@ -68,12 +77,13 @@ Limits
     of the whole module object is not supported (save the ``state_dict``; keys are unchanged).
 
 TensorFlow/Keras: not supported (decision)
-    Measured with ``benchmarks/depth_first.py --tf`` (see ``optimizers/README.md`` for the
-    numbers): under ``tf.function`` Grappler's remapper already fuses BatchNorm+activation
-    into one kernel, and XLA (``jit_compile=True``) fuses whole element-wise chains into a
-    single loop, which is what depth-first execution achieves by hand; splitting a tensor
-    with ``tf.split``/``tf.concat`` inside a graph adds copies and was slower than letting
-    the graph optimizer fuse.
+    Measured with ``benchmarks/depth_first.py --tf`` on the benchmark's BN/ReLU/pool block
+    (32x112x112x64, inference, 2-core VM, medians of 5): Keras eager 680 ms, ``tf.function``
+    292 ms, depth-first by hand (``tf.split`` into 8 batch chunks + ``tf.concat`` inside
+    ``tf.function``) 230 ms, XLA (``jit_compile=True``) 94 ms. Chunking gains 1.27x over a
+    plain graph, but XLA already fuses the element-wise chain into one loop and is 2.4x faster
+    than the chunked graph, one flag away; an experimental TF version is not worth it.
+    sofa-top should suggest ``jit_compile=True`` for TF instead. Details: optimizers/README.md.
 """
 
 from __future__ import annotations

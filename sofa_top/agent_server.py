@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sofa_top.agent.protocol import MAX_FRAME, FrameError, FrameReader
+from sofa_top.agent.protocol import MAX_FRAME, STEP_FIELDS, FrameError, FrameReader
 from sofa_top.collector import Emit
 from sofa_top.errors import UserError
 from sofa_top.samples import AgentInfo, Event, PipelineSample, PipelineStage, Sample, StepSample
@@ -158,29 +158,28 @@ def _opt_num(v: object, what: str) -> float | None:
 
 
 def _steps(frame: dict[str, Any], pid: int) -> list[Sample]:
+    source = _str(frame, "source")
+    data = _list(frame, "data")
+    width = len(STEP_FIELDS)
+    if len(data) % width:
+        raise FrameError(f"steps.data: length {len(data)} is not a multiple of {width}")
     out: list[Sample] = []
-    for rec in _list(frame, "steps"):
-        if not isinstance(rec, list) or len(rec) != 6:
-            raise FrameError("steps: each step must be [source, step, start, end, wait, batch]")
-        source, step, start, end, wait, bs = rec
-        if not isinstance(source, str):
-            raise FrameError("steps: source must be a string")
-        if isinstance(step, bool) or not isinstance(step, int):
-            raise FrameError("steps: step must be an integer")
-        s = _opt_num(start, "steps: start")
-        e = _opt_num(end, "steps: end")
-        w = _opt_num(wait, "steps: input wait")
-        if s is None or e is None or w is None or e < s or w < 0:
-            raise FrameError("steps: start/end/wait missing or inconsistent")
+    for i in range(0, len(data), width):
+        step, start_us, end_us, wait_us, bs = data[i : i + width]
+        for v in (step, start_us, end_us, wait_us):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise FrameError("steps.data: step and times must be integers")
+        if end_us < start_us or wait_us < 0:
+            raise FrameError("steps.data: a step ends before it starts, or waits < 0")
         out.append(
             StepSample(
-                ts=e,
+                ts=end_us / 1e6,
                 step=step,
-                start=s,
-                duration_s=e - s,
-                input_wait_s=w,
+                start=start_us / 1e6,
+                duration_s=(end_us - start_us) / 1e6,
+                input_wait_s=wait_us / 1e6,
                 source=source,
-                batch_size=_opt_int(bs, "steps: batch size"),
+                batch_size=_opt_int(bs, "steps.data: batch size"),
                 pid=pid,
             )
         )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,8 @@ from sofa_top.optimizers.cache import (
     parse_size,
     read_cache_sizes,
 )
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.*:DeprecationWarning")
 
 RTOL, ATOL = 1e-5, 1e-6
 SMALL = 1024  # bytes: forces many chunks even on tiny test tensors
@@ -431,6 +435,56 @@ def test_compiled_module_is_rejected() -> None:
         depth_first(nn.Sequential(nn.Conv2d(3, 3, 1), inner))
 
 
+@pytest.fixture
+def two_threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.usefixtures("two_threads")
+@pytest.mark.parametrize("context", ["no_grad", "inference_mode"])
+def test_worker_threads_for_inference_chunks(context: str) -> None:
+    torch.manual_seed(0)
+    model = vgg_bn().eval()
+    randomize_bn(model)
+    ref = copy.deepcopy(model)
+    depth_first(model, chunk_bytes=64, parallel_chunks=True)
+    x = torch.randn(5, 3, 16, 16)
+    guard = torch.no_grad() if context == "no_grad" else torch.inference_mode()
+    with guard:
+        close(model(x), ref(x), "output")
+    decisions = [d for r in depth_first_report(model) for d in r.decisions]
+    assert decisions and all(d.workers == 2 and d.chunked for d in decisions)
+    # The workers run single-threaded ops; neither this thread nor threads started later
+    # may inherit that.
+    assert torch.get_num_threads() == 2
+    seen: list[int] = []
+    worker = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    worker.start()
+    worker.join()
+    assert seen == [2]
+    # With autograd the chunks stay on the calling thread.
+    model.train()
+    ref.train()
+    check_step(model, ref, x, train=True)
+    assert all(d.workers == 0 for r in depth_first_report(model) for d in r.decisions if d.grad)
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_worker_error_reaches_the_caller() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4), nn.ReLU()).eval()
+    depth_first(model, chunk_bytes=SMALL, parallel_chunks=True)
+    (run,) = model.__dict__["_depth_first_runs"]
+    run.ops[1].act = "no-such-activation"  # the workers' chunks raise AssertionError
+    with torch.no_grad(), pytest.raises(AssertionError, match="no-such-activation"):
+        model(torch.randn(4, 3, 8, 8))
+    run.ops[1].act = "relu"
+    with torch.no_grad():
+        model(torch.randn(4, 3, 8, 8))  # the workers survived the error
+
+
 # ----------------------------------------------------------------------------- properties
 
 
@@ -484,18 +538,31 @@ class ResidualChain(nn.Module):
     width=st.integers(2, 9),
     chunk_bytes=st.integers(1, 4096),
     train=st.booleans(),
+    parallel=st.booleans(),
 )
 def test_property_chunked_equals_original(
-    kind: int, batch: int, channels: int, height: int, width: int, chunk_bytes: int, train: bool
+    kind: int,
+    batch: int,
+    channels: int,
+    height: int,
+    width: int,
+    chunk_bytes: int,
+    train: bool,
+    parallel: bool,
 ) -> None:
     torch.manual_seed(batch * 100 + channels)
     model = chain_model(kind)
     model = _resize_channels(model, channels)
     randomize_bn(model, seed=channels)
     ref = copy.deepcopy(model)
-    depth_first(model, chunk_bytes=chunk_bytes)
+    depth_first(model, chunk_bytes=chunk_bytes, parallel_chunks=parallel)
     x = torch.randn(batch, channels, height, width) * 3
     check_step(model, ref, x, train=train, atol=1e-5)
+    # without autograd: in-place scratch ops, preallocated output, worker threads if parallel
+    model.train(train)
+    ref.train(train)
+    with torch.no_grad():
+        close(model(x), ref(x), "no-grad output", atol=1e-5)
 
 
 def _resize_channels(model: nn.Module, channels: int) -> nn.Module:

@@ -9,6 +9,7 @@ from dataclasses import replace
 from rich.style import Style
 from rich.text import Text
 from test_tui_pilot import SIZE, deliver, make_app, plain, run_async, wait_for
+from textual.widgets import Button
 from tui_fakes import (
     BATCH,
     BOTTLENECK_STAGE,
@@ -374,7 +375,7 @@ async def test_quit_asks_before_stopping_a_running_workload() -> None:
         assert isinstance(app.screen, ConfirmQuitScreen)
         text = " ".join(str(w.render()) for w in app.screen.query("Static"))
         assert QUESTION in text and f"pid {TARGET_PID}" in text
-        labels = [str(b.label) for b in app.screen.query("Button")]
+        labels = [str(b.label) for b in app.screen.query(Button)]
         assert labels == ["[y] stop & quit", "[n] cancel"]
         await pilot.press("n")
         await pilot.pause()

@@ -205,3 +205,20 @@ async def test_replay_keys_do_nothing_live() -> None:
         await pilot.press("down", "left", "right_square_bracket")  # the table keeps its arrows
         assert app.stacks.table.cursor_row == 1
         assert "REPLAY" not in header(app)
+
+
+@run_async
+async def test_steps_and_log_views_in_a_replay(replay: ReplaySource) -> None:
+    app = DashboardApp(replay, refresh_s=1.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(lambda: app.shown is not None)
+        await cursor_to(pilot, app, MARKERS[0] + 10, "left_square_bracket", "left_square_bracket")
+        await cursor_to(pilot, app, MARKERS[0] + 10, "shift+right")
+        await pilot.press("2")
+        await pilot.pause()
+        summary = app.steps.summary.render().plain
+        # Steps up to the cursor (T0 + 15): 0.5 s each, 0.35 s of it waiting for input.
+        assert "2.00 steps/s" in summary and "input wait 70%" in summary and "step 29" in summary
+        await pilot.press("3")
+        await pilot.pause()
+        assert "not shown in a replay" in str(app.log_pane.status.render())

@@ -6,15 +6,26 @@ Regenerate after an intended visual change with ``pytest tests/test_tui_snapshot
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
+from test_tui_home import procs, sessions
 from textual.pilot import Pilot
-from tui_fakes import PTRACE_ERROR, PTRACE_HINT, T0, FakeSource, make_snapshot
+from tui_fakes import (
+    PTRACE_ERROR,
+    PTRACE_HINT,
+    T0,
+    FakeSource,
+    compute_bound_verdict,
+    launch_snapshot,
+    make_snapshot,
+)
 
 from sofa_top.snapshot import Snapshot
 from sofa_top.tui.app import DashboardApp
+from sofa_top.tui.home import HomeApp
 
 SnapCompare = Callable[..., bool]
 
@@ -75,3 +86,58 @@ def test_help_screen_80x24(snap_compare: SnapCompare) -> None:
 def test_too_small_40x12(snap_compare: SnapCompare) -> None:
     app, run_before = scenario(make_snapshot())
     assert snap_compare(app, terminal_size=(40, 12), run_before=run_before)
+
+
+# -- launch mode, verdicts, home screen ---------------------------------------------------------
+
+SIZES = pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+
+
+@SIZES
+def test_verdict_panel(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    app, run_before = scenario(launch_snapshot(gpus=1))
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+def test_compute_bound_verdict_80x24(snap_compare: SnapCompare) -> None:
+    app, run_before = scenario(launch_snapshot(verdict=compute_bound_verdict()))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+@SIZES
+def test_step_timeline(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    app, run_before = scenario(launch_snapshot(), "2")
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+def test_log_view_80x24(snap_compare: SnapCompare) -> None:
+    app, run_before = scenario(launch_snapshot(logs_dropped=12), "3")
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+def test_launch_quit_confirmation_80x24(snap_compare: SnapCompare) -> None:
+    app, run_before = scenario(launch_snapshot(), "q")
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+@pytest.fixture
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Session dates render in UTC, whatever the machine's zone."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@SIZES
+def test_home_screen(snap_compare: SnapCompare, size: tuple[int, int], utc: None) -> None:
+    app = HomeApp(scan=procs, sessions=sessions)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        deadline = time.monotonic() + 10
+        while not (app.scans and app.sessions_loaded) and time.monotonic() < deadline:
+            await pilot.pause(0.05)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)

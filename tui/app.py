@@ -164,6 +164,7 @@ class DashboardApp(App[str]):
         self.steps = StepsPane(id="steps")
         self.pipeline = PipelinePane(id="pipeline")
         self.log_pane = LogPane(id="log")
+        self.log_pane.replay = self.replay
         self.views = TabbedContent(id="views", initial="tab-overview")
         self.too_small = Static(id="too-small")
         self.top = Horizontal(self.timelines, self.processes, id="top")
@@ -201,7 +202,7 @@ class DashboardApp(App[str]):
         except Exception as exc:  # a dead source must not take the terminal down with it
             self.header.update_state(status=f"source failed: {exc}")
         if self.replay:
-            self._replay_move("none", 0.0)  # learn the recording's end for the header
+            self._replay_move("info", 0.0)  # learn the recording's end for the header
 
     def on_resize(self, event: Resize) -> None:
         self._apply_size(event.size)
@@ -292,6 +293,8 @@ class DashboardApp(App[str]):
 
     def action_toggle_pause(self) -> None:
         """Freeze or unfreeze the display; the source keeps recording either way."""
+        if self.replay:
+            return  # the palette offers it too; a recording is still by nature
         self.paused = not self.paused
         self.header.update_state(paused=self.paused)
         if not self.paused:

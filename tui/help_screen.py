@@ -14,6 +14,13 @@ from textual.widgets import Static
 
 PANES: tuple[tuple[str, str], ...] = (
     (
+        "verdict",
+        "Why the workload is slow, judged over the last ~10 s: input-bound (red, amber when "
+        "moderate), compute-bound (green), python-overhead, idle, unknown (grey). Below it the "
+        "numbers behind it (input wait per step, bottleneck stage, CPU saturation = share of "
+        "all cores, GPU utilisation, steps/s) and the code change to try first.",
+    ),
+    (
         "header",
         "Target pid and command line, elapsed time, ● REC while the session is being "
         "recorded (or 'paused view'), and the session file the recording goes to.",
@@ -35,6 +42,24 @@ PANES: tuple[tuple[str, str], ...] = (
         "Sampled Python stacks of the last few seconds: own % = innermost frame, "
         "total % = anywhere on the stack. Pick a thread above the table; the bar shows "
         "how sampled time splits into input pipeline / compute / Python / idle.",
+    ),
+    (
+        "2 steps",
+        "Launch mode: one bar per training step, newest at the right, the input wait "
+        "(yellow) under the compute (green); steps/s, samples/s, median step time. Below: the "
+        "tf.data / DataLoader stages (parallelism, buffer, time per element, ◀ bottleneck) "
+        "and which hooks the in-process agent applied or skipped, and why.",
+    ),
+    (
+        "3 log",
+        "Launch mode: the workload's stdout and stderr (stderr in red), the last 1000 lines; "
+        "lines dropped by flood protection are counted at the top.",
+    ),
+    (
+        "replay",
+        "sofa-top replay: ◆ REPLAY in the header and the cursor time; ←/→ move it 1 s "
+        "(shift: 10 s), [ and ] jump between verdict changes; every pane shows the recording "
+        "at the cursor.",
     ),
 )
 

@@ -15,6 +15,7 @@ STDERR_STYLE = Style(color="#ff8787")
 DIM = Style(color="grey62", italic=True)
 DROPPED_STYLE = Style(color="yellow", bold=True)
 
+REPLAY_MESSAGE = "the workload's output is not shown in a replay"
 ATTACH_MESSAGE = (
     "workload output is captured in launch mode only: sofa-top launch -- CMD "
     "(attached processes keep writing to their own terminal)"
@@ -40,6 +41,7 @@ class LogPane(Vertical):
         self._last: Event | None = None  # newest line written, to append only what is new
         self.written = 0  # lines written since the last reset (tests, the title)
         self.stderr_lines = 0
+        self.replay = False
 
     def compose(self) -> ComposeResult:
         yield self.status
@@ -61,7 +63,9 @@ class LogPane(Vertical):
         if logs:
             self._last = logs[-1]
         status = Text()
-        if not logs and not snapshot.target.launched:
+        if not logs and (self.replay or snapshot.read_only):
+            status.append(REPLAY_MESSAGE, DIM)
+        elif not logs and not snapshot.target.launched:
             status.append(ATTACH_MESSAGE, DIM)
         else:
             kept = min(self.written, self.max_lines)

@@ -92,7 +92,8 @@ def evidence_parts(verdict: Verdict | None, snapshot: Snapshot) -> list[Text]:
     stage = ev.get("bottleneck_stage")
     if stage is None and snapshot.pipeline is not None:
         stage = next((s.name for s in snapshot.pipeline.stages if s.is_bottleneck), None)
-    if stage:
+    # A pipeline stage is only "the bottleneck" while input is what the job waits for.
+    if stage and (verdict is None or verdict.kind == "input-bound"):
         parts.append(Text.assemble("bottleneck ", (str(stage), BOLD)))
     saturation = _fraction(ev.get("cpu_saturation"))
     if saturation is None and snapshot.process is not None:

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -33,7 +33,7 @@ from sofa_top.agent.settings import (
 )
 from sofa_top.agent.transport import Connection
 
-_STEPS_PER_FRAME = 4096  # about 100 bytes each: far below protocol.MAX_FRAME
+_STEPS_PER_FRAME = 1024  # ~100 bytes each: frames far below MAX_FRAME, sent one by one
 _logged = False
 
 
@@ -267,41 +267,73 @@ class Agent:
             "settings": self.settings.to_json(),
         }
 
-    def _collect(self, final: bool, deadline: float | None = None) -> bytes:
-        """Drain the queues into encoded frames; past ``deadline``, count the rest as dropped."""
-        out: list[bytes] = []
+    def _control_frames(self) -> Iterator[bytes]:
         while self._control:
             frame = self._control.popleft()
             try:
-                out.append(protocol.encode(frame))
+                yield protocol.encode(frame)
             except (protocol.FrameError, TypeError, ValueError) as e:
                 log_once(f"dropped an unencodable {frame.get('type')!r} frame: {e}")
+
+    def _steps_frame(self) -> bytes:
+        """One frame of queued steps, all of the same source (the queue is not empty)."""
         steps = self._steps
         off = self._offset
-        while steps:
-            if deadline is not None and time.perf_counter() > deadline:
-                # the exit cannot wait for a backlog: what is left is dropped, and counted
-                left = len(steps)
-                steps.clear()
+        source = steps[0][0]
+        data: list[int | None] = []
+        limit = _STEPS_PER_FRAME * len(protocol.STEP_FIELDS)
+        while steps and len(data) < limit and steps[0][0] == source:
+            _, n, start, end, wait, bs = steps.popleft()
+            # a step's start is the previous one's end (same float): they stay equal in µs
+            data += (n, int((start + off) * 1e6), int((end + off) * 1e6), int(wait * 1e6), bs)
+        return protocol.encode({"type": "steps", "pid": self.pid, "source": source, "data": data})
+
+    def _info_due(self) -> bool:
+        return self._info_dirty or self.dropped != self._last_dropped
+
+    def _info(self) -> bytes:
+        self._info_dirty = False
+        self._last_dropped = self.dropped
+        return protocol.encode(self._info_frame())
+
+    def _flush(self) -> bool:
+        """Send everything queued, a frame at a time; False once the connection is gone."""
+        for data in self._control_frames():
+            if not self._send(data):
+                return False
+        # hook changes and drop counts first: they matter more than a backlog of steps
+        if self._info_due() and not self._send(self._info()):
+            return False
+        while self._steps and not self._stop.is_set():  # at exit, _final_flush takes over
+            if not self._send(self._steps_frame()):
+                return False
+        return True
+
+    def _final_flush(self) -> None:
+        """At exit: send what fits in ``exit_flush_s``, count the rest as dropped, say bye."""
+        deadline = time.perf_counter() + self.settings.exit_flush_s
+        for data in self._control_frames():
+            if not self._send(data, deadline):
+                return
+        while self._steps:
+            if time.perf_counter() > deadline - self.settings.exit_flush_s / 4:
+                left = len(self._steps)
+                self._steps.clear()
                 self.dropped += left
                 break
-            batch: list[list[Any]] = []
-            while steps and len(batch) < _STEPS_PER_FRAME:
-                src, n, start, end, wait, bs = steps.popleft()
-                batch.append([src, n, start + off, end + off, wait, bs])
-            out.append(protocol.encode({"type": "steps", "pid": self.pid, "steps": batch}))
-        if self._info_dirty or self.dropped != self._last_dropped or final:
-            self._info_dirty = False
-            self._last_dropped = self.dropped
-            out.append(protocol.encode(self._info_frame()))
-        return b"".join(out)
+            if not self._send(self._steps_frame(), deadline):
+                return
+        bye = {"type": "bye", "pid": self.pid, "t": time.time(), "dropped": self.dropped}
+        self._send(self._info() + protocol.encode(bye), deadline)
 
-    def _send(self, data: bytes) -> bool:
+    def _send(self, data: bytes, deadline: float | None = None) -> bool:
         conn = self._conn
-        if conn is None or not data:
-            return conn is not None
+        if conn is None:
+            return False
         with self._send_lock:
             try:
+                if deadline is not None:
+                    conn.set_timeout(max(deadline - time.perf_counter(), 0.01))
                 conn.send(data)
             except (OSError, ValueError):
                 # sofa-top is gone (or stuck): stop measuring, stay silent, let the workload run
@@ -330,17 +362,10 @@ class Agent:
                 self._wake.wait(interval)
                 if self._stop.is_set():
                     continue
-                if not self._send(self._collect(final=False)):
+                if not self._flush():
                     return
         except Exception as e:
             self.fail("the drain thread", e)
-
-    def _final_flush(self) -> None:
-        # half the exit budget to encode, the rest to send; _at_exit waits for no more
-        deadline = time.perf_counter() + self.settings.exit_flush_s / 2
-        data = self._collect(final=True, deadline=deadline)
-        bye = {"type": "bye", "pid": self.pid, "t": time.time(), "dropped": self.dropped}
-        self._send(data + protocol.encode(bye))
 
     def _at_exit(self) -> None:
         if os.getpid() != self.pid or self._conn is None:
@@ -350,7 +375,7 @@ class Agent:
         t = self._thread
         if t is not None and t.is_alive():
             # a stuck send (sofa-top hung) is abandoned: the exit is never held longer
-            t.join(self.settings.exit_flush_s + 0.2)
+            t.join(self.settings.exit_flush_s + 0.1)
         self.enabled = False
         if not (t is not None and t.is_alive()) and self._conn is not None:
             self._conn.close()

@@ -6,8 +6,10 @@ holding one object with a string ``"type"`` field. Frame types (agent to server 
 ``hello``     ``{v, pid, ppid, t, python, argv, settings}`` -- first frame of a connection
 ``info``      ``{pid, t, python, frameworks: [[name, version]], hooks_applied: [hook],
               hooks_skipped: [[hook, reason]], dropped, optimize: {}}``
-``steps``     ``{pid, steps: [[source, step, start, end, input_wait_s, batch_size|null]]}``
-              (``start``/``end`` are Unix times; ``end - start`` is the step time)
+``steps``     ``{pid, source, data: [step, start_us, end_us, wait_us, batch_size|null, ...]}``
+              -- flat rows of ``STEP_FIELDS`` (integers; times in microseconds since the
+              Unix epoch, ``end_us - start_us`` is the step time, ``wait_us`` the input wait);
+              flat integer rows because encoding them is what the agent pays per step
 ``pipeline``  ``{pid, t, framework, note, stages: [{name, kind, parallelism, buffer,
               self_time_s, is_bottleneck}]}``
 ``workers``   ``{pid, t, framework, workers: [pid]}`` -- e.g. DataLoader worker processes
@@ -26,6 +28,7 @@ MAX_FRAME = 1 << 20  # bytes of JSON per frame; larger frames are a protocol err
 HEADER = struct.Struct(">I")
 
 FRAME_TYPES = ("hello", "info", "steps", "pipeline", "workers", "event", "bye")
+STEP_FIELDS = ("step", "start_us", "end_us", "wait_us", "batch_size")
 
 
 class FrameError(ValueError):

@@ -39,6 +39,11 @@ class Connection:
             self.close()
             raise
 
+    def set_timeout(self, seconds: float) -> None:
+        """Bound the next sends (used for the exit flush)."""
+        if self._sock is not None:
+            self._sock.settimeout(seconds)
+
     def close(self) -> None:
         """Close the socket (idempotent)."""
         sock, self._sock = self._sock, None

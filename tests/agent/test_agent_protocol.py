@@ -153,13 +153,14 @@ def test_convert_frames_to_samples() -> None:
         {
             "type": "steps",
             "pid": 1,
-            "steps": [["tf-eager", 3, 100.0, 100.5, 0.2, 8], ["python", 0, 1.0, 2.0, 0, None]],
+            "source": "tf-eager",
+            "data": [3, 100_000_000, 100_500_000, 200_000, 8, 4, 100_500_000, 101_000_000, 0, None],
         },
         pid=42,
     )
     assert steps == [
         StepSample(100.5, 3, 100.0, 0.5, 0.2, "tf-eager", 8, 42),
-        StepSample(2.0, 0, 1.0, 1.0, 0.0, "python", None, 42),
+        StepSample(101.0, 4, 100.5, 0.5, 0.0, "tf-eager", None, 42),
     ]
     (info,) = convert_frame(
         {
@@ -216,12 +217,14 @@ def test_convert_frames_to_samples() -> None:
 @pytest.mark.parametrize(
     "frame",
     [
-        {"type": "steps", "steps": [["s", 1, 2.0, 1.0, 0.0, None]]},  # ends before it starts
-        {"type": "steps", "steps": [["s", 1, 1.0, 2.0, -1.0, None]]},  # negative wait
-        {"type": "steps", "steps": [["s", True, 1.0, 2.0, 0.0, None]]},
-        {"type": "steps", "steps": [["s", 1, "a", 2.0, 0.0, None]]},
-        {"type": "steps", "steps": [["s", 1, 1.0, 2.0, 0.0]]},
-        {"type": "steps", "steps": {}},
+        {"type": "steps", "source": "s", "data": [1, 2, 1, 0, None]},  # ends before it starts
+        {"type": "steps", "source": "s", "data": [1, 1, 2, -1, None]},  # negative wait
+        {"type": "steps", "source": "s", "data": [True, 1, 2, 0, None]},
+        {"type": "steps", "source": "s", "data": [1, 1.5, 2, 0, None]},
+        {"type": "steps", "source": "s", "data": [1, 1, 2, 0]},  # a partial row
+        {"type": "steps", "source": "s", "data": [1, 1, 2, 0, "8"]},
+        {"type": "steps", "data": [1, 1, 2, 0, None]},  # no source
+        {"type": "steps", "source": "s", "data": {}},
         {"type": "info", "t": 1.0, "hooks_applied": [1]},
         {"type": "info", "t": "x"},
         {"type": "pipeline", "t": 1.0, "framework": "x", "stages": [{"kind": "map"}]},
@@ -244,7 +247,7 @@ def test_malformed_frames_are_errors(frame: dict[str, object]) -> None:
     st.sampled_from(protocol.FRAME_TYPES),
 )
 def test_conversion_never_fails_other_than_frame_error(payload: object, kind: str) -> None:
-    frame = {"type": kind, "t": 1.0, "steps": payload, "stages": payload, "workers": payload}
+    frame = {"type": kind, "t": 1.0, "data": payload, "stages": payload, "workers": payload}
     if isinstance(payload, dict):
         frame.update(payload)
         frame["type"] = kind

@@ -46,7 +46,7 @@ def good_peer_is_served(live: LiveServer) -> bool:
     with connect(live.socket_path) as s:
         s.sendall(
             encode({"type": "hello", "v": 1, "pid": os.getpid(), "t": time.time()})
-            + encode({"type": "steps", "steps": [["test", step, 1.0, 2.0, 0.5, 4]]})
+            + encode({"type": "steps", "source": "test", "data": [step, 1, 2, 0, 4]})
         )
         return live.wait_for(
             lambda ss: any(isinstance(x, StepSample) and x.step == step for x in ss), 5.0
@@ -174,7 +174,7 @@ def test_peer_with_wrong_uid_is_refused(tmp_path: Path) -> None:
         (struct.pack(">I", 0xFFFFFFFF), "oversized"),
         (struct.pack(">I", 100) + b'{"type": "ev', "truncated"),
         (struct.pack(">I", 5) + b"hello", "not JSON"),
-        (encode({"type": "steps", "steps": [["s", 1, 2.0, 1.0, 0.0, None]]}), "inconsistent"),
+        (encode({"type": "steps", "source": "s", "data": [1, 2, 1, 0, None]}), "ends before"),
     ],
 )
 def test_broken_peer_is_dropped_and_others_served(
@@ -187,7 +187,7 @@ def test_broken_peer_is_dropped_and_others_served(
     assert live.wait_for(lambda ss: bool(events(ss, "agent-protocol-error")), 5)
     (err,) = events(live.snapshot(), "agent-protocol-error")
     assert reason in err.message
-    other.sendall(encode({"type": "steps", "steps": [["early", 7, 1.0, 2.0, 0.0, None]]}))
+    other.sendall(encode({"type": "steps", "source": "early", "data": [7, 1, 2, 0, None]}))
     assert live.wait_for(
         lambda ss: any(isinstance(x, StepSample) and x.source == "early" for x in ss), 5
     )

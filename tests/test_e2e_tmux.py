@@ -1,0 +1,169 @@
+"""End to end in a real terminal: the ``sofa-top`` console script under tmux, read back with
+``capture-pane``, driven with ``send-keys``. Each test has its own tmux server (``-L``), killed
+in a ``finally``; sessions go to the per-test ``SOFA_TOP_DATA_DIR`` (conftest)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import SOFA_TOP
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+]
+
+WIDTH, HEIGHT = 160, 48
+EXIT_MARK = "__SOFA_EXIT__"
+
+
+class Tmux:
+    """One private tmux server with one 160x48 pane running a command."""
+
+    def __init__(self) -> None:
+        self.socket = f"sofa-e2e-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+    def tmux(self, *args: str) -> str:
+        out = subprocess.run(
+            ["tmux", "-L", self.socket, "-f", "/dev/null", *args],
+            capture_output=True,
+            text=True,
+            timeout=15,
+            check=True,
+        )
+        return out.stdout
+
+    def start(self, command: str) -> None:
+        """Run ``command`` in the pane; when it ends, print its exit status and keep the pane."""
+        # Under pytest the pane's shell starts with COLUMNS=80 LINES=24 in its environment, and
+        # Textual trusts those over the real pane size.
+        script = f"unset COLUMNS LINES; {command}; echo {EXIT_MARK} $?; sleep 600"
+        env = [f"SOFA_TOP_DATA_DIR={os.environ['SOFA_TOP_DATA_DIR']}", "TERM=xterm-256color"]
+        args = ["new-session", "-d", "-x", str(WIDTH), "-y", str(HEIGHT)]
+        for item in env:
+            args += ["-e", item]
+        self.tmux(*args, "bash", "-c", script)
+
+    def screen(self) -> str:
+        """What the pane shows now (wrapped lines joined)."""
+        return self.tmux("capture-pane", "-p", "-J")
+
+    def keys(self, *keys: str, literal: bool = False) -> None:
+        """Type ``keys`` (tmux key names, or literal text)."""
+        self.tmux("send-keys", *(["-l"] if literal else []), *keys)
+
+    def wait_for(self, ready: Callable[[str], bool], timeout: float, what: str) -> str:
+        """Poll the screen until ``ready``; on timeout fail with the last screen."""
+        deadline = time.monotonic() + timeout
+        screen = ""
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if ready(screen):
+                return screen
+            time.sleep(0.3)
+        raise AssertionError(
+            f"timed out after {timeout:.0f}s waiting for {what}; screen:\n{screen}"
+        )
+
+    def kill(self) -> None:
+        """Stop the server (and with it the pane's shell)."""
+        subprocess.run(
+            ["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=15, check=False
+        )
+
+
+@pytest.fixture
+def tmux() -> Iterator[Tmux]:
+    t = Tmux()
+    try:
+        yield t
+    finally:
+        t.kill()
+
+
+def saved_session(screen: str) -> Path:
+    match = re.search(r"session saved: (\S+)", screen)
+    assert match, screen
+    return Path(match.group(1))
+
+
+def test_attach_reads_the_hot_function_and_cpu_then_q_saves_the_session(
+    tmux: Tmux, busy_python: subprocess.Popen[bytes]
+) -> None:
+    tmux.start(f"{shlex.quote(SOFA_TOP)} attach {busy_python.pid}")
+
+    def ready(screen: str) -> bool:
+        return "spin_here" in screen and re.search(r"CPU .*?\d+% of \d+ cores?", screen) is not None
+
+    screen = tmux.wait_for(ready, 20, "spin_here and a CPU figure")
+    assert f"pid {busy_python.pid}" in screen
+    assert re.search(r"spin_here\s+busy_python\.py:\d+", screen), screen
+    cpu = re.search(r"CPU .*?(\d+)% of \d+ cores?", screen)
+    assert cpu is not None and int(cpu.group(1)) >= 10, screen  # a busy loop shows up busy
+    tmux.keys("q")
+    screen = tmux.wait_for(lambda s: EXIT_MARK in s, 30, "sofa-top to exit")
+    assert f"{EXIT_MARK} 0" in screen
+    path = saved_session(screen)
+    assert path.is_file() and path.stat().st_size > 0
+    assert path.parent == Path(os.environ["SOFA_TOP_DATA_DIR"]) / "sessions"
+    assert busy_python.poll() is None  # attaching never stops the target
+
+
+def test_demo_torch_shows_input_bound_and_quit_asks_then_stops_the_workload(tmux: Tmux) -> None:
+    tmux.start(f"{shlex.quote(SOFA_TOP)} demo torch --seconds 60")
+    workload: psutil.Process | None = None
+    try:
+        screen = tmux.wait_for(lambda s: "INPUT-BOUND" in s, 40, "the input-bound verdict")
+        match = re.search(r"pid (\d+) \S*python\S* \S*torch_input_bound\.py", screen)
+        assert match, screen
+        workload = psutil.Process(int(match.group(1)))
+        assert "DataLoader(num_workers" in screen  # the recommendation, on screen too
+
+        # Ctrl-C asks first and stops nothing when the answer is no.
+        tmux.keys("C-c")
+        tmux.wait_for(lambda s: "The workload is still running" in s, 10, "the quit question")
+        tmux.keys("n")
+        tmux.wait_for(
+            lambda s: "The workload is still running" not in s, 10, "the question to close"
+        )
+        assert workload.is_running() and workload.status() != psutil.STATUS_ZOMBIE
+
+        tmux.keys("q")
+        tmux.wait_for(lambda s: "[y] stop & quit" in s, 10, "the quit question")
+        tmux.keys("y")
+        screen = tmux.wait_for(lambda s: EXIT_MARK in s, 40, "sofa-top to exit")
+        assert f"{EXIT_MARK} 0" in screen
+        assert saved_session(screen).is_file()
+        workload.wait(10)  # the CLI stopped and reaped it: wait() returns at once
+        assert not workload.is_running()
+    finally:
+        if workload is not None and workload.is_running():
+            workload.kill()  # only if the test failed midway: never leave the demo behind
+
+
+def test_replay_of_a_recorded_session_in_a_real_terminal(tmux: Tmux, tmp_path: Path) -> None:
+    from test_tui_replay import write_session
+
+    path = tmp_path / "train.sofa"
+    write_session(path)
+    tmux.start(f"{shlex.quote(SOFA_TOP)} replay {shlex.quote(str(path))}")
+    screen = tmux.wait_for(
+        lambda s: "REPLAY" in s and "matmul_kernel" in s, 20, "the replay at the end"
+    )
+    assert "COMPUTE-BOUND" in screen and "at 1:00 / 1:00" in screen
+    tmux.keys("[", "[", literal=True)  # two verdict changes back
+    screen = tmux.wait_for(lambda s: "at 0:05" in s, 10, "the cursor at the first change")
+    assert "INPUT-BOUND" in screen and "load_batch" in screen
+    tmux.keys("q")
+    screen = tmux.wait_for(lambda s: EXIT_MARK in s, 20, "sofa-top to exit")
+    assert f"{EXIT_MARK} 0" in screen
