@@ -106,6 +106,17 @@ def summary(title: str, times: dict[str, list[float]], base: str = "eager") -> N
         )
 
 
+def print_decisions(model: nn.Module) -> None:
+    for run in depth_first_report(model):
+        for d in run.decisions:
+            sp = f"{d.speedup:.2f}x" if d.speedup is not None else "-"
+            state = "chunked" if d.chunked else "original"
+            print(
+                f"  run {run.name:<12} {state:<8} tile={d.tile} workers={d.workers} "
+                f"measured {sp} ({d.reason})"
+            )
+
+
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).detach().abs().max())
 
@@ -124,11 +135,7 @@ def bench_inference(
         tune_s = time.perf_counter() - start
         print(f"\n[{name}] input {tuple(x.shape)}; depth_first first call (tuning) {tune_s:.2f} s")
         print(f"  depth_first vs eager: max |diff| = {max_diff(got, want):.2e}")
-        for run in depth_first_report(df):
-            for d in run.decisions:
-                sp = f"{d.speedup:.2f}x" if d.speedup is not None else "-"
-                state = "chunked" if d.chunked else "original"
-                print(f"  run {run.name:<12} {state:<8} tile={d.tile} measured {sp} ({d.reason})")
+        print_decisions(df)
         variants: dict[str, Callable[[], Any]] = {
             "eager": lambda: eager(x),
             "depth_first": lambda: df(x),
@@ -160,11 +167,7 @@ def bench_training(name: str, model: nn.Module, x: torch.Tensor, repeats: int) -
     got = step(df)
     print(f"\n[{name}] training fwd+bwd, input {tuple(x.shape)}")
     print(f"  depth_first vs eager: max |diff| = {max_diff(got, want):.2e}")
-    for run in depth_first_report(df):
-        for d in run.decisions:
-            sp = f"{d.speedup:.2f}x" if d.speedup is not None else "-"
-            state = "chunked" if d.chunked else "original"
-            print(f"  run {run.name:<12} {state:<8} tile={d.tile} measured {sp} ({d.reason})")
+    print_decisions(df)
     times = interleaved({"eager": lambda: step(eager), "depth_first": lambda: step(df)}, repeats)
     summary(f"[{name}] training, batch {x.shape[0]}", times)
 

@@ -58,10 +58,11 @@ Tuning
     call for each (run, input shape, dtype, train/eval, autograd) a short measurement (about
     1 s per run) compares the original layers with a few chunk sizes, with and without worker
     threads (forward, plus backward when autograd records); a variant must win in both the
-    fastest and the median round. BatchNorm buffers and the RNG state are restored after it and it never runs during
-    ``torch.jit``/fx tracing or ``torch.compile``, so tuning cannot change results. A run
-    keeps the original path when no chunking is ``min_speedup`` times faster; the decision is
-    recorded and shown by ``depth_first_report``. ``chunk_bytes=`` forces a size (no tuning).
+    fastest and the median round. BatchNorm buffers and the RNG state are restored after it,
+    and it never runs during ``torch.jit``/fx tracing or ``torch.compile``, so tuning cannot
+    change results. A run keeps the original path when no variant is ``min_speedup`` times
+    faster; the decision is recorded and shown by ``depth_first_report``. ``chunk_bytes=``
+    forces a size (no tuning).
 
 torch.compile
     Mutually exclusive: ``depth_first`` on a compiled module (``torch.compile(m)`` or
@@ -432,6 +433,7 @@ class _Run:
             x.is_contiguous(),
             self.mutates_input and x._base is not None,
             batch_stats,
+            tuple(bn.training for bn in self.bns),
             self._dropout_active(),
             grad,
             tuple(_signature(s) for s in sides),
@@ -491,9 +493,23 @@ class _Run:
             for c0, cl in groups
         ]
 
-        def run_tile(b0: int, bl: int, g: int) -> Tensor:
+        jobs = [(b0, min(nb, n - b0), g) for b0 in range(0, n, nb) for g in range(len(groups))]
+        # Under autograd each narrow() view's backward would build a zero tensor of the full
+        # input size (once per chunk); one split() has one backward that concatenates.
+        split: dict[int, list[Tensor]] = {}
+        if grad:
+            split[id(x)] = _split_tiles(x, nb, nc)
+            for _, payload in steps:
+                if isinstance(payload, Tensor) and payload.requires_grad:
+                    split[id(payload)] = _split_tiles(payload, nb, nc)
+
+        def cut(t: Tensor, j: int, b0: int, bl: int, c0: int, cl: int) -> Tensor:
+            tiles = split.get(id(t))
+            return tiles[j] if tiles is not None else _tile(t, b0, bl, c0, cl, n, c)
+
+        def run_tile(j: int, b0: int, bl: int, g: int) -> Tensor:
             c0, cl = groups[g]
-            t = _tile(x, b0, bl, c0, cl, n, c)
+            t = cut(x, j, b0, bl, c0, cl)
             own = False  # t is a temporary of ours, safe to overwrite
             if cl < c and bl > 1 and not t.is_contiguous():
                 # A channel slice of several samples is strided; BatchNorm's kernel for strided
@@ -513,18 +529,17 @@ class _Run:
                 elif kind == "pool":
                     t = payload(t)
                 elif kind == "mul":
-                    m = _tile(payload, b0, bl, c0, cl, n, c) if payload.dim() else payload
+                    m = cut(payload, j, b0, bl, c0, cl) if payload.dim() else payload
                     t = t.mul_(m) if own and scratch else t * m
                 else:  # add
                     if isinstance(payload, Tensor):
-                        payload = _tile(payload, b0, bl, c0, cl, n, c)
+                        payload = cut(payload, j, b0, bl, c0, cl)
                     t = t.add_(payload) if own and scratch else t + payload
                 own = True
             return t
 
-        jobs = [(b0, min(nb, n - b0), g) for b0 in range(0, n, nb) for g in range(len(groups))]
         if grad:
-            outs = [run_tile(*job) for job in jobs]
+            outs = [run_tile(j, *job) for j, job in enumerate(jobs)]
             per_row = len(groups)
             rows = [
                 outs[i] if per_row == 1 else torch.cat(outs[i : i + per_row], 1)
@@ -533,16 +548,16 @@ class _Run:
             return rows[0] if len(rows) == 1 else torch.cat(rows, 0)
         out = x.new_empty(shapes[-1])
 
-        def store(job: tuple[int, int, int]) -> None:
-            b0, bl, g = job
+        def store(j: int) -> None:
+            b0, bl, g = jobs[j]
             c0, cl = groups[g]
-            _tile(out, b0, bl, c0, cl, n, c).copy_(run_tile(b0, bl, g))
+            _tile(out, b0, bl, c0, cl, n, c).copy_(run_tile(j, b0, bl, g))
 
         if workers > 1 and len(jobs) > 1:
-            _workers(workers).map(jobs, store, torch.is_inference_mode_enabled())
+            _workers(workers).map(list(range(len(jobs))), store, torch.is_inference_mode_enabled())
         else:
-            for job in jobs:
-                store(job)
+            for j in range(len(jobs)):
+                store(j)
         return out
 
     def _steps(
@@ -664,8 +679,6 @@ class _Run:
                         return f"{op.label}: {t.dim()}D input"
                     if t.shape[1] != op.module.num_features:
                         return f"{op.label}: channel count mismatch"
-                    if op.module.training and t.numel() == t.shape[1]:
-                        return f"{op.label}: one value per channel in training"
                 elif op.kind == "pool":
                     assert op.module is not None
                     if t.dim() != _POOL_DIMS[type(op.module)] + 2:
@@ -696,7 +709,14 @@ class _Run:
         if self.mutates_input and x._base is not None:
             return "in-place first layer on a view"
         shapes = self._shapes_for(x, sides)
-        return shapes if isinstance(shapes, str) else None
+        if isinstance(shapes, str):
+            return shapes
+        for op, shape in zip(self.ops, shapes, strict=False):
+            # F.batch_norm raises on one value per channel in training: let the original do it.
+            training = op.module is not None and op.module.training
+            if op.kind == "bn" and training and _prod(shape) == shape[1]:
+                return f"{op.label}: one value per channel in training"
+        return None
 
     def _plan(
         self, shapes: list[tuple[int, ...]], itemsize: int, target: int, batch_split: bool
@@ -774,7 +794,7 @@ class _Run:
             why = "forced chunk_bytes" if self.opts.chunk_bytes else "tuning off"
             return decision((tile, spread), target, True, None, why)
         plans: dict[_Variant, int] = {}  # in order of preference, for a tight budget
-        options = [(0, _TUNE_FACTORS)]
+        options: list[tuple[int, tuple[float, ...]]] = [(0, _TUNE_FACTORS)]
         if spread:
             options = [(spread, _TUNE_FACTORS)]
             if self.opts.parallel_chunks is None:
@@ -983,6 +1003,14 @@ def _tile(t: Tensor, b0: int, bl: int, c0: int, cl: int, n: int, c: int) -> Tens
     if cl < c:
         t = t.narrow(1, c0, cl)
     return t
+
+
+def _split_tiles(t: Tensor, nb: int, nc: int) -> list[Tensor]:
+    """Tiles of ``t`` in job order (rows of samples, then channel groups)."""
+    rows = torch.split(t, nb, 0) if nb < t.shape[0] else (t,)
+    return [
+        tile for row in rows for tile in (torch.split(row, nc, 1) if nc < t.shape[1] else (row,))
+    ]
 
 
 def _chan(v: Tensor | None, c0: int, cl: int, c: int) -> Tensor | None:

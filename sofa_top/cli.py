@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from sofa_top.agent_server import AgentServer
     from sofa_top.collector import Collector
     from sofa_top.session import Session
+    from sofa_top.source import OnSnapshot
 
 DEFAULT_INTERVAL_S = 0.1
 DEFAULT_STACK_RATE_HZ = 100.0
@@ -177,8 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sofa_top.doctor import main as doctor_main
 
             return doctor_main()
-        parser.print_help()
-        return 0
+        return _home(args)
     except UserError as exc:
         print(f"sofa-top: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -198,11 +198,23 @@ class _Run:
         self.session = session
         self.popen = popen
         self.server = server
+        self.session_path = session.session_path
+        self.target = session.target
+
+    def start(self, on_snapshot: OnSnapshot | None = None) -> None:
+        """SnapshotSource: start the session."""
+        self.session.start(on_snapshot)
+
+    def stop(self) -> None:
+        """SnapshotSource: the user quit the dashboard (and confirmed stopping a launch)."""
+        self.finish("user quit")
 
     def finish(self, reason: str) -> None:
         """Stop the workload sofa-top launched (if still running), then the session."""
-        if self.popen is not None:
+        if self.popen is not None and self.popen.poll() is None:
             terminate_workload(self.popen)
+            # Let the process collector see the exit, so the session records its code.
+            self.session.wait(2.0)
         self.session.stop(reason)
         if self.server is not None:
             self.server.close()
@@ -321,7 +333,7 @@ def _dashboard(run: _Run) -> int:
     from sofa_top.tui.app import run_dashboard
 
     try:
-        path = run_dashboard(run.session)
+        path = run_dashboard(run)
     finally:
         run.finish("user quit")
     print(f"session saved: {path or run.session.session_path}")
@@ -426,4 +438,31 @@ def _sessions(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         render_sessions(sessions)
+    return 0
+
+
+def _home(args: argparse.Namespace) -> int:
+    """``sofa-top`` alone: pick a process to attach to, type a command to launch, or replay."""
+    from sofa_top.tui.home import run_home
+
+    choice = run_home()
+    if choice is None:
+        return 0
+    for name, default in (
+        ("interval", DEFAULT_INTERVAL_S),
+        ("stack_rate", DEFAULT_STACK_RATE_HZ),
+        ("no_stacks", False),
+        ("output", None),
+        ("name", None),
+    ):
+        setattr(args, name, default)
+    if choice.action == "attach" and choice.pid is not None:
+        args.pid = choice.pid
+        return _attach(args)
+    if choice.action == "launch" and choice.argv:
+        args.cmd = list(choice.argv)
+        return _launch(args)
+    if choice.action == "replay" and choice.path is not None:
+        args.session = str(choice.path)
+        return _replay(args)
     return 0

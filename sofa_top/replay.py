@@ -38,7 +38,7 @@ from sofa_top.samples import (
     StackWindow,
     SystemSample,
 )
-from sofa_top.snapshot import Snapshot, StackSummary, TargetInfo
+from sofa_top.snapshot import LOG_LINES, Snapshot, StackSummary, TargetInfo
 from sofa_top.source import OnSnapshot, SnapshotSource
 from sofa_top.stackstats import summarize
 from sofa_top.store import SessionReader
@@ -47,7 +47,7 @@ from sofa_top.verdicts import Recommendation, Verdict
 STACK_SUMMARY_S = 5.0  # as the live hub (session.STACK_SUMMARY_S)
 EVENTS_KEPT = 50  # as many events and steps as the hub hands the UI
 STEPS_KEPT = 600
-HIDDEN_EVENT_KINDS = ("agent", "pipeline")  # stored as events, but not events to the hub
+HIDDEN_EVENT_KINDS = ("agent", "pipeline", "log", "log-dropped")  # stored, not hub events
 MARKER_KIND = "verdict"
 _GPU_FIELDS = ("util", "mem_used", "power", "temp", "sm_clock", "target_mem")
 
@@ -211,6 +211,8 @@ class ReplaySource:
             cpu_count=int(meta.get("cpu_count") or 1),
             verdict=None if verdict_ev is None else verdict_from_event(verdict_ev),
             steps=tuple(steps),
+            logs=tuple(r.events_of_kind_before("log", ts, LOG_LINES)),
+            read_only=True,
         )
 
 

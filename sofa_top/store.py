@@ -70,6 +70,7 @@ CREATE TABLE IF NOT EXISTS steps (ts REAL, step INTEGER, start REAL, duration_s 
     input_wait_s REAL, source TEXT, batch_size INTEGER, pid INTEGER);
 CREATE TABLE IF NOT EXISTS events (ts REAL NOT NULL, kind TEXT NOT NULL, message TEXT,
     data TEXT);
+CREATE INDEX IF NOT EXISTS events_by_kind ON events (kind, ts);
 """
 
 
@@ -565,6 +566,18 @@ class SessionReader:
             f"SELECT ts, kind, message, data FROM events WHERE ts <= ? AND kind NOT IN ({marks}) "
             "ORDER BY ts DESC, rowid DESC LIMIT ?",
             (at, *ks, limit),
+        ).fetchall()
+        return [
+            Event(ts, k, msg or "", json.loads(data) if data else {})
+            for ts, k, msg, data in reversed(rows)
+        ]
+
+    def events_of_kind_before(self, kind: str, at: float, limit: int) -> list[Event]:
+        """The last ``limit`` events of one kind at or before ``at``, oldest first."""
+        rows = self._db.execute(
+            "SELECT ts, kind, message, data FROM events WHERE kind = ? AND ts <= ? "
+            "ORDER BY ts DESC, rowid DESC LIMIT ?",
+            (kind, at, limit),
         ).fetchall()
         return [
             Event(ts, k, msg or "", json.loads(data) if data else {})

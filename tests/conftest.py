@@ -16,7 +16,9 @@ SOFA_TOP = str(Path(sys.executable).with_name("sofa-top"))
 
 
 @pytest.fixture(autouse=True)
-def _isolated_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+def _isolated_data_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Sessions written by tests never land in the user's data dir."""
     monkeypatch.setenv("SOFA_TOP_DATA_DIR", str(tmp_path_factory.mktemp("sofa-data")))
 

@@ -326,6 +326,19 @@ def test_small_batch_eval_splits_channels() -> None:
     assert decision.split == "channels" and decision.tile == (1, 4)
 
 
+def test_errors_of_the_original_are_kept() -> None:
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU())
+    depth_first(model, chunk_bytes=4)
+    x = torch.randn(1, 3)
+    model.eval()
+    model(x)  # fine in eval: running stats
+    model.train()
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        model(x)
+    with pytest.raises(RuntimeError):
+        model(torch.randn(2, 5))  # wrong feature count, raised by Linear as before
+
+
 def test_mode_dependent_forward_is_not_rewritten() -> None:
     class Branchy(nn.Module):
         def __init__(self) -> None:

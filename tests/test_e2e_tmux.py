@@ -76,10 +76,13 @@ class Tmux:
         )
 
     def kill(self) -> None:
-        """Stop the server (and with it the pane's shell)."""
+        """Stop the server (and with it the pane's shell) and remove its socket file."""
         subprocess.run(
             ["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=15, check=False
         )
+        # tmux leaves the socket file behind; one per test run would pile up in /tmp.
+        tmpdir = os.environ.get("TMUX_TMPDIR") or "/tmp"
+        Path(tmpdir, f"tmux-{os.getuid()}", self.socket).unlink(missing_ok=True)
 
 
 @pytest.fixture

@@ -212,7 +212,7 @@ async def test_steps_and_log_views_in_a_replay(replay: ReplaySource) -> None:
     app = DashboardApp(replay, refresh_s=1.0)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(lambda: app.shown is not None)
-        await cursor_to(pilot, app, MARKERS[0] + 10, "left_square_bracket", "left_square_bracket")
+        await cursor_to(pilot, app, MARKERS[0], "left_square_bracket", "left_square_bracket")
         await cursor_to(pilot, app, MARKERS[0] + 10, "shift+right")
         await pilot.press("2")
         await pilot.pause()

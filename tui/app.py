@@ -269,13 +269,23 @@ class DashboardApp(App[str]):
             banner.display = True
         else:
             banner.display = False
-        self.timelines.show(snapshot)
-        self.processes.show(snapshot.process)
-        self.stacks.show(snapshot)
-        self.steps.show(snapshot)
-        self.pipeline.show(snapshot)
-        self.log_pane.show(snapshot)
+        self._render_view(snapshot)
         self._fit_top()
+
+    def _render_view(self, snapshot: Snapshot) -> None:
+        # Only the view on screen: each redraw costs CPU in the profiled machine's budget, and
+        # a view catches up from the snapshot on screen when it is switched to.
+        view = self.views.active or "tab-overview"
+        if view == "tab-overview":
+            self.timelines.show(snapshot)
+            self.processes.show(snapshot.process)
+            self.stacks.show(snapshot)
+        elif view == "tab-steps":
+            self.steps.show(snapshot)
+            self.pipeline.show(snapshot)
+        elif view == "tab-log":
+            # The snapshot holds the last LOG_LINES lines, all the pane keeps: nothing is lost.
+            self.log_pane.show(snapshot)
 
     def _fit_top(self) -> None:
         # The top row is as tall as the timelines need, but never starves the stacks pane.
@@ -321,6 +331,9 @@ class DashboardApp(App[str]):
 
     @on(TabbedContent.TabActivated, "#views")
     def _view_changed(self, event: TabbedContent.TabActivated) -> None:
+        if self.shown is not None:
+            self._render_view(self.shown)
+            self._fit_top()
         # Focus follows the view, so arrows scroll what is on screen.
         target = {
             "tab-overview": self.timelines,

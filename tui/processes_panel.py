@@ -123,13 +123,18 @@ class ProcessesBody(Widget):
 
     def show(self, sample: ProcessSample | None) -> None:
         """Replace what is drawn."""
+        before = self._lines()
         self.sample = sample
-        self.refresh(layout=True)
+        # A layout pass repaints the whole screen: only when the row count changed.
+        self.refresh(layout=self._lines() != before)
 
-    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+    def _lines(self) -> int:
         if self.sample is None or not self.sample.procs:
             return 1
         return len(self.sample.procs) + 1
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return self._lines()
 
     def render(self) -> Table | Text:
         sample = self.sample

@@ -383,10 +383,12 @@ class PipelineBody(Widget):
         self, pipeline: PipelineSample | None, agent: AgentInfo | None, launched: bool
     ) -> None:
         """Replace what is drawn."""
+        same = (pipeline, agent, launched) == (self.pipeline, self.agent, self.launched)
         self.pipeline = pipeline
         self.agent = agent
         self.launched = launched
-        self.refresh(layout=True)
+        if not same:  # the agent reports rarely: most seconds there is nothing to redraw
+            self.refresh(layout=True)
 
     def _agent_lines(self, width: int) -> int:
         return max(1, math.ceil(agent_text(self.agent, self.launched).cell_len / max(width, 1)))

@@ -237,11 +237,13 @@ class TimelineBody(Widget):
 
     def show(self, rows: list[TimelineRow], *, end: float, window: float) -> None:
         """Replace what is drawn."""
+        before = self.line_count
         self.rows = rows
         self.end = end
         self.window = window
         self._cache = None
-        self.refresh(layout=True)
+        # A layout pass repaints the whole screen: only when the height changed.
+        self.refresh(layout=self.line_count != before)
 
     @property
     def line_count(self) -> int:

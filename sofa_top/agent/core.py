@@ -21,7 +21,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sofa_top.agent import protocol
 from sofa_top.agent.settings import (
@@ -54,9 +54,10 @@ class HookSkipped(Exception):
     """Raised by an installer when its hook cannot apply; the message is the reason."""
 
 
-StepRecord = tuple[
-    str, int, float, float, float, "int | None"
-]  # source, step, start, end, wait, bs
+if TYPE_CHECKING:  # aliases only for the checker: the agent also runs on Python 3.8
+    # source, step, start, end, wait, batch size
+    StepRecord = tuple[str, int, float, float, float, int | None]
+    Installer = Callable[["Agent", ModuleType], None]
 
 
 class StepClock:
@@ -173,7 +174,8 @@ class Agent:
             if h not in settings.disabled_hooks
         }
         for h in settings.disabled_hooks:
-            self._skipped[h] = "disabled in settings"
+            if h in HOOK_NAMES:
+                self._skipped[h] = "disabled in settings"
         self._info_dirty = True
         self._last_dropped = 0
         self._clocks: dict[str, StepClock] = {}
@@ -193,10 +195,6 @@ class Agent:
         if c is None:
             c = self._clocks[source] = StepClock(self, source)
         return c
-
-    def wall(self, perf: float) -> float:
-        """Convert a perf_counter reading to Unix time."""
-        return perf + self._offset
 
     # -- rare events ----------------------------------------------------------------------
 
@@ -232,6 +230,7 @@ class Agent:
     def fail(self, where: str, exc: BaseException) -> None:
         """An agent bug: say so once and switch the agent off; the workload goes on."""
         log_once(f"internal error in {where}: {exc!r}; telemetry stopped")
+        self.event("agent-error", f"internal error in {where}: {exc!r}; telemetry stopped")
         self.enabled = False
 
     # -- frames ---------------------------------------------------------------------------
@@ -248,8 +247,9 @@ class Agent:
             "t": time.time(),
             "python": sys.version.split()[0],
             "frameworks": frameworks,
-            "hooks_applied": list(self._applied),
-            "hooks_skipped": [[h, r] for h, r in self._skipped.items()],
+            # copies are atomic under the GIL; hooks may change these from another thread
+            "hooks_applied": self._applied.copy(),
+            "hooks_skipped": [[h, r] for h, r in self._skipped.copy().items()],
             "dropped": self.dropped,
             "optimize": self.settings.optimize,
             "settings_problems": list(self.settings.problems),
@@ -393,8 +393,6 @@ class Agent:
 
 
 # -- lazy hooks -----------------------------------------------------------------------------
-
-Installer = Callable[[Agent, ModuleType], None]
 
 
 class _HookingLoader(importlib.abc.Loader):

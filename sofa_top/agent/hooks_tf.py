@@ -32,14 +32,20 @@ from __future__ import annotations
 
 import sys
 import time
+import weakref
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sofa_top.agent.core import Agent, HookSkipped
 
 _MAX_STAGES = 64
 _MAX_TRACKED = 4096
+
+
+if TYPE_CHECKING:
+    # a weakref to the dataset, its stages, batch size and note
+    _Declared = tuple[Callable[[], object] | None, list[dict[str, Any]], int | None, str]
 
 
 class _State:
@@ -48,7 +54,7 @@ class _State:
     owned_cls: type | None = None
     orig_next: Callable[[Any], Any] | None = None
     batch_sizes: dict[int, int | None] = {}  # id(iterator) -> batch size of its dataset
-    pipelines_seen: set[int] = set()  # id(dataset) already reported
+    declared: dict[int, _Declared] = {}  # id(dataset) -> what walking it found
     stats_it: Callable[[], object] | None = None  # weakref to the iterator to read stats from
     stats_due = float("inf")
     keras_reason: str | None = "not installed"
@@ -144,7 +150,7 @@ def _int_attr(obj: object, name: str) -> int | None:
     numpy = getattr(value, "numpy", None)
     try:
         return int(numpy() if numpy is not None else value)
-    except (TypeError, ValueError):
+    except Exception:  # a symbolic tensor, or anything unexpected: unknown
         return None
 
 
@@ -249,6 +255,12 @@ def runtime_stages(iterator: Any) -> tuple[list[dict[str, Any]], str]:
     return stages, note
 
 
+def _executing_eagerly() -> bool:
+    tf = sys.modules.get("tensorflow")
+    check = getattr(tf, "executing_eagerly", None)
+    return bool(check()) if check is not None else True
+
+
 def install_pipeline(agent: Agent, module: ModuleType) -> None:
     """Wrap ``DatasetV2.__iter__`` (tensorflow.python.data.ops.dataset_ops)."""
     cls = getattr(module, "DatasetV2", None)
@@ -258,7 +270,8 @@ def install_pipeline(agent: Agent, module: ModuleType) -> None:
 
     def __iter__(self: Any) -> Any:
         it = orig(self)
-        if agent.enabled:
+        # inside a tf.function there is nothing to walk or time from Python
+        if agent.enabled and _executing_eagerly():
             try:
                 _new_iterator(agent, self, it)
             except Exception as e:
@@ -270,18 +283,31 @@ def install_pipeline(agent: Agent, module: ModuleType) -> None:
     agent.hook_applied("tf-data-pipeline")
 
 
-def _new_iterator(agent: Agent, dataset: Any, it: Any) -> None:
-    import weakref
+def _declared(dataset: Any) -> tuple[list[dict[str, Any]], int | None, str, bool]:
+    """``declared_stages`` cached per live dataset (a loop may create an iterator per epoch,
+    or even per step); the last item says whether this dataset is new."""
+    cache = _State.declared
+    hit = cache.get(id(dataset))
+    if hit is not None and hit[0] is not None and hit[0]() is dataset:
+        return hit[1], hit[2], hit[3], False
+    if len(cache) > _MAX_TRACKED:
+        cache.clear()
+    stages, batch_size, note = declared_stages(dataset)
+    try:
+        ref: Callable[[], object] | None = weakref.ref(dataset)
+    except TypeError:
+        ref = None
+    cache[id(dataset)] = (ref, stages, batch_size, note)
+    return stages, batch_size, note, True
 
+
+def _new_iterator(agent: Agent, dataset: Any, it: Any) -> None:
     sizes = _State.batch_sizes
     if len(sizes) > _MAX_TRACKED:
         sizes.clear()
-    stages, batch_size, note = declared_stages(dataset)
+    stages, batch_size, note, new = _declared(dataset)
     sizes[id(it)] = batch_size
-    if id(dataset) not in _State.pipelines_seen:
-        if len(_State.pipelines_seen) > _MAX_TRACKED:
-            _State.pipelines_seen.clear()
-        _State.pipelines_seen.add(id(dataset))
+    if new:
         agent.send_frame(
             {"type": "pipeline", "framework": "tf.data", "note": note, "stages": stages}
         )

@@ -64,7 +64,11 @@ def parse_settings(text: str | None) -> AgentSettings:
     for key, value in raw.items():
         if key in _FLOATS:
             lo, hi = _FLOATS[key]
-            if isinstance(value, int | float) and not isinstance(value, bool) and lo <= value <= hi:
+            if (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and lo <= value <= hi
+            ):
                 values[key] = float(value)
             else:
                 problems.append(f"{key}: expected a number in [{lo}, {hi}]")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from agent_harness import base_env, run_cmd, run_with_agent, workload_cmd  # noqa: E402
+from agent_harness import base_env, run_cmd, run_with_agent, workload_cmd
 
 CASES: dict[str, list[str]] = {
     "plain-1ms": workload_cmd(

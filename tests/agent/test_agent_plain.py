@@ -196,9 +196,29 @@ def test_workload_exit_code_is_kept(args: list[str], code: int) -> None:
     assert run.events("agent-exit")
 
 
-def test_other_virtualenv_without_sofa_top(tmp_path: Path) -> None:
+def _interpreters() -> list[object]:
+    """This Python, plus an older and a newer one when pyenv has them (else skipped)."""
+    found = {
+        p.parent.parent.name: p
+        for p in sorted((Path.home() / ".pyenv" / "versions").glob("3.*/bin/python3"))
+    }
+    out: list[object] = [pytest.param(sys.executable, id="this-python")]
+    for want in ("3.8", "3.13"):
+        match = [p for name, p in found.items() if name.startswith(want + ".")]
+        out.append(
+            pytest.param(
+                str(match[-1]) if match else "",
+                id=f"python{want}",
+                marks=pytest.mark.skipif(not match, reason=f"no Python {want} here"),
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("base_python", _interpreters())
+def test_other_virtualenv_without_sofa_top(tmp_path: Path, base_python: str) -> None:
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    subprocess.run([base_python, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = str(venv / "bin" / "python")
     probe = subprocess.run(
         [

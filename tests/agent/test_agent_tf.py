@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 
 import pytest
 from agent_harness import classify, run_with_agent, workload_cmd
@@ -105,3 +106,25 @@ def test_keras_fit_with_steps_per_execution_is_reported_not_guessed() -> None:
     assert run.steps("keras-fit") == []
     skipped = dict(run.infos()[-1].hooks_skipped)
     assert "steps_per_execution=3" in skipped["keras-fit"]
+
+
+def test_iteration_inside_tf_function_is_left_alone() -> None:
+    """Graph-mode iteration has nothing to time from Python; it must not trip the agent."""
+    code = (
+        "import tensorflow as tf\n"
+        "ds = tf.data.Dataset.range(20).batch(4)\n"
+        "@tf.function\n"
+        "def total():\n"
+        "    s = tf.constant(0, tf.int64)\n"
+        "    for x in ds:\n"
+        "        s += tf.reduce_sum(x)\n"
+        "    it = iter(ds)\n"
+        "    return s + tf.reduce_sum(next(it))\n"
+        "print(int(total()), sum(int(tf.reduce_sum(x)) for x in ds))\n"
+    )
+    run = run_with_agent([sys.executable, "-c", code])
+    assert run.returncode == 0, run.summary()
+    assert run.stdout.split() == ["196", "190"]
+    assert "sofa-top agent:" not in run.stderr
+    assert run.events("agent-error") == []
+    assert len(run.steps("tf-eager")) == 5  # the eager pass only: 5 batches

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import sys
 
 import pytest
 from agent_harness import classify, run_with_agent, workload_cmd
@@ -65,3 +66,32 @@ def test_dataloader_workers_are_reported() -> None:
     assert abs(run.agent_fraction("torch-dataloader", WARMUP) - own) <= 0.10
     (pipe,) = run.pipelines()
     assert any(s.kind == "prefetch" and s.parallelism == 2 for s in pipe.stages)
+
+
+def test_disabled_hook_is_reported_and_the_optimizer_clock_takes_over() -> None:
+    run = run_with_agent(
+        workload_cmd("agent_torch.py", "--mode", "input", "--steps", "10"),
+        settings={"disabled_hooks": ["torch-dataloader"]},
+    )
+    assert run.returncode == 0, run.summary()
+    info = run.infos()[-1]
+    assert dict(info.hooks_skipped)["torch-dataloader"] == "disabled in settings"
+    assert "torch-optimizer" in info.hooks_applied
+    assert run.steps("torch-dataloader") == []
+    assert len(run.steps("torch-optimizer")) == WARMUP + 10 - 1
+
+
+def test_hooked_modules_look_untouched() -> None:
+    """The import hook leaves the real loader on the module (source, resources still work)."""
+    code = (
+        "import inspect, torch.utils.data.dataloader as d\n"
+        "from importlib.machinery import SourceFileLoader\n"
+        "assert type(d.__loader__) is SourceFileLoader, d.__loader__\n"
+        "assert type(d.__spec__.loader) is SourceFileLoader, d.__spec__.loader\n"
+        "assert 'class DataLoader' in inspect.getsource(d)\n"
+        "assert d._BaseDataLoaderIter.__next__.__wrapped__ is not None\n"
+        "print('ok')\n"
+    )
+    run = run_with_agent([sys.executable, "-c", code])
+    assert run.returncode == 0, run.summary()
+    assert run.stdout.split() == ["ok"]

@@ -71,6 +71,7 @@ def main() -> int:
         for _ in it:  # end of data: closes the agent's last step
             pass
         print(f"AGENT_ACTIVE={int(bool(api and api.active()))}")
+        print(f"SELF_STEPS_PER_S={a.steps / total:.3f}")
         print(f"SELF_INPUT_FRACTION={waits / total:.4f}")
     sys.stdout.flush()
     if a.sleep_after:
