@@ -9,9 +9,11 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -194,10 +196,12 @@ class _Run:
         session: Session,
         popen: subprocess.Popen[bytes] | None = None,
         server: AgentServer | None = None,
+        output_dir: Path | None = None,
     ) -> None:
         self.session = session
         self.popen = popen
         self.server = server
+        self.output_dir = output_dir
         self.session_path = session.session_path
         self.target = session.target
 
@@ -218,6 +222,9 @@ class _Run:
         self.session.stop(reason)
         if self.server is not None:
             self.server.close()
+        if self.output_dir is not None:
+            # The session holds the (bounded) output now.
+            shutil.rmtree(self.output_dir, ignore_errors=True)
 
 
 def terminate_workload(popen: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
@@ -278,37 +285,43 @@ def _open_launch(
         raise UserError(f"session file already exists: {path}")
     server = AgentServer()
     env = {**os.environ, **agent_env(server.socket_path, settings or {})}
+    # Files, not pipes: if sofa-top dies, the workload's next print must not get SIGPIPE.
+    out_dir = Path(tempfile.mkdtemp(prefix="sofa-top-output-"))
+    outputs = {"stdout": out_dir / "stdout.log", "stderr": out_dir / "stderr.log"}
     try:
-        # A new session: the terminal's Ctrl-C reaches sofa-top, which decides what to stop.
-        popen = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
+        with outputs["stdout"].open("wb") as out, outputs["stderr"].open("wb") as err:
+            # A new session: the terminal's Ctrl-C reaches sofa-top, which decides what to stop.
+            popen = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
     except FileNotFoundError:
         server.close()
+        shutil.rmtree(out_dir, ignore_errors=True)
         raise UserError(f"command not found: {cmd[0]}") from None
     except OSError as exc:
         server.close()
+        shutil.rmtree(out_dir, ignore_errors=True)
         raise UserError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
-    assert popen.stdout is not None and popen.stderr is not None
     try:
         store = SessionStore(path)
     except UserError:
         terminate_workload(popen)
         server.close()
+        shutil.rmtree(out_dir, ignore_errors=True)
         raise
     target = TargetInfo(pid=popen.pid, name=name, cmdline=tuple(cmd), launched=True)
     collectors = _collectors(args, popen.pid, popen)
     collectors += [
         AgentCollector(server),
-        LogCollector({"stdout": popen.stdout, "stderr": popen.stderr}),
+        LogCollector(outputs),
     ]
     session = Session(target, collectors, store, mode=mode, extra_meta={"settings": settings or {}})
-    return _Run(session, popen, server)
+    return _Run(session, popen, server, out_dir)
 
 
 def _attach(args: argparse.Namespace) -> int:
