@@ -151,6 +151,7 @@ class DashboardApp(App[str]):
         self._move_lock = threading.Lock()  # replay moves run one at a time, in key order
         self._last_draw = float("-inf")
         self._draw_timer: Timer | None = None
+        self._tick_s = self.refresh_s if self.refresh_s > 0 else 1.0  # the header clock
         # Held directly: App.query_one only searches the active screen, which is the help
         # screen or the command palette while those are open and snapshots keep arriving.
         self.header = DashboardHeader(source.session_path, id="header")
@@ -195,7 +196,7 @@ class DashboardApp(App[str]):
         if self.replay:
             self.title = f"{self.title} replay"
         self._apply_size(self.size)
-        self.set_interval(self.refresh_s if self.refresh_s > 0 else 1.0, self._tick)
+        self.set_interval(self._tick_s, self._tick)
         self.timelines.focus()
         try:
             self.source.start(self._on_snapshot)
@@ -297,6 +298,13 @@ class DashboardApp(App[str]):
         self.top.styles.height = min(lines + 2, limit)
 
     def _tick(self) -> None:
+        # Every drawn snapshot moves the header's clock too: ticking between snapshots would
+        # repaint twice a second. The tick keeps the clock (and the stale-data warning) going
+        # when snapshots stop coming or the view is paused.
+        if self.replay:
+            return  # the cursor, not the clock, sets a replay's time
+        if not self.paused and time.monotonic() - self._last_draw < 1.5 * self._tick_s:
+            return
         self.header.update_state(now=self.clock())
 
     # -- actions --------------------------------------------------------------------------------

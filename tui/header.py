@@ -7,10 +7,10 @@ import time
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
-from textual.widget import Widget
 
 from sofa_top.snapshot import Snapshot
 from sofa_top.tui.formatting import cmdline_text, human_duration, truncate, truncate_left
+from sofa_top.tui.line_cache import LineCachedWidget
 
 STALE_AFTER_S = 5.0  # snapshots come about once a second; five missed ones is worth saying
 REC_STYLE = Style(color="red", bold=True)
@@ -21,7 +21,7 @@ DIM = Style(color="grey62")
 BOLD = Style(bold=True)
 
 
-class DashboardHeader(Widget):
+class DashboardHeader(LineCachedWidget):
     """Two lines: who is profiled and for how long; where the session is being written."""
 
     DEFAULT_CSS = """
@@ -66,7 +66,8 @@ class DashboardHeader(Widget):
             self.replay_end = replay_end
         if following is not None:
             self.following = following
-        self.refresh()
+        # Only a line whose text changed is repainted (the clock changes once a second).
+        self.redraw()
 
     def state_text(self) -> Text:
         """The recording indicator: ● REC, paused view, or not recording."""

@@ -81,7 +81,7 @@ class LogPane(Vertical):
                 status.append(" · no output yet", DIM)
         self.status.update(status)
         dropped = f" · {snapshot.logs_dropped} dropped" if snapshot.logs_dropped else ""
-        self.border_title = f"workload output{dropped}"
+        set_border_title(self, f"workload output{dropped}")
 
     def _new_lines(self, logs: tuple[Event, ...]) -> tuple[Event, ...]:
         """The lines after the newest one already written (all of them after a reset)."""

@@ -168,4 +168,4 @@ class ProcessesPane(VerticalScroll, can_focus=True):
         # The thread count is the first thing to go in a narrow pane: the title must stay whole.
         if len(title + threads) <= self.size.width - 4 or not self.size.width:
             title += threads
-        self.border_title = title
+        set_border_title(self, title)

@@ -245,8 +245,8 @@ class StacksPanel(Vertical, can_focus=False):
             title += f" · {summary.rate_hz:.0f} Hz · {summary.thread_samples} samples/{span:.0f}s"
             if summary.sampler_cpu is not None:
                 subtitle = f"py-spy {summary.sampler_cpu:.1f}% CPU · {subtitle}"
-        self.border_title = title
-        self.border_subtitle = subtitle
+        set_border_title(self, title)
+        set_border_subtitle(self, subtitle)
 
     def _ensure_columns(self, width: int) -> dict[str, int]:
         widths = column_widths(width)

@@ -299,14 +299,14 @@ class StepsPane(Vertical):
             summary.show(None)
             summary.display = False
             self.chart.show((), message)
-            self.border_title = "steps"
+            set_border_title(self, "steps")
             return
         summary.display = True
         summary.show(self.stats)
         self.chart.show(steps, None)
         assert self.stats is not None
         batch = f" · batch {self.stats.batch_size}" if self.stats.batch_size else ""
-        self.border_title = f"steps · {self.stats.source}{batch}"
+        set_border_title(self, f"steps · {self.stats.source}{batch}")
 
 
 # -- pipeline and agent -------------------------------------------------------------------------
@@ -438,10 +438,10 @@ class PipelinePane(VerticalScroll, can_focus=True):
         pipeline = snapshot.pipeline
         self.body.show(pipeline, snapshot.agent, snapshot.target.launched)
         if pipeline is None:
-            self.border_title = "input pipeline"
+            set_border_title(self, "input pipeline")
         else:
             bottleneck = next((s.name for s in pipeline.stages if s.is_bottleneck), None)
             title = f"input pipeline · {pipeline.framework} · {len(pipeline.stages)} stages"
             if bottleneck:
                 title += f" · bottleneck {bottleneck}"
-            self.border_title = title
+            set_border_title(self, title)

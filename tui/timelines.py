@@ -10,11 +10,11 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.geometry import Size
-from textual.widget import Widget
 
 from sofa_top.samples import GpuDevice, GpuSample
 from sofa_top.snapshot import Point, Snapshot
 from sofa_top.tui.formatting import human_bytes, human_rate, percent, truncate, window_label
+from sofa_top.tui.line_cache import LineCachedWidget
 from sofa_top.tui.sparkline import core_strip, resample, sparkline
 
 ZOOM_WINDOWS: tuple[int, ...] = (30, 60, 300, 900)
@@ -221,7 +221,7 @@ def render_rows(
     return lines
 
 
-class TimelineBody(Widget):
+class TimelineBody(LineCachedWidget):
     """Draws the rows; its height is the number of lines, so the pane can size itself."""
 
     DEFAULT_CSS = """
@@ -242,8 +242,11 @@ class TimelineBody(Widget):
         self.end = end
         self.window = window
         self._cache = None
-        # A layout pass repaints the whole screen: only when the height changed.
-        self.refresh(layout=self.line_count != before)
+        if self.line_count != before:
+            # A layout pass repaints the whole screen: only when the height changed.
+            self.refresh(layout=True)
+        else:
+            self.redraw()
 
     @property
     def line_count(self) -> int:
@@ -283,7 +286,7 @@ class TimelinesPane(VerticalScroll, can_focus=True):
     def show(self, snapshot: Snapshot | None) -> None:
         """Draw ``snapshot`` with the current zoom window."""
         self._snapshot = snapshot
-        self.border_title = f"timelines · last {window_label(self.window)}"
+        set_border_title(self, f"timelines · last {window_label(self.window)}")
         if snapshot is None:
             return
         rows = build_rows(snapshot, roomy=self.roomy)

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
-from textual.widget import Widget
 
 from sofa_top.snapshot import Snapshot
+from sofa_top.tui.line_cache import LineCachedWidget
 from sofa_top.tui.steps_panel import human_rate, human_seconds, step_stats
 from sofa_top.verdicts import Verdict
 
@@ -204,7 +204,7 @@ def verdict_lines(
     return lines
 
 
-class VerdictPanel(Widget):
+class VerdictPanel(LineCachedWidget):
     """The first thing under the header: the verdict for the last ~10 s (or the cursor)."""
 
     DEFAULT_CSS = """
@@ -222,7 +222,7 @@ class VerdictPanel(Widget):
         self.snapshot = snapshot
         verdict = snapshot.verdict if snapshot is not None else None
         self.set_class(verdict is not None and kind_color(verdict) == RED, "-alarm")
-        self.refresh()
+        self.redraw()  # the verdict holds for seconds: most snapshots repaint nothing here
 
     def set_roomy(self, roomy: bool) -> None:
         """Tall terminals list up to three recommendations."""
