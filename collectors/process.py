@@ -34,6 +34,7 @@ from sofa_top.errors import UserError
 from sofa_top.samples import Event, ProcessSample, ProcInfo, SystemSample
 from sofa_top.units import Bytes, Percent, Pid, Seconds, Timestamp
 
+EXIT_CODE_WAIT_S = 10.0  # how long to wait for a launched target's exit code once it looks gone
 _PF_KTHREAD = 0x00200000  # task flag in /proc/<pid>/stat that marks kernel threads
 _SWAP_REFRESH: Seconds = 1.0
 _PYTHON_EXE = re.compile(r"^(python|pypy)[\d.]*[a-z]*$")
@@ -344,7 +345,10 @@ class ProcessCollector:
         if t.role == ROLE_TARGET:
             self._mark_target_gone()
             if self.popen is not None and self._exit_code is None:
-                self._exit_code = self.popen.poll()
+                # The main thread can be a zombie while other threads (TensorFlow's, say) still
+                # wind down; the exit code exists only once the whole process is gone.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._exit_code = self.popen.wait(timeout=EXIT_CODE_WAIT_S)
         return self._info(t, "exited", alive=False)
 
     def _discover(self) -> list[ProcInfo]:

@@ -10,6 +10,7 @@ from textual.widgets import RichLog, Static
 
 from sofa_top.samples import Event
 from sofa_top.snapshot import LOG_LINES, Snapshot
+from sofa_top.tui.line_cache import set_border_title
 
 STDERR_STYLE = Style(color="#ff8787")
 DIM = Style(color="grey62", italic=True)

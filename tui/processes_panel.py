@@ -10,10 +10,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.geometry import Size
-from textual.widget import Widget
 
 from sofa_top.samples import ProcessSample, ProcInfo
 from sofa_top.tui.formatting import human_bytes, human_bytes_short, percent
+from sofa_top.tui.line_cache import LineCachedWidget, set_border_title
 
 EXITED_STYLE = Style(color="grey50", strike=True)
 TARGET_STYLE = Style(bold=True)
@@ -110,7 +110,7 @@ def process_table(sample: ProcessSample, width: int) -> Table:
     return table
 
 
-class ProcessesBody(Widget):
+class ProcessesBody(LineCachedWidget):
     """Draws the table; one line per process plus the header."""
 
     DEFAULT_CSS = """
@@ -125,8 +125,11 @@ class ProcessesBody(Widget):
         """Replace what is drawn."""
         before = self._lines()
         self.sample = sample
-        # A layout pass repaints the whole screen: only when the row count changed.
-        self.refresh(layout=self._lines() != before)
+        if self._lines() != before:
+            # A layout pass repaints the whole screen: only when the row count changed.
+            self.refresh(layout=True)
+        else:
+            self.redraw()
 
     def _lines(self) -> int:
         if self.sample is None or not self.sample.procs:

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 
 from rich.style import Style
 from rich.text import Text
-from textual.widget import Widget
 
 from sofa_top.samples import STACK_CLASSES
+from sofa_top.tui.line_cache import LineCachedWidget
 
 CLASS_COLORS: dict[str, str] = {
     "input": "#d7af00",
@@ -63,7 +63,7 @@ def split_bar(split: Mapping[str, float] | None, width: int) -> Text:
     return bar
 
 
-class SplitBar(Widget):
+class SplitBar(LineCachedWidget):
     """One line: where the sampled threads spent their time."""
 
     DEFAULT_CSS = """
@@ -77,7 +77,7 @@ class SplitBar(Widget):
     def show(self, split: Mapping[str, float] | None) -> None:
         """Replace the split drawn (None draws nothing: the pane explains why)."""
         self.split = split
-        self.refresh()
+        self.redraw()
 
     def render(self) -> Text:
         if self.split is None:

@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Select, Static
 from sofa_top.samples import STACK_CLASSES
 from sofa_top.snapshot import FunctionStat, Snapshot, StackSummary, ThreadStat
 from sofa_top.tui.formatting import truncate, truncate_left
+from sofa_top.tui.line_cache import set_border_subtitle, set_border_title
 from sofa_top.tui.split_bar import SplitBar, class_style
 
 ALL_THREADS = -1
@@ -78,6 +79,32 @@ def thread_label(thread: ThreadStat) -> str:
     return f"{thread.name or 'thread'} · tid {thread.tid}"
 
 
+# One row's cells as plain strings in COLUMN_ORDER (the class names its colour too): cheap to
+# compare with what the table already shows.
+RowCells = tuple[str, str, str, str, str, str]
+
+
+def row_cells(stat: FunctionStat, widths: dict[str, int]) -> RowCells:
+    """The cells of ``stat``'s row, fitted to the column ``widths``."""
+    return (
+        truncate(stat.function, widths["function"]),
+        truncate_left(f"{stat.filename}:{stat.line}", widths["file"]),
+        f"{stat.own_pct:.1f}",
+        f"{stat.total_pct:.1f}",
+        truncate(stat.thread, widths["thread"]),
+        stat.klass,
+    )
+
+
+def cell_text(column: str, value: str) -> Text:
+    """A table cell: numbers right-aligned, the class in its colour; never markup."""
+    if column in ("own", "total"):
+        return Text(value, justify="right")
+    if column == "class":
+        return Text(value, style=class_style(value))
+    return Text(value)
+
+
 def column_widths(width: int) -> dict[str, int]:
     """Cell widths for the table at ``width`` cells (cell padding and scrollbar excluded)."""
     thread_w = 16 if width >= 120 else 10
@@ -100,6 +127,8 @@ class StacksPanel(Vertical, can_focus=False):
         self.descending = True
         self._thread_options: tuple[tuple[str, int], ...] = ()
         self._columns_state: tuple[int, str, bool] | None = None
+        # What the table holds: (row key, cell texts and class) per row, in table order.
+        self._rows: list[tuple[str, RowCells]] = []
         self.border_title = "hot functions"
 
     def compose(self) -> ComposeResult:
@@ -256,6 +285,7 @@ class StacksPanel(Vertical, can_focus=False):
         self._columns_state = state
         table = self.table
         table.clear(columns=True)
+        self._rows = []
         arrow = "▼" if self.descending else "▲"
         for key in COLUMN_ORDER:
             label = _BY_KEY[key].label + (arrow if key == self.sort_key else "")
@@ -269,27 +299,40 @@ class StacksPanel(Vertical, can_focus=False):
     def _populate(self, functions: list[FunctionStat]) -> None:
         table = self.table
         width = table.size.width or max(self.size.width - 2, 40)
-        cursor_key: str | None = None
-        if table.row_count and table.is_valid_row_index(table.cursor_row):
-            cell_key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0))
-            cursor_key = str(cell_key.row_key.value)
         widths = self._ensure_columns(width)
-        table.clear()
-        keys: list[str] = []
+        rows: list[tuple[str, RowCells]] = []
         seen: set[str] = set()
         for stat in functions[:MAX_ROWS]:
             key = f"{stat.function}|{stat.filename}|{stat.line}"
             if key in seen:
-                key = f"{key}|{len(keys)}"
+                key = f"{key}|{len(rows)}"
             seen.add(key)
+            rows.append((key, row_cells(stat, widths)))
+        old = self._rows
+        if rows == old:
+            return  # every repaint of the table costs: most seconds the numbers stay put
+        self._rows = rows
+        if [key for key, _ in rows] == [key for key, _ in old]:
+            # Same functions in the same order: change the cells that differ, in place (a
+            # rebuild would re-measure every cell and move the cursor around).
+            for (key, cells), (_, before) in zip(rows, old, strict=True):
+                for column, value, previous in zip(COLUMN_ORDER, cells, before, strict=True):
+                    if value != previous:
+                        table.update_cell(key, column, cell_text(column, value))
+            return
+        cursor_key: str | None = None
+        if table.row_count and table.is_valid_row_index(table.cursor_row):
+            cell_key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0))
+            cursor_key = str(cell_key.row_key.value)
+        table.clear()
+        keys: list[str] = []
+        for key, cells in rows:
             keys.append(key)
             table.add_row(
-                Text(truncate(stat.function, widths["function"])),
-                Text(truncate_left(f"{stat.filename}:{stat.line}", widths["file"])),
-                Text(f"{stat.own_pct:.1f}", justify="right"),
-                Text(f"{stat.total_pct:.1f}", justify="right"),
-                Text(truncate(stat.thread, widths["thread"])),
-                Text(stat.klass, style=class_style(stat.klass)),
+                *(
+                    cell_text(column, value)
+                    for column, value in zip(COLUMN_ORDER, cells, strict=True)
+                ),
                 key=key,
             )
         # Refreshing every second must not yank the cursor back to the top.

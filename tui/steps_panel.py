@@ -18,6 +18,7 @@ from textual.widget import Widget
 from sofa_top.samples import AgentInfo, PipelineSample, StepSample
 from sofa_top.snapshot import Snapshot
 from sofa_top.tui.formatting import truncate
+from sofa_top.tui.line_cache import LineCachedWidget, set_border_title
 from sofa_top.tui.split_bar import CLASS_COLORS
 
 STATS_WINDOW_S = 10.0  # as the verdicts: throughput and median over about the last 10 s
@@ -224,7 +225,7 @@ def legend(count: int, width: int) -> Text:
     return text
 
 
-class StepChart(Widget):
+class StepChart(LineCachedWidget):
     """The per-step bar chart; it fills the height it is given."""
 
     DEFAULT_CSS = """
@@ -240,7 +241,7 @@ class StepChart(Widget):
         """Replace the steps drawn (``message`` instead of a chart when there are none)."""
         self.steps = steps
         self.message = message
-        self.refresh()
+        self.redraw()
 
     def render(self) -> Text:
         if self.message is not None:
@@ -251,7 +252,7 @@ class StepChart(Widget):
         return Text("\n").join([*chart, legend(shown, width)])
 
 
-class StepsSummary(Widget):
+class StepsSummary(LineCachedWidget):
     """One line of step figures."""
 
     DEFAULT_CSS = """
@@ -265,7 +266,7 @@ class StepsSummary(Widget):
     def show(self, stats: StepStats | None) -> None:
         """Replace the figures."""
         self.stats = stats
-        self.refresh()
+        self.redraw()
 
     def render(self) -> Text:
         if self.stats is None:

@@ -14,7 +14,7 @@ from textual.geometry import Size
 from sofa_top.samples import GpuDevice, GpuSample
 from sofa_top.snapshot import Point, Snapshot
 from sofa_top.tui.formatting import human_bytes, human_rate, percent, truncate, window_label
-from sofa_top.tui.line_cache import LineCachedWidget
+from sofa_top.tui.line_cache import LineCachedWidget, set_border_title
 from sofa_top.tui.sparkline import core_strip, resample, sparkline
 
 ZOOM_WINDOWS: tuple[int, ...] = (30, 60, 300, 900)
