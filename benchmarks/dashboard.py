@@ -10,6 +10,7 @@ of: CPU <= 5% of one core at 1 Hz refresh, RSS <= 150 MB and flat. Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
@@ -104,10 +105,8 @@ def main() -> None:
 def _children_cpu(p: psutil.Process) -> float:
     total = 0.0
     for c in p.children(recursive=True):
-        try:
+        with contextlib.suppress(psutil.Error):
             total += sum(c.cpu_times()[:2])
-        except psutil.Error:
-            pass
     return total
 
 

@@ -143,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument("--yes", action="store_true", help="with --prune: do not ask")
 
     sub.add_parser("doctor", help="check what sofa-top can see on this machine")
+
+    from sofa_top.compare import add_compare_parser
+
+    add_compare_parser(sub)
     return p
 
 
@@ -158,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.cmd = cmd
     try:
-        if cmd and args.command not in ("launch", "record"):
+        if cmd and args.command not in ("launch", "record", "compare"):
             raise UserError(f"'{args.command or 'sofa-top'}' takes no command after --")
         if args.command == "attach":
             return _attach(args)
@@ -176,6 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _replay(args)
         if args.command == "sessions":
             return _sessions(args)
+        if args.command == "compare":
+            from sofa_top.compare import compare_main
+
+            return compare_main(args)
         if args.command == "doctor":
             from sofa_top.doctor import main as doctor_main
 

@@ -149,7 +149,7 @@ def test_sigkill_keeps_data_to_the_last_second(
     os.kill(rec.pid, signal.SIGKILL)
     rec.wait()
     r = SessionReader(out)
-    t0, t1 = r.time_range() or (0.0, 0.0)
+    _t0, t1 = r.time_range() or (0.0, 0.0)
     assert killed_at - t1 <= 1.2, f"last point {killed_at - t1:.2f} s before the kill"
     assert len(r.points("tree.cpu")) >= 20  # ~10 Hz for several seconds
     assert "ended" not in r.meta()  # it really was killed, not finalized

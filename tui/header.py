@@ -95,6 +95,10 @@ class DashboardHeader(LineCachedWidget):
         return at
 
     def render(self) -> Text:
+        return Text("\n").join(self.text_lines())
+
+    def text_lines(self) -> list[Text]:
+        """Who and for how long; the session file."""
         width = max(1, self.size.width)
         state = self.state_text()
         snapshot = self.snapshot
@@ -122,4 +126,4 @@ class DashboardHeader(LineCachedWidget):
         label = "session "
         second = Text.assemble((label, DIM), truncate_left(self.session_path, width - len(label)))
         second.truncate(width)
-        return Text("\n").join([first, second])
+        return [first, second]

@@ -4,17 +4,34 @@ A dashboard redraws every second, but most of what it shows does not change from
 to the next. Textual repaints a whole widget on ``refresh()``: its ``render()``, every line
 through the styles cache, and every cell through the compositor. ``LineCachedWidget`` draws
 its ``render()`` into strips itself, compares them with what is on screen, and refreshes
-only the lines that differ (nothing when nothing changed).
+only the lines that differ (nothing when nothing changed). A widget whose render is lines of
+text can also hand them over one by one: a line that did not change is not drawn again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from typing import Self
 
+from rich.text import Text
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.visual import Visual, visualize
 from textual.widget import Widget
+
+
+def text_key(text: Text) -> Hashable:
+    """Everything about ``text`` that its drawing depends on."""
+    return (
+        text.plain,
+        tuple(text.spans),
+        text.style,
+        text.justify,
+        text.overflow,
+        text.no_wrap,
+        text.end,
+        text.tab_size,
+    )
 
 
 class LineCachedWidget(Widget):
@@ -27,23 +44,56 @@ class LineCachedWidget(Widget):
 
     _strips: list[Strip] | None = None
     _strips_key: tuple[Size, object] | None = None
+    # Drawn lines of text_lines() by text_key, for the size and style in _strips_key.
+    _line_strips: dict[Hashable, list[Strip]] | None = None
+
+    def text_lines(self) -> Sequence[Text] | None:
+        """The lines ``render()`` joins with newlines, when it is text (None: it is not).
+
+        Each line is then drawn on its own and reused while it stays the same.
+        """
+        return None
 
     def _cache_key(self) -> tuple[Size, object]:
         return (self.size, self.visual_style)
 
-    def _draw(self) -> list[Strip]:
+    def _draw(self, key: tuple[Size, object]) -> list[Strip]:
         # What Widget._render_content does, without touching the widget's own render cache.
         width, height = self.size
-        visual = visualize(self, self.render(), markup=self._render_markup)
-        return Visual.to_strips(self, visual, width, height, self.visual_style)
+        style = self.visual_style
+        lines = self.text_lines() if self.text_selection is None else None
+        if lines is None:
+            self._line_strips = None
+            visual = visualize(self, self.render(), markup=self._render_markup)
+            return Visual.to_strips(self, visual, width, height, style)
+        # Lines of text do not interact: a line drawn after as many empty lines as precede it
+        # gives the strips it gets within the whole text (their metadata holds its position).
+        # A selection can span lines: with one, the whole text is drawn.
+        cache = self._line_strips if self._strips_key == key else None
+        drawn: dict[Hashable, list[Strip]] = {}
+        strips: list[Strip] = []
+        for y, line in enumerate(lines):
+            if len(strips) >= height:
+                break
+            line_key = (y, text_key(line))
+            line_strips = cache.get(line_key) if cache is not None else None
+            if line_strips is None:
+                text = Text("\n").join([*(Text() for _ in range(y)), line])
+                line_strips = Visual.to_strips(self, visualize(self, text), width, None, style)
+                line_strips = line_strips[y:]
+            drawn[line_key] = line_strips
+            strips.extend(line_strips)
+        self._line_strips = drawn
+        return strips[:height]
 
     def redraw(self) -> None:
         """The state behind ``render()`` changed: repaint the lines that now look different."""
         old = self._strips
-        if old is None or not self.is_mounted or self._strips_key != self._cache_key():
+        key = self._cache_key()
+        if old is None or not self.is_mounted or self._strips_key != key:
             self.refresh()
             return
-        new = self._draw()
+        new = self._draw(key)
         if len(new) != len(old):
             self.refresh()
             return
@@ -78,24 +128,57 @@ class LineCachedWidget(Widget):
     def render_line(self, y: int) -> Strip:
         key = self._cache_key()
         if self._strips is None or self._strips_key != key:
-            self._strips = self._draw()
+            self._strips = self._draw(key)
             self._strips_key = key
         if 0 <= y < len(self._strips):
             return self._strips[y]
         return Strip.blank(self.size.width, self.visual_style.rich_style)
 
 
-def set_border_title(widget: Widget, title: str) -> None:
-    """Set ``widget``'s border title; an unchanged title repaints nothing.
+class QuietTitles(Widget):
+    """A pane whose border title and subtitle can change without repainting the whole pane.
 
-    Textual repaints the whole widget (a container: its full area) on every assignment, even
-    of the same title; most panes set theirs on every snapshot.
+    Textual repaints a widget's full area on every title assignment (a container: everything
+    inside it too, even for an unchanged title); a pane whose title counts samples changes
+    it every second. ``set_titles`` repaints only the border line a changed title sits on.
+
+    List it after the container class (``class Pane(Vertical, QuietTitles)``): Textual takes
+    a widget's default CSS and type selectors from the first base class only.
     """
-    if widget.border_title != title:
-        widget.border_title = title
 
+    _quiet = False  # True while a title is assigned: its full refresh is left out
 
-def set_border_subtitle(widget: Widget, subtitle: str) -> None:
-    """Set ``widget``'s border subtitle; an unchanged subtitle repaints nothing."""
-    if widget.border_subtitle != subtitle:
-        widget.border_subtitle = subtitle
+    def set_titles(self, title: str | None = None, subtitle: str | None = None) -> None:
+        """Change the border title and/or subtitle (None leaves one as it is)."""
+        rows: list[int] = []
+        outer = self.outer_size
+        self._quiet = True
+        try:
+            if title is not None and self.border_title != title:
+                self.border_title = title
+                rows.append(0)
+            if subtitle is not None and self.border_subtitle != subtitle:
+                self.border_subtitle = subtitle
+                rows.append(outer.height - 1)
+        finally:
+            self._quiet = False
+        if not rows:
+            return
+        if not self.is_mounted or not outer:
+            self.refresh()
+            return
+        # Regions are relative to the content area: the border lies in the gutter around it.
+        gutter = self.styles.gutter
+        for row in rows:
+            super().refresh(Region(-gutter.left, row - gutter.top, outer.width, 1))
+
+    def refresh(
+        self,
+        *regions: Region,
+        repaint: bool = True,
+        layout: bool = False,
+        recompose: bool = False,
+    ) -> Self:
+        if self._quiet and not regions and not layout and not recompose:
+            return self
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)

@@ -10,7 +10,7 @@ from textual.widgets import RichLog, Static
 
 from sofa_top.samples import Event
 from sofa_top.snapshot import LOG_LINES, Snapshot
-from sofa_top.tui.line_cache import set_border_title
+from sofa_top.tui.line_cache import QuietTitles
 
 STDERR_STYLE = Style(color="#ff8787")
 DIM = Style(color="grey62", italic=True)
@@ -29,7 +29,7 @@ def log_line(event: Event) -> Text:
     return Text(event.message, STDERR_STYLE if stderr else Style(), no_wrap=True)
 
 
-class LogPane(Vertical):
+class LogPane(Vertical, QuietTitles):
     """A status line and a scrollable, bounded log that follows new lines while at the bottom."""
 
     def __init__(self, *, max_lines: int = LOG_LINES, id: str | None = None) -> None:
@@ -82,7 +82,7 @@ class LogPane(Vertical):
                 status.append(" · no output yet", DIM)
         self.status.update(status)
         dropped = f" · {snapshot.logs_dropped} dropped" if snapshot.logs_dropped else ""
-        set_border_title(self, f"workload output{dropped}")
+        self.set_titles(f"workload output{dropped}")
 
     def _new_lines(self, logs: tuple[Event, ...]) -> tuple[Event, ...]:
         """The lines after the newest one already written (all of them after a reset)."""

@@ -13,7 +13,7 @@ from textual.geometry import Size
 
 from sofa_top.samples import ProcessSample, ProcInfo
 from sofa_top.tui.formatting import human_bytes, human_bytes_short, percent
-from sofa_top.tui.line_cache import LineCachedWidget, set_border_title
+from sofa_top.tui.line_cache import LineCachedWidget, QuietTitles
 
 EXITED_STYLE = Style(color="grey50", strike=True)
 TARGET_STYLE = Style(bold=True)
@@ -148,7 +148,7 @@ class ProcessesBody(LineCachedWidget):
         return process_table(sample, self.size.width)
 
 
-class ProcessesPane(VerticalScroll, can_focus=True):
+class ProcessesPane(VerticalScroll, QuietTitles, can_focus=True):
     """The processes pane (scrolls when the tree is taller than the pane)."""
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -171,4 +171,4 @@ class ProcessesPane(VerticalScroll, can_focus=True):
         # The thread count is the first thing to go in a narrow pane: the title must stay whole.
         if len(title + threads) <= self.size.width - 4 or not self.size.width:
             title += threads
-        set_border_title(self, title)
+        self.set_titles(title)

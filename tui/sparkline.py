@@ -7,7 +7,8 @@ Textual's ``Sparkline`` scales to the data's own maximum; a profiler needs an ab
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
 
 from rich.style import Style
 from rich.text import Text
@@ -32,6 +33,10 @@ def level_style(fraction: float) -> Style:
     return LOW
 
 
+def _point_ts(point: Point) -> float:
+    return point[0]
+
+
 def resample(
     points: Sequence[Point],
     *,
@@ -54,11 +59,12 @@ def resample(
     values: list[float | None] = [None] * columns
     latest: list[float | None] = [None] * columns  # timestamp of the newest point per slice
     broken = [False] * columns
-    before: Point | None = None
-    for ts, value in points:
-        if ts <= start:
-            before = (ts, value)
-            continue
+    # Points are in time order: skip those before the window without looking at each (a
+    # 15-minute history is mostly outside a 60 s window).
+    first = bisect_right(points, start, key=_point_ts)
+    before: Point | None = points[first - 1] if first else None
+    for index_ in range(first, len(points)):
+        ts, value = points[index_]
         if ts > end:
             break
         index = min(columns - 1, int((ts - start) / step))
@@ -94,6 +100,24 @@ def bar_char(fraction: float) -> str:
     return BLOCKS[level]
 
 
+def append_runs(text: Text, cells: Iterable[tuple[str, Style | None]]) -> Text:
+    """Append ``cells`` to ``text``, one span per run of equally styled cells.
+
+    A span per cell would look the same, but every span costs when Textual draws the text.
+    """
+    run: list[str] = []
+    run_style: Style | None = None
+    for char, style in cells:
+        if run and style != run_style:
+            text.append("".join(run), run_style)
+            run = []
+        run.append(char)
+        run_style = style
+    if run:
+        text.append("".join(run), run_style)
+    return text
+
+
 def sparkline(
     values: Sequence[float | None],
     *,
@@ -107,12 +131,12 @@ def sparkline(
     idle series is distinguishable from "no data" (blank).
     """
     height = max(1, height)
-    rows = [Text() for _ in range(height)]
+    rows: list[list[tuple[str, Style | None]]] = [[] for _ in range(height)]
     scale = vmax if vmax > 0 else 1.0
     for value in values:
         if value is None:
             for row in rows:
-                row.append(" ")
+                row.append((" ", None))
             continue
         fraction = min(max(value / scale, 0.0), 1.0)
         eighths = math.ceil(fraction * _LEVELS * height) if fraction > 0 else 0
@@ -121,10 +145,10 @@ def sparkline(
             base = (height - 1 - r) * _LEVELS
             fill = min(max(eighths - base, 0), _LEVELS)
             if fill == 0 and r == height - 1:
-                row.append("▁", BASELINE)
+                row.append(("▁", BASELINE))
             else:
-                row.append(BLOCKS[fill], column_style)
-    return rows
+                row.append((BLOCKS[fill], column_style))
+    return [append_runs(Text(), row) for row in rows]
 
 
 def core_strip(per_core: Sequence[float], width: int) -> tuple[Text, int]:

@@ -83,3 +83,7 @@ class SplitBar(LineCachedWidget):
         if self.split is None:
             return Text()
         return split_bar(self.split, self.size.width)
+
+    def text_lines(self) -> list[Text]:
+        """The bar, as one line."""
+        return [self.render()]

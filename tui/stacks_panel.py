@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Select, Static
 from sofa_top.samples import STACK_CLASSES
 from sofa_top.snapshot import FunctionStat, Snapshot, StackSummary, ThreadStat
 from sofa_top.tui.formatting import truncate, truncate_left
-from sofa_top.tui.line_cache import set_border_subtitle, set_border_title
+from sofa_top.tui.line_cache import QuietTitles
 from sofa_top.tui.split_bar import SplitBar, class_style
 
 ALL_THREADS = -1
@@ -116,7 +116,7 @@ def column_widths(width: int) -> dict[str, int]:
     return {"function": function_w, "file": file_w, **fixed}
 
 
-class StacksPanel(Vertical, can_focus=False):
+class StacksPanel(Vertical, QuietTitles, can_focus=False):
     """Hot functions of the selected thread (or all), or why stacks are unavailable."""
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -274,8 +274,7 @@ class StacksPanel(Vertical, can_focus=False):
             title += f" · {summary.rate_hz:.0f} Hz · {summary.thread_samples} samples/{span:.0f}s"
             if summary.sampler_cpu is not None:
                 subtitle = f"py-spy {summary.sampler_cpu:.1f}% CPU · {subtitle}"
-        set_border_title(self, title)
-        set_border_subtitle(self, subtitle)
+        self.set_titles(title, subtitle)
 
     def _ensure_columns(self, width: int) -> dict[str, int]:
         widths = column_widths(width)
@@ -299,6 +298,11 @@ class StacksPanel(Vertical, can_focus=False):
     def _populate(self, functions: list[FunctionStat]) -> None:
         table = self.table
         width = table.size.width or max(self.size.width - 2, 40)
+        # Before the columns change (a new sort rebuilds them): the cursor stays on its function.
+        cursor_key: str | None = None
+        if table.row_count and table.is_valid_row_index(table.cursor_row):
+            cell_key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0))
+            cursor_key = str(cell_key.row_key.value)
         widths = self._ensure_columns(width)
         rows: list[tuple[str, RowCells]] = []
         seen: set[str] = set()
@@ -320,10 +324,6 @@ class StacksPanel(Vertical, can_focus=False):
                     if value != previous:
                         table.update_cell(key, column, cell_text(column, value))
             return
-        cursor_key: str | None = None
-        if table.row_count and table.is_valid_row_index(table.cursor_row):
-            cell_key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0))
-            cursor_key = str(cell_key.row_key.value)
         table.clear()
         keys: list[str] = []
         for key, cells in rows:

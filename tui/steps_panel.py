@@ -18,7 +18,8 @@ from textual.widget import Widget
 from sofa_top.samples import AgentInfo, PipelineSample, StepSample
 from sofa_top.snapshot import Snapshot
 from sofa_top.tui.formatting import truncate
-from sofa_top.tui.line_cache import LineCachedWidget, set_border_title
+from sofa_top.tui.line_cache import LineCachedWidget, QuietTitles
+from sofa_top.tui.sparkline import append_runs
 from sofa_top.tui.split_bar import CLASS_COLORS
 
 STATS_WINDOW_S = 10.0  # as the verdicts: throughput and median over about the last 10 s
@@ -204,10 +205,7 @@ def step_chart(steps: Sequence[StepSample], width: int, height: int) -> list[Tex
         tick = "┤" if label else "│"
         line = Text()
         line.append(label.rjust(AXIS_W - 2)[: AXIS_W - 2] + " " + tick, AXIS_STYLE)
-        for column in grid:
-            char, style = column[row]
-            line.append(char, style)
-        lines.append(line)
+        lines.append(append_runs(line, (column[row] for column in grid)))
     return lines
 
 
@@ -244,12 +242,16 @@ class StepChart(LineCachedWidget):
         self.redraw()
 
     def render(self) -> Text:
+        return Text("\n").join(self.text_lines())
+
+    def text_lines(self) -> list[Text]:
+        """The chart rows, then the legend (or the message alone)."""
         if self.message is not None:
-            return Text(self.message, DIM)
+            return [Text(self.message, DIM)]
         width, height = self.size.width, self.size.height
         chart = step_chart(self.steps, width, max(1, height - 1))
         shown = min(len(self.steps), max(0, width - AXIS_W))
-        return Text("\n").join([*chart, legend(shown, width)])
+        return [*chart, legend(shown, width)]
 
 
 class StepsSummary(LineCachedWidget):
@@ -275,8 +277,12 @@ class StepsSummary(LineCachedWidget):
         text.truncate(self.size.width)
         return text
 
+    def text_lines(self) -> list[Text]:
+        """The figures, as one line."""
+        return [self.render()]
 
-class StepsPane(Vertical):
+
+class StepsPane(Vertical, QuietTitles):
     """Throughput line plus the chart."""
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -300,14 +306,14 @@ class StepsPane(Vertical):
             summary.show(None)
             summary.display = False
             self.chart.show((), message)
-            set_border_title(self, "steps")
+            self.set_titles("steps")
             return
         summary.display = True
         summary.show(self.stats)
         self.chart.show(steps, None)
         assert self.stats is not None
         batch = f" · batch {self.stats.batch_size}" if self.stats.batch_size else ""
-        set_border_title(self, f"steps · {self.stats.source}{batch}")
+        self.set_titles(f"steps · {self.stats.source}{batch}")
 
 
 # -- pipeline and agent -------------------------------------------------------------------------
@@ -423,7 +429,7 @@ class PipelineBody(Widget):
         return grid
 
 
-class PipelinePane(VerticalScroll, can_focus=True):
+class PipelinePane(VerticalScroll, QuietTitles, can_focus=True):
     """Stages of the input pipeline and the agent's hooks."""
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -439,10 +445,10 @@ class PipelinePane(VerticalScroll, can_focus=True):
         pipeline = snapshot.pipeline
         self.body.show(pipeline, snapshot.agent, snapshot.target.launched)
         if pipeline is None:
-            set_border_title(self, "input pipeline")
+            self.set_titles("input pipeline")
         else:
             bottleneck = next((s.name for s in pipeline.stages if s.is_bottleneck), None)
             title = f"input pipeline · {pipeline.framework} · {len(pipeline.stages)} stages"
             if bottleneck:
                 title += f" · bottleneck {bottleneck}"
-            set_border_title(self, title)
+            self.set_titles(title)

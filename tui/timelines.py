@@ -14,7 +14,7 @@ from textual.geometry import Size
 from sofa_top.samples import GpuDevice, GpuSample
 from sofa_top.snapshot import Point, Snapshot
 from sofa_top.tui.formatting import human_bytes, human_rate, percent, truncate, window_label
-from sofa_top.tui.line_cache import LineCachedWidget, set_border_title
+from sofa_top.tui.line_cache import LineCachedWidget, QuietTitles
 from sofa_top.tui.sparkline import core_strip, resample, sparkline
 
 ZOOM_WINDOWS: tuple[int, ...] = (30, 60, 300, 900)
@@ -233,7 +233,7 @@ class TimelineBody(LineCachedWidget):
         self.rows: list[TimelineRow] = []
         self.end = 0.0
         self.window = float(DEFAULT_WINDOW)
-        self._cache: tuple[int, Text] | None = None  # (width, drawing) for the current rows
+        self._cache: tuple[int, list[Text]] | None = None  # (width, lines) for the current rows
 
     def show(self, rows: list[TimelineRow], *, end: float, window: float) -> None:
         """Replace what is drawn."""
@@ -256,20 +256,23 @@ class TimelineBody(LineCachedWidget):
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return max(1, self.line_count)
 
-    def render(self) -> Text:
+    def text_lines(self) -> list[Text]:
+        """The lines drawn: one per row (a roomy CPU row takes two)."""
         if not self.rows:
-            return Text("waiting for the first snapshot…", MESSAGE_STYLE)
+            return [Text("waiting for the first snapshot…", MESSAGE_STYLE)]
         width = self.size.width
         # Textual re-renders on focus and scroll too; resampling long series each time is waste.
         if self._cache is not None and self._cache[0] == width:
             return self._cache[1]
         lines = render_rows(self.rows, width=width, end=self.end, window=self.window)
-        text = Text("\n").join(lines)
-        self._cache = (width, text)
-        return text
+        self._cache = (width, lines)
+        return lines
+
+    def render(self) -> Text:
+        return Text("\n").join(self.text_lines())
 
 
-class TimelinesPane(VerticalScroll, can_focus=True):
+class TimelinesPane(VerticalScroll, QuietTitles, can_focus=True):
     """The timelines pane (scrolls when many GPUs do not fit)."""
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -286,7 +289,7 @@ class TimelinesPane(VerticalScroll, can_focus=True):
     def show(self, snapshot: Snapshot | None) -> None:
         """Draw ``snapshot`` with the current zoom window."""
         self._snapshot = snapshot
-        set_border_title(self, f"timelines · last {window_label(self.window)}")
+        self.set_titles(f"timelines · last {window_label(self.window)}")
         if snapshot is None:
             return
         rows = build_rows(snapshot, roomy=self.roomy)

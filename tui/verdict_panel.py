@@ -239,8 +239,11 @@ class VerdictPanel(LineCachedWidget):
         return self.line_count
 
     def render(self) -> Text:
+        return Text("\n").join(self.text_lines())
+
+    def text_lines(self) -> list[Text]:
+        """Headline, evidence and recommendations (see ``verdict_lines``)."""
         snapshot = self.snapshot
         verdict = snapshot.verdict if snapshot is not None else None
         width = max(1, self.size.width)
-        lines = verdict_lines(verdict, snapshot, width, roomy=self.roomy, replay=self.replay)
-        return Text("\n").join(lines)
+        return verdict_lines(verdict, snapshot, width, roomy=self.roomy, replay=self.replay)

@@ -518,8 +518,14 @@ def start(environ: dict[str, str] | None = None) -> Agent | None:
         log_once(f"cannot reach sofa-top at {path} ({e.strerror or e}); running without telemetry")
         conn = None
     agent = AGENT = Agent(settings, conn)
+    installers = {} if conn is None else _installers()
+    if settings.optimize:  # the optimizer's toggles apply with or without telemetry
+        from sofa_top.agent import optimize
+
+        optimize.add_installers(agent, installers)
+    if installers:
+        PostImportHooks(agent, installers).install()
     if conn is None:
         return agent
-    PostImportHooks(agent, _installers()).install()
     agent.start_thread()
     return agent

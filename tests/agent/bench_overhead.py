@@ -2,7 +2,7 @@
 
 Not a test (pytest does not collect it). Usage::
 
-    python tests/agent/bench_overhead.py [--rounds 12] [--steps 100] [--only PATH ...]
+    python tests/agent/bench_overhead.py [--rounds 30] [--steps 50] [--only PATH ...]
 
 Throughput of separate runs with and without the agent is hopeless on a shared 2-core box
 (paired runs swing by 2x with other people's load). So each path runs once, with the agent
@@ -97,12 +97,13 @@ def _torch(steps: int, loader: bool) -> Callable[[], None]:
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     data = TensorDataset(torch.randn(10**5, 64), torch.randint(0, 4, (10**5,)))
-    it = iter(DataLoader(data, batch_size=32, shuffle=True, num_workers=0))
-    xb, yb = next(it)
+    # without a loader the optimizer hook is the step clock: never touch one in that case
+    it = iter(DataLoader(data, batch_size=32, shuffle=True, num_workers=0)) if loader else None
+    xb, yb = data[:32]
 
     def block() -> None:
         for _ in range(steps):
-            x, y = next(it) if loader else (xb, yb)
+            x, y = next(it) if it is not None else (xb, yb)
             opt.zero_grad()
             nn.functional.cross_entropy(model(x), y).backward()  # type: ignore[no-untyped-call]
             opt.step()
@@ -147,8 +148,8 @@ def inner(path: str, rounds: int, steps: int) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--rounds", type=int, default=12)
-    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--steps", type=int, default=50)
     p.add_argument("--only", nargs="*", default=None)
     p.add_argument("--inner", choices=PATHS, default=None)
     a = p.parse_args()

@@ -1,0 +1,367 @@
+"""Optimizer toggles applied inside the workload (stdlib only at import).
+
+The launcher passes ``settings["optimize"]``, e.g.::
+
+    {"xla": true, "prefetch": {"workers": 2, "deterministic": false}, "depth_first": true}
+
+(``"prefetch": true`` means the defaults). Nothing framework-specific runs here at import: the
+agent's lazy import hooks (``core.PostImportHooks``) call the installers below right after the
+workload imports the module they patch. Each toggle is reported through the agent's ``info``
+frame as hook ``opt:<toggle>`` (applied, or skipped with the reason) and, each time it changes
+something in the workload, an ``optimize`` event whose data says where (``{"toggle", "applied",
+"where", "reason", ...}``). A toggle that never finds anything to change stays skipped with a
+reason saying so.
+
+xla
+    TensorFlow: ``TF_XLA_FLAGS=--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit`` is set at agent
+    start (before the workload can import TF; an existing value is kept) and
+    ``tf.config.optimizer.set_jit("autoclustering")`` after import; Keras 3
+    ``Model.compile`` is forced to ``jit_compile=True``. PyTorch: the first top-level
+    ``nn.Module`` with parameters that the workload calls is compiled in place
+    (``module.compile()``); the duration of its first compiled call is reported as
+    ``compile_s`` in the event.
+prefetch
+    tf.data: ``map``/``interleave`` without ``num_parallel_calls`` get ``AUTOTUNE`` (and
+    ``deterministic=False`` when asked), and a dataset iterated eagerly without a final
+    ``prefetch`` is iterated as ``.prefetch(AUTOTUNE)`` with autotune and default
+    optimizations re-enabled. PyTorch ``DataLoader(num_workers=0)`` gets ``num_workers`` (the
+    setting, else the cores left for the loop, at least 2), ``persistent_workers=True``,
+    ``prefetch_factor`` (4 unless given) and ``pin_memory`` only when CUDA is available.
+depth_first
+    ``sofa_top.optimizers.depth_first`` on the same top-level module (imported by file path
+    when ``sofa_top.optimizers`` is not importable). Mutually exclusive with torch.compile:
+    with both requested, depth-first is reported skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sofa_top.agent.core import Agent, Installer
+
+TOGGLES = ("xla", "prefetch", "depth_first")
+XLA_FLAGS = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
+_WAITING = "requested, but the workload never imported tensorflow or torch"
+
+
+def hook_name(toggle: str) -> str:
+    """The name a toggle is reported under in the agent's hooks_applied / hooks_skipped."""
+    return "opt:" + toggle.replace("_", "-")
+
+
+def _opts(value: object) -> dict[str, Any] | None:
+    """A toggle's options: ``True`` -> ``{}``, an object -> itself, anything else -> off."""
+    if value is True:
+        return {}
+    if isinstance(value, dict):
+        return value
+    return None
+
+
+def default_workers() -> int:
+    """DataLoader workers: the cores this process may use, less one for the loop, at least 2."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 2
+    return max(2, cores - 1)
+
+
+class _State:
+    """What the installers share; one process has one agent."""
+
+    agent: Agent | None = None
+    wanted: dict[str, dict[str, Any]] = {}
+    where: dict[str, list[str]] = {}
+    top_module_hook: Any = None
+
+
+def _applied(toggle: str, where: str, **data: Any) -> None:
+    """Report that ``toggle`` changed something (``where``), once per distinct place."""
+    agent = _State.agent
+    places = _State.where.setdefault(toggle, [])
+    if agent is None or where in places:
+        return
+    places.append(where)
+    agent.hook_applied(hook_name(toggle))
+    agent.event(
+        "optimize",
+        f"{toggle}: {where}",
+        {"toggle": toggle, "applied": True, "where": where, "reason": None, **data},
+    )
+
+
+def _skipped(toggle: str, reason: str) -> None:
+    agent = _State.agent
+    if agent is None or _State.where.get(toggle):
+        return  # applied somewhere already: a miss elsewhere does not undo it
+    agent.hook_skipped(hook_name(toggle), reason)
+    agent.event(
+        "optimize",
+        f"{toggle} not applied: {reason}",
+        {"toggle": toggle, "applied": False, "where": None, "reason": reason},
+    )
+
+
+def _guard(toggle: str, fn: Callable[[Agent, ModuleType], None]) -> Installer:
+    def install(agent: Agent, module: ModuleType) -> None:
+        try:
+            fn(agent, module)
+        except Exception as e:  # never fail the workload for an optimization
+            _skipped(toggle, f"install failed: {e!r}")
+
+    return install
+
+
+# -- TensorFlow ---------------------------------------------------------------------------------
+
+
+def _install_tf_jit(agent: Agent, tf: ModuleType) -> None:
+    tf.config.optimizer.set_jit("autoclustering")
+    flags = os.environ.get("TF_XLA_FLAGS", "")
+    _applied("xla", f"tensorflow: auto-clustering (TF_XLA_FLAGS={flags!r}, set_jit)")
+
+
+def _install_keras_jit(agent: Agent, module: ModuleType) -> None:
+    cls = getattr(module, "Trainer", None)
+    if cls is None or not hasattr(cls, "compile"):
+        raise RuntimeError("keras Trainer.compile not found")
+    orig = cls.compile
+
+    def compile(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("jit_compile", "auto") in ("auto", None):
+            kwargs["jit_compile"] = True
+        out = orig(self, *args, **kwargs)
+        _applied("xla", f"keras: {type(self).__name__}.compile(jit_compile=True)")
+        return out
+
+    compile.__wrapped__ = orig  # type: ignore[attr-defined]
+    cls.compile = compile
+
+
+def _bind(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    import inspect
+
+    return inspect.signature(fn).bind(*args, **kwargs)
+
+
+def _install_tf_data(agent: Agent, module: ModuleType) -> None:
+    cls = getattr(module, "DatasetV2", None)
+    if cls is None:
+        raise RuntimeError("tf.data DatasetV2 not found")
+    opts = _State.wanted["prefetch"]
+    nondet = opts.get("deterministic") is False
+    autotune = -1  # tf.data.AUTOTUNE
+
+    def parallel(name: str) -> None:
+        orig = getattr(cls, name)
+
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                b = _bind(orig, (self, *args), kwargs)
+                a = b.arguments
+                if a.get("num_parallel_calls") is None and not a.get("synchronous"):
+                    a["num_parallel_calls"] = autotune
+                    if nondet and a.get("deterministic") is None:
+                        a["deterministic"] = False
+                    _applied("prefetch", f"tf.data: {name}(num_parallel_calls=AUTOTUNE)")
+                args, kwargs = tuple(b.args[1:]), dict(b.kwargs)
+            except TypeError:
+                pass  # let the original raise its own error
+            return orig(self, *args, **kwargs)
+
+        wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
+        setattr(cls, name, wrapper)
+
+    parallel("map")
+    parallel("interleave")
+    orig_iter = cls.__iter__
+
+    def __iter__(self: Any) -> Any:
+        ds = self
+        try:
+            from tensorflow.python.eager import context
+
+            if context.executing_eagerly() and type(self).__name__ != "_PrefetchDataset":
+                o = module.options_lib.Options()
+                o.autotune.enabled = True
+                o.experimental_optimization.apply_default_optimizations = True
+                if nondet:
+                    o.deterministic = False
+                ds = self.prefetch(autotune).with_options(o)
+                _applied("prefetch", "tf.data: .prefetch(AUTOTUNE) appended at iteration")
+        except Exception as e:
+            ds = self
+            _skipped("prefetch", f"appending prefetch failed: {e!r}")
+        return orig_iter(ds)
+
+    __iter__.__wrapped__ = orig_iter  # type: ignore[attr-defined]
+    cls.__iter__ = __iter__
+
+
+# -- PyTorch ------------------------------------------------------------------------------------
+
+
+def _install_dataloader(agent: Agent, module: ModuleType) -> None:
+    cls = getattr(module, "DataLoader", None)
+    if cls is None:
+        raise RuntimeError("torch DataLoader not found")
+    opts = _State.wanted["prefetch"]
+    workers = opts.get("workers")
+    if not (isinstance(workers, int) and not isinstance(workers, bool) and workers > 0):
+        workers = default_workers()
+    orig = cls.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            b = _bind(orig, (self, *args), kwargs)
+            a = b.arguments
+            if not a.get("num_workers"):
+                import torch
+
+                a["num_workers"] = workers
+                a["persistent_workers"] = True
+                pf = a.get("prefetch_factor") or int(opts.get("prefetch_factor", 4))
+                a["prefetch_factor"] = pf
+                pin = bool(torch.cuda.is_available())
+                if pin:
+                    a["pin_memory"] = True
+                args, kwargs = tuple(b.args[1:]), dict(b.kwargs)
+                _applied(
+                    "prefetch",
+                    f"torch: DataLoader(num_workers={workers}, persistent_workers=True, "
+                    f"prefetch_factor={pf}{', pin_memory=True' if pin else ''})",
+                    workers=workers,
+                )
+        except TypeError:
+            pass
+        orig(self, *args, **kwargs)
+
+    __init__.__wrapped__ = orig  # type: ignore[attr-defined]
+    cls.__init__ = __init__
+
+
+def _load_depth_first() -> Callable[[Any], Any]:
+    import importlib
+    import importlib.util
+
+    try:  # by name, not a static import: the agent imports nothing else from sofa_top
+        return importlib.import_module("sofa_top.optimizers.depth_first").depth_first  # type: ignore[no-any-return]
+    except ImportError:
+        path = os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            "optimizers",
+            "depth_first.py",
+        )
+        spec = importlib.util.spec_from_file_location("_sofa_top_depth_first", path)
+        if spec is None or spec.loader is None:
+            raise
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        return mod.depth_first  # type: ignore[no-any-return]
+
+
+def _time_first_compiled_call(module: Any) -> None:
+    real = getattr(module, "_compiled_call_impl", None)
+    if real is None:
+        return
+    name = type(module).__name__
+
+    def first(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        out = real(*args, **kwargs)
+        module._compiled_call_impl = real
+        dt = time.perf_counter() - t0
+        agent = _State.agent
+        if agent is not None:
+            agent.event(
+                "optimize",
+                f"xla: first compiled call of {name} took {dt:.2f} s",
+                {"toggle": "xla", "applied": True, "where": None, "compile_s": dt},
+            )
+        return out
+
+    module._compiled_call_impl = first
+
+
+def _on_top_module(module: Any) -> None:
+    name = type(module).__name__
+    if "xla" in _State.wanted:
+        module.compile()
+        _time_first_compiled_call(module)
+        _applied("xla", f"torch: {name}.compile() (torch.compile in place)")
+    if "depth_first" in _State.wanted:
+        if "xla" in _State.wanted:
+            _skipped("depth_first", "mutually exclusive with torch.compile (xla requested)")
+        else:
+            _load_depth_first()(module)
+            _applied("depth_first", f"torch: depth_first({name}) in place")
+
+
+def _install_torch_modules(agent: Agent, module: ModuleType) -> None:
+    register = getattr(module, "register_module_forward_pre_hook", None)
+    if register is None:
+        raise RuntimeError("register_module_forward_pre_hook not found")
+
+    def pre_hook(mod: Any, _args: Any) -> None:
+        # The first module called with parameters is top-level: its pre-hook runs before any of
+        # its children's. Parameterless ones (a loss) are passed over.
+        if next(mod.parameters(), None) is None:
+            return None
+        handle = _State.top_module_hook
+        _State.top_module_hook = None
+        if handle is None:
+            return None
+        handle.remove()
+        try:
+            _on_top_module(mod)
+        except Exception as e:
+            for t in ("xla", "depth_first"):
+                if t in _State.wanted:
+                    _skipped(t, f"on {type(mod).__name__}: {e!r}")
+        return None
+
+    _State.top_module_hook = register(pre_hook)
+
+
+# -- entry point --------------------------------------------------------------------------------
+
+
+def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Installer]]]) -> None:
+    """Register the requested toggles' installers (after the agent's own, so they wrap them)."""
+    raw = agent.settings.optimize
+    wanted = {t: o for t in TOGGLES if (o := _opts(raw.get(t))) is not None}
+    _State.agent = agent
+    _State.wanted = wanted
+    _State.where = {}
+    for key in raw:
+        if key not in TOGGLES:
+            agent.event("optimize", f"unknown optimizer toggle {key!r} ignored", {"toggle": key})
+    for t in wanted:
+        agent.hook_skipped(hook_name(t), _WAITING)
+    if "xla" in wanted and "depth_first" in wanted:
+        agent.hook_skipped(
+            hook_name("depth_first"), "mutually exclusive with torch.compile (xla requested)"
+        )
+    if "xla" in wanted:
+        os.environ.setdefault("TF_XLA_FLAGS", XLA_FLAGS)
+
+    def add(name: str, toggle: str, fn: Callable[[Agent, ModuleType], None]) -> None:
+        installers[name] = [*installers.get(name, ()), (hook_name(toggle), _guard(toggle, fn))]
+
+    if "xla" in wanted:
+        add("tensorflow", "xla", _install_tf_jit)
+        add("keras.src.trainers.trainer", "xla", _install_keras_jit)
+    if "prefetch" in wanted:
+        add("tensorflow.python.data.ops.dataset_ops", "prefetch", _install_tf_data)
+        add("torch.utils.data.dataloader", "prefetch", _install_dataloader)
+    if "xla" in wanted or "depth_first" in wanted:
+        toggle = "xla" if "xla" in wanted else "depth_first"
+        add("torch.nn.modules.module", toggle, _install_torch_modules)

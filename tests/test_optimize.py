@@ -1,0 +1,102 @@
+"""Optimizer toggles applied by the in-process agent (sofa_top.agent.optimize), for real."""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sofa_top.agent import optimize
+from sofa_top.agent.settings import parse_settings
+from sofa_top.compare import RunOutcome, _record_one, analyze_session
+from sofa_top.store import SessionReader
+
+WORKLOADS = Path(__file__).parent / "workloads"
+LOSS = re.compile(r"loss (\S+)")
+
+
+def _run(tmp_path: Path, cmd: list[str], opt: dict[str, Any], steps: int = 8) -> RunOutcome:
+    path = tmp_path / "run.sofa"
+    _record_one(cmd, opt, path, "opt-test", steps, None, 2, timeout_s=150.0)
+    return analyze_session(path, 2, steps, opt)
+
+
+def _losses(session: str) -> list[float]:
+    reader = SessionReader(Path(session))
+    try:
+        logs = reader.events("log")
+    finally:
+        reader.close()
+    return [float(m.group(1)) for e in logs if (m := LOSS.search(e.message))]
+
+
+def test_settings_carry_optimize() -> None:
+    s = parse_settings('{"optimize": {"xla": true, "prefetch": {"workers": 3}}}')
+    assert s.optimize == {"xla": True, "prefetch": {"workers": 3}}
+    assert not s.problems
+    assert optimize.hook_name("depth_first") == "opt:depth-first"
+    assert optimize.default_workers() >= 2
+
+
+def test_xla_without_framework_is_reported_not_applied(tmp_path: Path) -> None:
+    cmd = [sys.executable, str(WORKLOADS / "agent_plain.py"), "--steps", "12", "--input-ms", "2"]
+    out = _run(tmp_path, cmd, {"xla": True, "depth_first": True}, steps=8)
+    assert out.failed is None
+    assert out.rate is not None and out.rate > 0
+    assert out.applied == []
+    reasons = dict(out.not_applied)
+    assert "never imported tensorflow or torch" in reasons["xla"]
+    assert "torch.compile" in reasons["depth_first"]  # mutually exclusive, said so up front
+
+
+@pytest.mark.slow
+def test_tf_prefetch_and_xla_apply_and_loss_stays_finite(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "sofa_top.demos.tf_input_bound", "--batch-size", "8"]
+    out = _run(tmp_path, cmd, {"prefetch": {"deterministic": False}, "xla": True}, steps=45)
+    assert out.failed is None, out.failed
+    assert set(out.applied) == {"prefetch", "xla"}, out.not_applied
+    assert any("num_parallel_calls=AUTOTUNE" in w for w in out.where)
+    assert any(".prefetch(AUTOTUNE)" in w for w in out.where)
+    assert any("auto-clustering" in w for w in out.where)
+    losses = _losses(out.session)
+    assert losses and all(math.isfinite(v) for v in losses)
+    assert not out.nonfinite_loss
+
+
+@pytest.mark.slow
+def test_torch_dataloader_workers_apply_and_loss_stays_finite(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "sofa_top.demos.torch_input_bound", "--batch-size", "8"]
+    out = _run(tmp_path, cmd, {"prefetch": {"workers": 2}}, steps=60)
+    assert out.failed is None, out.failed
+    assert out.applied == ["prefetch"], out.not_applied
+    assert any("num_workers=2, persistent_workers=True" in w for w in out.where)
+    losses = _losses(out.session)
+    assert losses and all(math.isfinite(v) for v in losses)
+
+
+@pytest.mark.slow
+def test_torch_depth_first_applies(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "sofa_top.demos.torch_input_bound", "--batch-size", "8"]
+    out = _run(tmp_path, cmd, {"depth_first": True}, steps=60)
+    assert out.failed is None, out.failed
+    assert out.applied == ["depth_first"], out.not_applied
+    assert any("depth_first(Sequential)" in w for w in out.where)
+    losses = _losses(out.session)
+    assert losses and all(math.isfinite(v) for v in losses)
+
+
+@pytest.mark.slow
+def test_torch_compile_applies_and_reports_compile_time(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "sofa_top.demos.torch_input_bound", "--batch-size", "8"]
+    out = _run(tmp_path, cmd, {"xla": True, "depth_first": True}, steps=60)
+    assert out.failed is None, out.failed
+    assert out.applied == ["xla"], out.not_applied
+    assert "torch.compile" in dict(out.not_applied)["depth_first"]
+    assert any("Sequential.compile()" in w for w in out.where)
+    assert out.compile_s is not None and out.compile_s > 0
+    losses = _losses(out.session)
+    assert losses and all(math.isfinite(v) for v in losses)
