@@ -48,6 +48,8 @@ KEY_HELP: tuple[tuple[str, str], ...] = (
     ("1 2 3", "views: 1 overview (timelines, processes, hot functions), 2 steps and input "
      "pipeline, 3 workload output (or click a tab)"),
     ("tab", "focus the next pane (shift+tab: previous); arrows scroll it"),
+    ("o", "optimizer: re-run a launched command under prefetch / XLA / depth-first and "
+     "compare throughput"),
     ("?", "this help"),
     ("q", "quit: stop recording, finalize the session file and print its path; a workload "
      "sofa-top launched is stopped after you confirm (ctrl+c asks the same)"),
@@ -107,6 +109,7 @@ class DashboardApp(App[str]):
         Binding("p", "toggle_pause", "Pause"),
         Binding("z", "zoom", "Zoom"),
         Binding("s", "sort", "Sort"),
+        Binding("o", "optimizer", "Optimize", show=False),
         # priority: the screen's own (hidden) tab binding would otherwise keep it off the footer.
         Binding("tab", "focus_next", "Next pane", priority=True),
         Binding("question_mark", "help", "Help", key_display="?"),
@@ -327,6 +330,12 @@ class DashboardApp(App[str]):
         """Sort the hot-functions table by the next column."""
         self.stacks.cycle_sort()
 
+    def action_optimizer(self) -> None:
+        """Show the optimizer screen (re-run and compare toggles)."""
+        from sofa_top.tui.optimizer_screen import open_optimizer
+
+        open_optimizer(self)
+
     def action_help(self) -> None:
         """Show the help screen."""
         if not isinstance(self.screen, HelpScreen):
@@ -487,6 +496,9 @@ class DashboardApp(App[str]):
         yield SystemCommand("Zoom timelines", f"Show the last {window}", self.action_zoom)
         yield SystemCommand("Sort hot functions", "Sort by the next column", self.action_sort)
         yield SystemCommand("Help", "Key bindings and what each pane shows", self.action_help)
+        yield SystemCommand(
+            "Optimizer", "Re-run and compare optimizer toggles", self.action_optimizer
+        )
         for view in VIEWS:
             yield SystemCommand(
                 f"Show {view}",

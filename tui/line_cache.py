@@ -45,7 +45,7 @@ class LineCachedWidget(Widget):
     _strips: list[Strip] | None = None
     _strips_key: tuple[Size, object] | None = None
     # Drawn lines of text_lines() by text_key, for the size and style in _strips_key.
-    _line_strips: dict[Hashable, list[Strip]] | None = None
+    _line_strips: dict[Hashable, Strip] | None = None
 
     def text_lines(self) -> Sequence[Text] | None:
         """The lines ``render()`` joins with newlines, when it is text (None: it is not).
@@ -58,33 +58,42 @@ class LineCachedWidget(Widget):
         return (self.size, self.visual_style)
 
     def _draw(self, key: tuple[Size, object]) -> list[Strip]:
-        # What Widget._render_content does, without touching the widget's own render cache.
         width, height = self.size
-        style = self.visual_style
         lines = self.text_lines() if self.text_selection is None else None
-        if lines is None:
-            self._line_strips = None
-            visual = visualize(self, self.render(), markup=self._render_markup)
-            return Visual.to_strips(self, visual, width, height, style)
-        # Lines of text do not interact: a line drawn after as many empty lines as precede it
-        # gives the strips it gets within the whole text (their metadata holds its position).
-        # A selection can span lines: with one, the whole text is drawn.
-        cache = self._line_strips if self._strips_key == key else None
-        drawn: dict[Hashable, list[Strip]] = {}
+        if lines is not None:
+            strips = self._draw_lines(key, lines[:height])
+            if strips is not None:
+                return strips
+        # What Widget._render_content does, without touching the widget's own render cache.
+        self._line_strips = None
+        visual = visualize(self, self.render(), markup=self._render_markup)
+        return Visual.to_strips(self, visual, width, height, self.visual_style)
+
+    def _draw_lines(self, key: tuple[Size, object], lines: Sequence[Text]) -> list[Strip] | None:
+        """Strips for ``lines``, drawing only those not drawn before (None: a line wraps)."""
+        cache = self._line_strips if self._strips_key == key and self._line_strips else {}
+        keys = [(y, text_key(line)) for y, line in enumerate(lines)]
+        missing = {y for y, line_key in enumerate(keys) if line_key not in cache}
+        drawn: dict[Hashable, Strip] = {}
+        if missing:
+            # One pass over the new lines, in place: their strips carry their position (for
+            # selections), and the setup of a pass costs more than the empty lines between.
+            text = Text("\n").join(
+                [line if y in missing else Text() for y, line in enumerate(lines)]
+            )
+            visual = visualize(self, text)
+            new = Visual.to_strips(self, visual, self.size.width, None, self.visual_style)
+            if len(new) != len(lines):
+                return None  # a line wrapped: strips and lines no longer pair up
+            drawn.update((keys[y], new[y]) for y in missing)
         strips: list[Strip] = []
-        for y, line in enumerate(lines):
-            if len(strips) >= height:
-                break
-            line_key = (y, text_key(line))
-            line_strips = cache.get(line_key) if cache is not None else None
-            if line_strips is None:
-                text = Text("\n").join([*(Text() for _ in range(y)), line])
-                line_strips = Visual.to_strips(self, visualize(self, text), width, None, style)
-                line_strips = line_strips[y:]
-            drawn[line_key] = line_strips
-            strips.extend(line_strips)
+        for line_key in keys:
+            strip = drawn.get(line_key)
+            if strip is None:
+                strip = drawn[line_key] = cache[line_key]
+            strips.append(strip)
         self._line_strips = drawn
-        return strips[:height]
+        return strips
 
     def redraw(self) -> None:
         """The state behind ``render()`` changed: repaint the lines that now look different."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.cells import cell_len
+from rich.console import JustifyMethod
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
@@ -17,6 +19,7 @@ from sofa_top.tui.line_cache import LineCachedWidget, QuietTitles
 
 EXITED_STYLE = Style(color="grey50", strike=True)
 TARGET_STYLE = Style(bold=True)
+HEADER_STYLE = Style(bold=True)
 WIDE = 44  # inner width from which long units and state words fit
 # Narrow panes show the state as one letter, like top's S column.
 STATE_LETTERS = {
@@ -66,6 +69,48 @@ def tree_order(procs: Sequence[ProcInfo], target: int) -> list[tuple[ProcInfo, i
     return ordered
 
 
+# Per column: heading (narrow, wide), justification.
+_COLUMNS: tuple[tuple[str, str, JustifyMethod], ...] = (
+    ("pid", "pid", "right"),
+    ("role", "role", "left"),
+    ("CPU%", "CPU%", "right"),
+    ("RSS", "RSS", "right"),
+    ("thr", "thr", "right"),
+    ("S", "state", "left"),
+)
+ROLE = 1  # the column that takes the width the others leave
+STATE_MAX = 10  # widest state column
+
+
+def process_rows(sample: ProcessSample, width: int) -> list[tuple[tuple[str, ...], Style | str]]:
+    """The cells and row style of each process, in tree order, as drawn at ``width``."""
+    wide = width >= WIDE
+    rows: list[tuple[tuple[str, ...], Style | str]] = []
+    for proc, depth in tree_order(sample.procs, sample.target_pid):
+        exited = not proc.alive or proc.state == "exited"
+        role = proc.role or proc.name
+        if not wide:
+            # "DataLoader worker" -> "worker": the last word tells roles apart.
+            role = role.split()[-1] if role.strip() else role
+        indent = "  " * max(depth - 1, 0) + ("└ " if depth else "")
+        rss = human_bytes(proc.rss) if wide else human_bytes_short(proc.rss)
+        if wide:
+            state = "✗ exited" if exited else proc.state
+        else:
+            state = "✗" if exited else STATE_LETTERS.get(proc.state, proc.state[:1].upper())
+        cells = (
+            str(proc.pid),
+            indent + role,
+            "-" if exited else percent(proc.cpu_percent),
+            "-" if exited else rss,
+            "-" if exited or proc.num_threads is None else str(proc.num_threads),
+            state,
+        )
+        style = EXITED_STYLE if exited else (TARGET_STYLE if proc.pid == sample.target_pid else "")
+        rows.append((cells, style))
+    return rows
+
+
 def process_table(sample: ProcessSample, width: int) -> Table:
     """A rich table of ``sample`` fitted to ``width`` cells."""
     wide = width >= WIDE
@@ -83,31 +128,55 @@ def process_table(sample: ProcessSample, width: int) -> Table:
     table.add_column("CPU%", justify="right", no_wrap=True)
     table.add_column("RSS", justify="right", no_wrap=True)
     table.add_column("thr", justify="right", no_wrap=True)
-    table.add_column("state" if wide else "S", no_wrap=True, overflow="ellipsis", max_width=10)
-    for proc, depth in tree_order(sample.procs, sample.target_pid):
-        exited = not proc.alive or proc.state == "exited"
-        role = proc.role or proc.name
-        if not wide:
-            # "DataLoader worker" -> "worker": the last word tells roles apart.
-            role = role.split()[-1] if role.strip() else role
-        indent = "  " * max(depth - 1, 0) + ("└ " if depth else "")
-        rss = human_bytes(proc.rss) if wide else human_bytes_short(proc.rss)
-        if wide:
-            state = "✗ exited" if exited else proc.state
-        else:
-            state = "✗" if exited else STATE_LETTERS.get(proc.state, proc.state[:1].upper())
+    table.add_column(
+        "state" if wide else "S", no_wrap=True, overflow="ellipsis", max_width=STATE_MAX
+    )
+    for cells, style in process_rows(sample, width):
         # Text, not str: a process name like "[worker]" must not be read as rich markup.
-        cells = [
-            Text(str(proc.pid)),
-            Text(indent + role),
-            Text("-" if exited else percent(proc.cpu_percent)),
-            Text("-" if exited else rss),
-            Text("-" if exited or proc.num_threads is None else str(proc.num_threads)),
-            Text(state),
-        ]
-        style = EXITED_STYLE if exited else (TARGET_STYLE if proc.pid == sample.target_pid else "")
-        table.add_row(*cells, style=style)
+        table.add_row(*(Text(cell) for cell in cells), style=style)
     return table
+
+
+def process_lines(sample: ProcessSample, width: int) -> list[Text] | None:
+    """``process_table`` laid out line by line, as rich lays it out (None: too narrow).
+
+    Rich measures every cell and renders the table whole, every second; the columns are
+    simple enough to lay out directly: each as wide as its widest cell (the state column at
+    most ``STATE_MAX``), one space between them, the role column taking what is left.
+    """
+    wide = width >= WIDE
+    rows = process_rows(sample, width)
+    header = tuple(wide_heading if wide else heading for heading, wide_heading, _ in _COLUMNS)
+    table: list[tuple[tuple[str, ...], Style | str]] = [(header, HEADER_STYLE), *rows]
+    widths = [max(cell_len(cells[i]) for cells, _ in table) for i in range(len(_COLUMNS))]
+    widths[-1] = min(widths[-1], STATE_MAX)
+    widths[ROLE] = width - (sum(widths) - widths[ROLE]) - (len(_COLUMNS) - 1)
+    if widths[ROLE] < 1:
+        return None  # rich shrinks every column then: leave that to process_table
+    lines: list[Text] = []
+    for cells, style in table:
+        line = Text(style=style, end="")
+        for index, (cell, (_, _, justify), cell_w) in enumerate(
+            zip(cells, _COLUMNS, widths, strict=True)
+        ):
+            if index:
+                line.append(" ")
+            line.append_text(_fit(cell, cell_w, justify))
+        lines.append(line)
+    return lines
+
+
+def _fit(cell: str, width: int, justify: JustifyMethod) -> Text:
+    # What rich does to a no-wrap, ellipsis-overflow table cell (Text.wrap, Lines.justify).
+    text = Text(cell)
+    text.rstrip_end(width)
+    if justify == "right":
+        text.rstrip()
+        text.truncate(width, overflow="ellipsis")
+        text.pad_left(width - text.cell_len)
+    else:
+        text.truncate(width, overflow="ellipsis", pad=True)
+    return text
 
 
 class ProcessesBody(LineCachedWidget):

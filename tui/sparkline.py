@@ -63,8 +63,7 @@ def resample(
     # 15-minute history is mostly outside a 60 s window).
     first = bisect_right(points, start, key=_point_ts)
     before: Point | None = points[first - 1] if first else None
-    for index_ in range(first, len(points)):
-        ts, value = points[index_]
+    for ts, value in points[first:]:
         if ts > end:
             break
         index = min(columns - 1, int((ts - start) / step))
@@ -108,7 +107,8 @@ def append_runs(text: Text, cells: Iterable[tuple[str, Style | None]]) -> Text:
     run: list[str] = []
     run_style: Style | None = None
     for char, style in cells:
-        if run and style != run_style:
+        # Identity first: cells mostly share a few style objects, and Style.__eq__ costs.
+        if run and style is not run_style and style != run_style:
             text.append("".join(run), run_style)
             run = []
         run.append(char)

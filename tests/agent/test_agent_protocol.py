@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -76,14 +77,17 @@ def test_bad_bodies_are_frame_errors(body: bytes, reason: str) -> None:
 
 
 def test_agent_package_is_stdlib_only() -> None:
-    """The agent runs in the workload's interpreter: nothing outside stdlib and itself."""
+    """The agent runs in the workload's interpreter: importing any of its modules loads
+    nothing outside the standard library and the agent package itself."""
     code = (
-        "import sys, json\n"
+        "import sys, json, pkgutil, importlib\n"
         "before = set(sys.modules)\n"
-        "import sofa_top.agent.core, sofa_top.agent.hooks_tf, sofa_top.agent.hooks_torch\n"
-        "import sofa_top.agent.api, sofa_top.agent.launch_env\n"
-        "new = sorted(set(sys.modules) - before)\n"
-        "print(json.dumps(new))\n"
+        "import sofa_top.agent as pkg\n"
+        "names = [m.name for m in pkgutil.walk_packages(pkg.__path__, 'sofa_top.agent.')]\n"
+        "for name in names:\n"
+        "    if not name.endswith('.sitecustomize'):  # that one starts the agent\n"
+        "        importlib.import_module(name)\n"
+        "print(json.dumps([names, sorted(set(sys.modules) - before)]))\n"
     )
     out = subprocess.run(
         [sys.executable, "-I", "-c", code],
@@ -92,22 +96,41 @@ def test_agent_package_is_stdlib_only() -> None:
         check=True,
         cwd=AGENT_DIR.parents[1],
     ).stdout
-    mods = json.loads(out)
-    stdlib = sys.stdlib_module_names
+    names, mods = json.loads(out)
+    assert {"sofa_top.agent.core", "sofa_top.agent.hooks_tf", "sofa_top.agent.api"} <= set(names)
     outside = [
         m
         for m in mods
-        if m.split(".")[0] not in stdlib and not (m == "sofa_top" or m.startswith("sofa_top.agent"))
+        if m.split(".")[0] not in sys.stdlib_module_names
+        and not (m == "sofa_top" or m.startswith("sofa_top.agent"))
     ]
     assert outside == []
 
 
-def test_agent_sources_import_nothing_else_from_sofa_top() -> None:
+def _module_level_imports(tree: ast.Module) -> list[str]:
+    """Imports that run when the module is imported (``if TYPE_CHECKING:`` blocks do not)."""
+    found: list[str] = []
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.append(node.module)
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+            todo += node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            todo += node.body + node.orelse + node.finalbody
+            for h in node.handlers:
+                todo += h.body
+    return found
+
+
+def test_agent_sources_import_nothing_else_from_sofa_top_at_import_time() -> None:
     for path in AGENT_DIR.rglob("*.py"):
-        for line in path.read_text().splitlines():
-            s = line.strip()
-            if s.startswith(("import sofa_top", "from sofa_top")):
-                assert s.startswith(("from sofa_top.agent", "import sofa_top.agent")), (path, s)
+        for name in _module_level_imports(ast.parse(path.read_text())):
+            if name.split(".")[0] == "sofa_top":
+                assert name.startswith("sofa_top.agent"), (path, name)
 
 
 def test_settings_defaults_and_problems() -> None:

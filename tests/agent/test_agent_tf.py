@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+from pathlib import Path
 
 import pytest
 from agent_harness import classify, run_with_agent, workload_cmd
@@ -108,7 +109,7 @@ def test_keras_fit_with_steps_per_execution_is_reported_not_guessed() -> None:
     assert "steps_per_execution=3" in skipped["keras-fit"]
 
 
-def test_iteration_inside_tf_function_is_left_alone() -> None:
+def test_iteration_inside_tf_function_is_left_alone(tmp_path: Path) -> None:
     """Graph-mode iteration has nothing to time from Python; it must not trip the agent."""
     code = (
         "import tensorflow as tf\n"
@@ -122,7 +123,9 @@ def test_iteration_inside_tf_function_is_left_alone() -> None:
         "    return s + tf.reduce_sum(next(it))\n"
         "print(int(total()), sum(int(tf.reduce_sum(x)) for x in ds))\n"
     )
-    run = run_with_agent([sys.executable, "-c", code])
+    script = tmp_path / "graph_loop.py"  # autograph needs the source: not `python -c`
+    script.write_text(code)
+    run = run_with_agent([sys.executable, str(script)])
     assert run.returncode == 0, run.summary()
     assert run.stdout.split() == ["196", "190"]
     assert "sofa-top agent:" not in run.stderr

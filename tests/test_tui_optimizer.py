@@ -1,0 +1,320 @@
+"""Pilot tests of the optimizer screen (``o``): toggles, form validation, a fake compare runner."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from textual.pilot import Pilot
+from textual.widgets import Button, Checkbox, Input, ProgressBar, Static
+from tui_fakes import CMDLINE, T0, FakeSource, compute_bound_verdict, launch_snapshot, make_snapshot
+
+from sofa_top.compare import CompareResult, ConfigResult, OnProgress, RunOutcome, changes_for
+from sofa_top.snapshot import Snapshot
+from sofa_top.tui.app import DashboardApp
+from sofa_top.tui.optimizer_screen import (
+    ATTACH_MESSAGE,
+    SCREEN_NAME,
+    OptimizerScreen,
+    open_optimizer,
+    plan,
+)
+
+SIZE = (100, 30)
+OUT = "/home/ml/.local/share/sofa-top/sessions"
+RATES = {"baseline": (400.0, 410.0, 395.0), "prefetch": (655.0, 640.0, 662.0)}
+TF_WHERE = "tf.data: map num_parallel_calls=AUTOTUNE, prefetch(AUTOTUNE) appended"
+
+
+def fake_result(cmd: Sequence[str], configs: Sequence[str], repeats: int) -> CompareResult:
+    """What ``run_compare`` returns for an input-bound tf.data job: prefetch wins 1.6x."""
+    runs = []
+    base = sorted(RATES["baseline"][:repeats])[len(RATES["baseline"][:repeats]) // 2]
+    for c in configs:
+        rates = RATES.get(c, (380.0, 372.0, 391.0))[:repeats]
+        sessions = [f"{OUT}/compare-20231114-221320-{c}-{i + 1}.sofa" for i in range(repeats)]
+        toggles = {"prefetch": ["prefetch"], "xla": ["xla"]}.get(c, [])
+        outcomes = [
+            RunOutcome(s, r, "samples/s", 0.4, "input-bound", toggles, [], [], False, None)
+            for s, r in zip(sessions, rates, strict=True)
+        ]
+        med = sorted(rates)[len(rates) // 2]
+        flags = [] if c in ("baseline", "prefetch") else ["slower-than-baseline"]
+        runs.append(
+            ConfigResult(
+                config=c,
+                optimize={"prefetch": True} if c == "prefetch" else {},
+                applied=toggles,
+                throughput={"median": med, "min": min(rates), "max": max(rates),
+                            "unit": "samples/s"},
+                speedup=med / base,
+                verdict="compute-bound" if c == "prefetch" else "input-bound",
+                compile_s=None if c != "xla" else 12.5,
+                flags=flags,
+                where=[TF_WHERE] if c == "prefetch" else [],
+                sessions=sessions,
+                outcomes=outcomes,
+            )
+        )  # fmt: skip
+    result = CompareResult(list(cmd), repeats, 50, None, 5, runs, "prefetch", [])
+    result.changes = changes_for(result, "prefetch")
+    return result
+
+
+class FakeRunner:
+    """Stands in for ``run_compare``: reports progress like it does, returns ``fake_result``."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.threads: list[int] = []
+
+    def __call__(
+        self,
+        cmd: Sequence[str],
+        configs: Sequence[str] = (),
+        repeats: int = 3,
+        steps: int | None = 50,
+        seconds: float | None = None,
+        warmup_steps: int = 5,
+        on_progress: OnProgress | None = None,
+        out_dir: str | Path | None = None,
+        timeout_s: float = 600.0,
+        optimize: dict[str, dict[str, Any]] | None = None,
+    ) -> CompareResult:
+        self.calls.append(
+            {"cmd": list(cmd), "configs": list(configs), "repeats": repeats, "steps": steps,
+             "out_dir": out_dir, "optimize": optimize}
+        )  # fmt: skip
+        self.threads.append(threading.get_ident())
+        say = on_progress or (lambda _m: None)
+        result = fake_result(cmd, configs, repeats)
+        for i in range(repeats):
+            for run in result.runs:
+                say(f"run {i + 1}/{repeats} {run.config}: {run.sessions[i]}")
+                say(f"  {run.config}: {run.outcomes[i].rate:.2f} samples/s")
+        return result
+
+
+def run_async(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async test on a fresh event loop (the suite has no asyncio plugin)."""
+
+    @functools.wraps(test)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return wrapper
+
+
+def dashboard(snapshot: Snapshot | None, runner: FakeRunner | None = None) -> DashboardApp:
+    app = DashboardApp(FakeSource([snapshot] if snapshot else []), clock=lambda: T0 + 75)
+    if runner is not None:
+        app.optimizer_runner = runner  # type: ignore[attr-defined]
+    return app
+
+
+async def settle(pilot: Pilot[Any], times: int = 3) -> None:
+    for _ in range(times):
+        await pilot.pause()
+
+
+async def open_panel(app: DashboardApp, pilot: Pilot[Any]) -> OptimizerScreen:
+    source = app.source
+    assert isinstance(source, FakeSource)
+    if source.script:
+        source.push()
+    await settle(pilot)
+    await pilot.press("o")
+    await settle(pilot)
+    screen = app.screen
+    assert isinstance(screen, OptimizerScreen)
+    return screen
+
+
+def plain(screen: OptimizerScreen, selector: str) -> str:
+    """What a Static shows, as plain text (wide enough that nothing wraps)."""
+    console = Console(width=300, record=True, file=None, color_system=None)
+    with console.capture() as cap:
+        console.print(screen.query_one(selector, Static).content)
+    return cap.get()
+
+
+def test_plan() -> None:
+    assert plan([]) == (["baseline"], {})
+    assert plan(["prefetch"]) == (["baseline", "prefetch"], {})
+    assert plan(["xla", "prefetch"]) == (
+        ["baseline", "prefetch", "xla", "prefetch+xla"],
+        {"prefetch+xla": {"prefetch": True, "xla": True}},
+    )
+    assert plan(["prefetch", "xla", "depth-first"])[0][-1] == "all"
+
+
+@run_async
+async def test_o_opens_the_panel_with_toggles_from_the_verdict() -> None:
+    app = dashboard(launch_snapshot())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_panel(app, pilot)
+        assert screen.query_one("#opt-prefetch", Checkbox).value is True
+        assert screen.query_one("#opt-xla", Checkbox).value is False
+        assert screen.query_one("#opt-depth-first", Checkbox).value is False
+        assert screen.query_one("#opt-run", Button).disabled is False
+        assert screen.query_one("#opt-repeats", Input).value == "3"
+        assert screen.query_one("#opt-steps", Input).value == "50"
+        assert ATTACH_MESSAGE not in plain(screen, "#opt-status")
+        # o again does not stack a second panel; escape goes back to the dashboard
+        await pilot.press("escape")
+        await settle(pilot)
+        assert not isinstance(app.screen, OptimizerScreen)
+        assert app.screen is app.screen_stack[0]
+
+
+@run_async
+async def test_compute_bound_verdict_ticks_xla_and_conflict_note() -> None:
+    app = dashboard(launch_snapshot(verdict=compute_bound_verdict()))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_panel(app, pilot)
+        assert screen.query_one("#opt-xla", Checkbox).value is True
+        assert screen.query_one("#opt-prefetch", Checkbox).value is False
+        note = screen.query_one("#opt-note", Static)
+        assert not note.has_class("-conflict")
+        screen.query_one("#opt-depth-first", Checkbox).value = True
+        await settle(pilot)
+        assert note.has_class("-conflict")
+        assert "depth-first skipped" in plain(screen, "#opt-note")
+
+
+@run_async
+async def test_attach_mode_says_compare_needs_a_launched_command() -> None:
+    runner = FakeRunner()
+    app = dashboard(make_snapshot(launched=False), runner)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_panel(app, pilot)
+        assert ATTACH_MESSAGE in plain(screen, "#opt-status")
+        assert screen.query_one("#opt-run", Button).disabled is True
+        assert screen.start_compare() is False
+        await settle(pilot)
+        assert runner.calls == []
+
+
+@run_async
+async def test_run_fills_table_highlights_best_and_shows_changes() -> None:
+    runner = FakeRunner()
+    app = dashboard(launch_snapshot(), runner)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_panel(app, pilot)
+        await pilot.click("#opt-run")
+        await screen.workers.wait_for_complete()
+        await settle(pilot, 5)
+        assert runner.calls and runner.calls[0]["cmd"] == list(CMDLINE)
+        assert runner.calls[0]["configs"] == ["baseline", "prefetch"]
+        assert runner.calls[0]["repeats"] == 3 and runner.calls[0]["steps"] == 50
+        assert runner.threads[0] != threading.get_ident()  # never on the UI thread
+        assert screen.result is not None and screen.result.best == "prefetch"
+        assert screen.done_runs == 6
+        bar = screen.query_one("#opt-progress", ProgressBar)
+        assert bar.total == 6 and bar.progress == 6
+        table = plain(screen, "#opt-table")
+        assert "★ prefetch" in table
+        assert "655.0 (640.0-662.0) samples/s" in table
+        assert "1.64x" in table
+        winner = plain(screen, "#opt-winner")
+        assert "prefetch(tf.data.AUTOTUNE)" in winner
+        assert "compare-20231114-221320-prefetch-1.sofa" in winner
+        assert screen.query_one("#opt-run", Button).disabled is False
+        # back to the dashboard and o again: the finished comparison is still there
+        await pilot.press("escape")
+        await settle(pilot)
+        await pilot.press("o")
+        await settle(pilot)
+        assert app.screen is screen and screen.result is not None
+
+
+@run_async
+async def test_live_rows_fill_in_from_progress_lines() -> None:
+    app = dashboard(launch_snapshot())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_panel(app, pilot)
+        screen.configs = ["baseline", "prefetch"]
+        screen.total_runs = 4
+        screen._report("run 1/2 baseline: /tmp/a.sofa")
+        await settle(pilot)
+        assert "running" in plain(screen, "#opt-table")
+        screen._report("  baseline: 400.00 samples/s")
+        screen._report("run 1/2 prefetch: /tmp/b.sofa")
+        screen._report("  prefetch: -  FAILED: exit code 1")
+        await settle(pilot)
+        table = plain(screen, "#opt-table")
+        assert "400.0 (400.0-400.0) samples/s" in table
+        assert "1 failed" in table
+        assert screen.done_runs == 2
+
+
+@run_async
+async def test_invalid_repeats_is_rejected() -> None:
+    runner = FakeRunner()
+    app = dashboard(launch_snapshot(), runner)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_panel(app, pilot)
+        screen.query_one("#opt-repeats", Input).value = "0"
+        await settle(pilot)
+        assert screen.start_compare() is False
+        await settle(pilot)
+        assert runner.calls == []
+        assert "invalid repeats" in plain(screen, "#opt-status")
+        screen.query_one("#opt-repeats", Input).value = ""
+        assert screen.start_compare() is False
+        screen.query_one("#opt-repeats", Input).value = "2"
+        screen.query_one("#opt-steps", Input).value = "0"
+        assert screen.start_compare() is False
+        assert "invalid steps" in plain(screen, "#opt-status")
+        assert runner.calls == []
+
+
+@run_async
+async def test_runner_failure_is_shown() -> None:
+    def broken(*_a: Any, **_k: Any) -> CompareResult:
+        raise RuntimeError("launch failed")
+
+    app = dashboard(launch_snapshot())
+    async with app.run_test(size=SIZE) as pilot:
+        source = app.source
+        assert isinstance(source, FakeSource)
+        source.push()
+        await settle(pilot)
+        open_optimizer(app, broken)
+        await settle(pilot)
+        screen = app.get_screen(SCREEN_NAME)
+        assert isinstance(screen, OptimizerScreen)
+        assert screen.start_compare()
+        await screen.workers.wait_for_complete()
+        await settle(pilot)
+        assert "launch failed" in plain(screen, "#opt-status")
+        assert not screen.running
+
+
+@run_async
+async def test_palette_offers_the_optimizer() -> None:
+    app = dashboard(launch_snapshot())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Optimizer" in titles
+
+
+def test_snapshot_filled_table(snap_compare: Any) -> None:
+    runner = FakeRunner()
+    app = dashboard(launch_snapshot(), runner)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        screen = await open_panel(app, pilot)
+        await pilot.click("#opt-run")
+        await screen.workers.wait_for_complete()
+        await settle(pilot, 5)
+        screen.set_focus(None)
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

@@ -1,0 +1,509 @@
+"""The ``o`` screen: re-run the launched command under optimizer toggles and compare throughput.
+
+The comparison itself is ``sofa_top.compare.run_compare`` (every run is a real session file); it
+runs in a thread worker and reports progress lines, which this screen turns into a progress bar
+and a table that fills in as the runs finish. The final ``CompareResult`` then replaces the live
+rows, highlights the best configuration and lists the code changes that reproduce it.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.validation import Number
+from textual.widgets import Button, Checkbox, Footer, Input, Label, ProgressBar, Static
+
+from sofa_top.compare import CompareResult, ConfigResult, OnProgress, run_compare
+from sofa_top.snapshot import Snapshot, TargetInfo
+from sofa_top.tui.formatting import cmdline_text, truncate
+from sofa_top.verdicts import Verdict
+
+SCREEN_NAME = "sofa-top-optimizer"
+ATTACH_MESSAGE = "compare needs a launched command: sofa-top launch -- CMD"
+EXCLUSIVE_NOTE = (
+    "depth-first and torch.compile are mutually exclusive: a run with both reports "
+    "depth-first skipped"
+)
+# toggle (verdict recommendations, CLI config names) -> settings["optimize"] key, checkbox label
+TOGGLES: tuple[tuple[str, str, str], ...] = (
+    ("prefetch", "prefetch", "prefetch + parallelism"),
+    ("xla", "xla", "XLA / torch.compile"),
+    ("depth-first", "depth_first", "depth-first (BrainSlug)"),
+)
+DEFAULT_REPEATS = 3
+DEFAULT_STEPS = 50
+MAX_REPEATS = 20
+MAX_STEPS = 100_000
+_RUN_LINE = re.compile(r"^run (\d+)/(\d+) (\S+): (.*)$")
+_RESULT_LINE = re.compile(r"^  (\S+): (?:-|([0-9.eE+-]+) (\S+))(?:  FAILED: (.*))?$")
+
+
+class Runner(Protocol):
+    """``run_compare``'s signature, as far as this screen uses it."""
+
+    def __call__(
+        self,
+        cmd: Sequence[str],
+        configs: Sequence[str] = ...,
+        repeats: int = ...,
+        steps: int | None = ...,
+        seconds: float | None = ...,
+        warmup_steps: int = ...,
+        on_progress: OnProgress | None = ...,
+        out_dir: str | Path | None = ...,
+        timeout_s: float = ...,
+        optimize: dict[str, dict[str, Any]] | None = ...,
+    ) -> CompareResult: ...
+
+
+class CompareProgress(Message):
+    """One ``on_progress`` line from the worker thread."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__()
+        self.line = line
+
+
+class CompareDone(Message):
+    """The comparison finished (``result``) or failed (``error``)."""
+
+    def __init__(self, result: CompareResult | None, error: str | None = None) -> None:
+        super().__init__()
+        self.result = result
+        self.error = error
+
+
+@dataclass
+class LiveRow:
+    """What the progress lines told about one configuration so far."""
+
+    rates: list[float] = field(default_factory=list)
+    unit: str = ""
+    failures: int = 0
+    running: bool = False
+
+
+def plan(selected: Sequence[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """The configurations to run for the ticked toggles, and the extra ones ``run_compare``
+    needs: baseline, one per toggle, and (two or more ticked) their combination."""
+    ticked = [t for t, _key, _label in TOGGLES if t in selected]
+    configs = ["baseline", *ticked]
+    extra: dict[str, dict[str, Any]] = {}
+    if len(ticked) == len(TOGGLES):
+        configs.append("all")
+    elif len(ticked) > 1:
+        name = "+".join(ticked)
+        keys = {t: k for t, k, _label in TOGGLES}
+        extra[name] = {keys[t]: True for t in ticked}
+        configs.append(name)
+    return configs, extra
+
+
+def _fmt(v: float | None, spec: str = ".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _throughput(median: float | None, lo: float | None, hi: float | None, unit: str) -> str:
+    if median is None:
+        return "-"
+    return f"{median:.1f} ({lo:.1f}-{hi:.1f}) {unit}".rstrip()
+
+
+def _notes(r: ConfigResult) -> tuple[str, str]:
+    applied = ", ".join(r.applied) or "-"
+    if r.not_applied:
+        applied += "; not: " + "; ".join(f"{t}: {why}" for t, why in r.not_applied)
+    return applied, ", ".join(r.flags) or "-"
+
+
+def results_table(
+    configs: Sequence[str],
+    live: dict[str, LiveRow],
+    result: CompareResult | None,
+) -> Table:
+    """The comparison table: live rows from the progress lines, final rows from ``result``."""
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    t.add_column("config", no_wrap=True)
+    t.add_column("throughput median (min-max)", no_wrap=True, max_width=30)
+    t.add_column("speedup", justify="right", no_wrap=True)
+    t.add_column("verdict")
+    t.add_column("compile", justify="right", no_wrap=True)
+    t.add_column("applied", min_width=8)
+    t.add_column("flags", min_width=5)
+    if result is not None:
+        for r in result.runs:
+            tp = r.throughput
+            best = r.config == result.best
+            sp = "-" if r.speedup is None else f"{r.speedup:.2f}x"
+            applied, flags = _notes(r)
+            t.add_row(
+                f"★ {r.config}" if best else f"  {r.config}",
+                _throughput(tp.get("median"), tp.get("min"), tp.get("max"), tp.get("unit", "")),
+                sp,
+                r.verdict or "-",
+                "-" if r.compile_s is None else f"{r.compile_s:.1f}s",
+                applied,
+                Text(flags, style="yellow" if r.flags else ""),
+                style="bold black on green" if best else None,
+            )
+        return t
+    base = live.get("baseline")
+    base_med = statistics.median(base.rates) if base and base.rates else None
+    for c in configs:
+        row = live.get(c, LiveRow())
+        med = statistics.median(row.rates) if row.rates else None
+        lo = min(row.rates) if row.rates else None
+        hi = max(row.rates) if row.rates else None
+        sp = "-" if med is None or not base_med else f"{med / base_med:.2f}x"
+        state = "running…" if row.running else ("pending" if not row.rates else "…")
+        flags = f"{row.failures} failed" if row.failures else "-"
+        t.add_row(
+            f"  {c}", _throughput(med, lo, hi, row.unit) if med is not None else state, sp,
+            "…", "…", "…", Text(flags, style="red" if row.failures else ""),
+        )  # fmt: skip
+    return t
+
+
+def winner_text(result: CompareResult) -> RenderableType:
+    """The best configuration, the code changes that reproduce it and its session files."""
+    parts: list[RenderableType] = []
+    if result.best is None:
+        parts.append(Text("no configuration produced a usable throughput", style="bold red"))
+    elif result.best == "baseline":
+        parts.append(Text("best: baseline: no optimizer toggle was faster", style="bold"))
+    else:
+        parts.append(Text(f"best: {result.best}: code changes that reproduce it", style="bold"))
+        if not result.changes:
+            parts.append(Text("  (no code change identified: see the applied column)"))
+        for c in result.changes:
+            parts.append(Text(f"  - {c}"))
+    best = next((r for r in result.runs if r.config == result.best), None)
+    if best is not None and best.sessions:
+        parts.append(Text("sessions:", style="bold"))
+        for s in best.sessions:
+            parts.append(Text(f"  {s}", style="grey62"))
+    for r in result.runs:
+        for e in r.errors:
+            parts.append(Text(f"{r.config}: {e}", style="red"))
+    return Group(*parts)
+
+
+class OptimizerScreen(Screen[None]):
+    """Pick toggles, re-run the launched command under each and compare throughput."""
+
+    CSS = """
+    OptimizerScreen { layout: vertical; }
+    #opt-title { height: 1; text-style: bold; padding: 0 1; }
+    #opt-toggles { height: 1; padding: 0 1; }
+    #opt-toggles Checkbox { margin-right: 3; }
+    #opt-toggles Checkbox > .toggle--button { color: $text-disabled; }
+    #opt-toggles Checkbox.-on > .toggle--button { color: $success; text-style: bold; }
+    #opt-note { height: auto; padding: 0 1; color: $text-muted; }
+    #opt-note.-conflict { color: $warning; text-style: bold; }
+    #opt-form { height: 1; padding: 0 1; margin-top: 1; }
+    #opt-form Label { margin-right: 1; }
+    #opt-form Input { width: 8; margin-right: 2; }
+    #opt-form Input.-invalid { color: $error; }
+    #opt-status { height: auto; padding: 0 1; }
+    #opt-status.-error { color: $error; }
+    #opt-progress-row { height: 1; padding: 0 1; }
+    #opt-progress-row ProgressBar { width: 40; }
+    #opt-current { margin-left: 2; }
+    #opt-results { height: 1fr; padding: 0 1; }
+    #opt-winner { margin-top: 1; }
+    """
+    BINDINGS = [Binding("escape", "close", "Close")]
+
+    def __init__(
+        self,
+        target: TargetInfo | None,
+        verdict: Verdict | None = None,
+        *,
+        runner: Runner = run_compare,
+        out_dir: str | Path | None = None,
+    ) -> None:
+        super().__init__()
+        self.target = target
+        self.verdict = verdict
+        self.runner = runner
+        self.out_dir = out_dir
+        self.running = False
+        self.configs: list[str] = []
+        self.live: dict[str, LiveRow] = {}
+        self.result: CompareResult | None = None
+        self.done_runs = 0
+        self.total_runs = 0
+        wanted = {r.toggle for r in (verdict.recommendations if verdict else ()) if r.toggle}
+        self.preselected = {t for t, _key, _label in TOGGLES if t in wanted}
+
+    @property
+    def can_run(self) -> bool:
+        """A comparison re-runs the command: only one sofa-top launched can be re-run."""
+        return self.target is not None and self.target.launched and bool(self.target.cmdline)
+
+    def compose(self) -> ComposeResult:
+        cmd = "-"
+        if self.target is not None:
+            cmd = cmdline_text(self.target.cmdline, self.target.name)
+        yield Static(Text(truncate(f"Optimizer · {cmd}", 200)), id="opt-title")
+        with Horizontal(id="opt-toggles"):
+            for toggle, _key, label in TOGGLES:
+                yield Checkbox(label, toggle in self.preselected, id=f"opt-{toggle}", compact=True)
+        yield Static(EXCLUSIVE_NOTE, id="opt-note")
+        with Horizontal(id="opt-form"):
+            yield Label("repeats")
+            yield Input(
+                str(DEFAULT_REPEATS), type="integer", id="opt-repeats", compact=True,
+                validators=[Number(minimum=1, maximum=MAX_REPEATS)],
+            )  # fmt: skip
+            yield Label("steps")
+            yield Input(
+                str(DEFAULT_STEPS), type="integer", id="opt-steps", compact=True,
+                validators=[Number(minimum=1, maximum=MAX_STEPS)],
+            )  # fmt: skip
+            yield Button(
+                "Re-run & compare", id="opt-run", variant="primary", compact=True,
+                disabled=not self.can_run,
+            )  # fmt: skip
+        yield Static(id="opt-status")
+        with Horizontal(id="opt-progress-row"):
+            yield ProgressBar(total=None, show_eta=False, id="opt-progress")
+            yield Static("", id="opt-current")
+        with VerticalScroll(id="opt-results"):
+            yield Static(id="opt-table")
+            yield Static(id="opt-winner")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._update_note()
+        if not self.can_run:
+            self._status(ATTACH_MESSAGE, error=True)
+        else:
+            self._status("tick the toggles to try, then Re-run & compare")
+        self.query_one("#opt-progress-row").display = False
+
+    # -- form -----------------------------------------------------------------------------------
+
+    def selected(self) -> list[str]:
+        """The ticked toggles, in TOGGLES order."""
+        return [t for t, _k, _l in TOGGLES if self.query_one(f"#opt-{t}", Checkbox).value]
+
+    @on(Checkbox.Changed)
+    def _toggled(self) -> None:
+        self._update_note()
+
+    def _update_note(self) -> None:
+        chosen = self.selected()
+        conflict = "xla" in chosen and "depth-first" in chosen
+        note = self.query_one("#opt-note", Static)
+        text = EXCLUSIVE_NOTE
+        if conflict:
+            text = "⚠ both ticked: " + EXCLUSIVE_NOTE.replace("a run with both", "the combined run")
+        note.update(text)
+        note.set_class(conflict, "-conflict")
+
+    def _status(self, text: str, *, error: bool = False) -> None:
+        status = self.query_one("#opt-status", Static)
+        status.update(Text(text))
+        status.set_class(error, "-error")
+
+    def _field(self, widget_id: str, name: str) -> int | None:
+        field_ = self.query_one(widget_id, Input)
+        check = field_.validate(field_.value)
+        if check is not None and not check.is_valid:
+            why = "; ".join(check.failure_descriptions) or "not a number"
+            self._status(f"invalid {name} {field_.value!r}: {why}", error=True)
+            field_.focus()
+            return None
+        try:
+            return int(field_.value)
+        except ValueError:
+            self._status(f"invalid {name} {field_.value!r}: not a whole number", error=True)
+            field_.focus()
+            return None
+
+    @on(Button.Pressed, "#opt-run")
+    def _run_pressed(self) -> None:
+        self.start_compare()
+
+    def start_compare(self) -> bool:
+        """Validate the form and start the comparison worker; False when it did not start."""
+        if self.running:
+            self._status("a comparison is already running")
+            return False
+        if not self.can_run or self.target is None:
+            self._status(ATTACH_MESSAGE, error=True)
+            return False
+        repeats = self._field("#opt-repeats", "repeats")
+        if repeats is None:
+            return False
+        steps = self._field("#opt-steps", "steps")
+        if steps is None:
+            return False
+        self.configs, extra = plan(self.selected())
+        self.live = {c: LiveRow() for c in self.configs}
+        self.result = None
+        self.done_runs = 0
+        self.total_runs = repeats * len(self.configs)
+        self.running = True
+        self.query_one("#opt-run", Button).disabled = True
+        self.query_one("#opt-progress-row").display = True
+        self.query_one("#opt-progress", ProgressBar).update(total=self.total_runs, progress=0)
+        self.query_one("#opt-winner", Static).update("")
+        self._status(
+            f"running {len(self.configs)} configurations x {repeats} repeats, {steps} steps "
+            "each (interleaved); every run is a session file"
+        )
+        self._draw_table()
+        self._compare(list(self.target.cmdline), list(self.configs), repeats, steps, extra)
+        return True
+
+    # -- worker ---------------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="optimizer-compare")
+    def _compare(
+        self,
+        cmd: list[str],
+        configs: list[str],
+        repeats: int,
+        steps: int,
+        extra: dict[str, dict[str, Any]],
+    ) -> None:
+        # Launches the workload again and again: never on the UI thread.
+        try:
+            out_dir = self.out_dir
+            if out_dir is None:
+                from sofa_top.paths import sessions_dir
+
+                out_dir = sessions_dir()
+            result = self.runner(
+                cmd,
+                configs,
+                repeats=repeats,
+                steps=steps,
+                on_progress=self._report,
+                out_dir=out_dir,
+                optimize=extra or None,
+            )
+        except Exception as exc:  # shown on the screen; the dashboard must survive it
+            self.post_message(CompareDone(None, f"{type(exc).__name__}: {exc}"))
+            return
+        self.post_message(CompareDone(result))
+
+    def _report(self, line: str) -> None:
+        """``on_progress``, called on the worker thread: post_message is thread-safe."""
+        self.post_message(CompareProgress(line))
+
+    @on(CompareProgress)
+    def _progress(self, message: CompareProgress) -> None:
+        line = message.line
+        m = _RUN_LINE.match(line)
+        if m:
+            config = m.group(3)
+            self.live.setdefault(config, LiveRow())
+            for name, row in self.live.items():
+                row.running = name == config
+            self.query_one("#opt-current", Static).update(
+                Text(f"run {m.group(1)}/{m.group(2)} {config}  ({self.done_runs + 1} of "
+                     f"{self.total_runs})")
+            )  # fmt: skip
+            self._draw_table()
+            return
+        m = _RESULT_LINE.match(line)
+        if m:
+            row = self.live.setdefault(m.group(1), LiveRow())
+            row.running = False
+            if m.group(2) is not None:
+                try:
+                    row.rates.append(float(m.group(2)))
+                    row.unit = m.group(3) or row.unit
+                except ValueError:
+                    pass
+            if m.group(4):
+                row.failures += 1
+            self.done_runs += 1
+            self.query_one("#opt-progress", ProgressBar).update(progress=self.done_runs)
+            self._draw_table()
+
+    @on(CompareDone)
+    def _done(self, message: CompareDone) -> None:
+        self.running = False
+        self.query_one("#opt-run", Button).disabled = not self.can_run
+        for row in self.live.values():
+            row.running = False
+        if message.result is None:
+            self._status(f"compare failed: {message.error}", error=True)
+            self._draw_table()
+            return
+        self.show_result(message.result)
+
+    def show_result(self, result: CompareResult) -> None:
+        """Fill the table from a finished comparison and show the winner's code changes."""
+        self.result = result
+        self.configs = [r.config for r in result.runs]
+        bar = self.query_one("#opt-progress", ProgressBar)
+        total = self.total_runs or result.repeats * len(result.runs)
+        bar.update(total=total, progress=total)
+        self.query_one("#opt-progress-row").display = True
+        self.query_one("#opt-current", Static).update(Text("done"))
+        self._status(
+            f"done: {len(result.runs)} configurations x {result.repeats} repeats"
+            + (f"; best {result.best}" if result.best else "")
+        )
+        self._draw_table()
+        self.query_one("#opt-winner", Static).update(winner_text(result))
+
+    def _draw_table(self) -> None:
+        self.query_one("#opt-table", Static).update(
+            results_table(self.configs, self.live, self.result)
+        )
+
+    def action_close(self) -> None:
+        """Back to the dashboard (a running comparison carries on; o shows it again)."""
+        self.app.pop_screen()
+
+
+def _dashboard_target(app: App[Any]) -> tuple[TargetInfo | None, Verdict | None]:
+    snapshot = getattr(app, "latest", None)
+    if isinstance(snapshot, Snapshot):
+        return snapshot.target, snapshot.verdict
+    source = getattr(app, "source", None)
+    for holder in (source, getattr(source, "session", None)):
+        target = getattr(holder, "target", None)
+        if isinstance(target, TargetInfo):
+            return target, None
+    return None, None
+
+
+def open_optimizer(app: App[Any], runner: Runner | None = None) -> None:
+    """Show the optimizer screen over the dashboard ``app``.
+
+    The screen is installed, so a comparison keeps running (and is shown again) when the user
+    goes back to the dashboard; an idle one is rebuilt from the latest snapshot."""
+    if isinstance(app.screen, OptimizerScreen):
+        return
+    if app.is_screen_installed(SCREEN_NAME):
+        screen = app.get_screen(SCREEN_NAME)
+        if isinstance(screen, OptimizerScreen) and (screen.running or screen.result):
+            app.push_screen(SCREEN_NAME)
+            return
+        app.uninstall_screen(SCREEN_NAME)
+    target, verdict = _dashboard_target(app)
+    chosen: Runner = runner or getattr(app, "optimizer_runner", None) or run_compare
+    app.install_screen(OptimizerScreen(target, verdict, runner=chosen), SCREEN_NAME)
+    app.push_screen(SCREEN_NAME)
