@@ -25,6 +25,7 @@ from sofa_top.tui.confirm_quit import ConfirmQuitScreen
 from sofa_top.tui.formatting import cmdline_text, truncate, window_label
 from sofa_top.tui.header import DashboardHeader
 from sofa_top.tui.help_screen import HelpScreen
+from sofa_top.tui.line_cache import update_static
 from sofa_top.tui.log_pane import LogPane
 from sofa_top.tui.messages import ReplayMoved, SnapshotArrived, SourceStopped
 from sofa_top.tui.processes_panel import ProcessesPane
@@ -268,7 +269,7 @@ class DashboardApp(App[str]):
         banner = self.banner
         if snapshot.target_exited:
             text, klass = exit_banner(snapshot)
-            banner.update(Text(text))
+            update_static(banner, Text(text))
             banner.set_classes(klass)
             banner.display = True
         else:

@@ -18,6 +18,7 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.visual import Visual, visualize
 from textual.widget import Widget
+from textual.widgets import Static
 
 
 def text_key(text: Text) -> Hashable:
@@ -191,3 +192,14 @@ class QuietTitles(Widget):
         if self._quiet and not regions and not layout and not recompose:
             return self
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+
+def update_static(static: Static, text: Text) -> None:
+    """``static.update(text)``, unless it shows that text already.
+
+    Every ``Static.update`` costs a layout pass over the whole screen, even for the same text.
+    """
+    current = static.content
+    if isinstance(current, Text) and text_key(current) == text_key(text):
+        return
+    static.update(text)

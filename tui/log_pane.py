@@ -10,7 +10,7 @@ from textual.widgets import RichLog, Static
 
 from sofa_top.samples import Event
 from sofa_top.snapshot import LOG_LINES, Snapshot
-from sofa_top.tui.line_cache import QuietTitles
+from sofa_top.tui.line_cache import QuietTitles, update_static
 
 STDERR_STYLE = Style(color="#ff8787")
 DIM = Style(color="grey62", italic=True)
@@ -80,7 +80,7 @@ class LogPane(Vertical, QuietTitles):
                 status.append(" (flood protection)", DIM)
             if not logs:
                 status.append(" · no output yet", DIM)
-        self.status.update(status)
+        update_static(self.status, status)
         dropped = f" · {snapshot.logs_dropped} dropped" if snapshot.logs_dropped else ""
         self.set_titles(f"workload output{dropped}")
 

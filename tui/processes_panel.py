@@ -169,13 +169,13 @@ def process_lines(sample: ProcessSample, width: int) -> list[Text] | None:
 def _fit(cell: str, width: int, justify: JustifyMethod) -> Text:
     # What rich does to a no-wrap, ellipsis-overflow table cell (Text.wrap, Lines.justify).
     text = Text(cell)
-    text.rstrip_end(width)
     if justify == "right":
         text.rstrip()
         text.truncate(width, overflow="ellipsis")
         text.pad_left(width - text.cell_len)
     else:
         text.truncate(width, overflow="ellipsis", pad=True)
+    text.truncate(width, overflow="ellipsis")
     return text
 
 
@@ -215,6 +215,14 @@ class ProcessesBody(LineCachedWidget):
         if not sample.procs:
             return Text(sample.error or "no processes", Style(color="grey62"))
         return process_table(sample, self.size.width)
+
+    def text_lines(self) -> list[Text] | None:
+        """The table line by line (a process whose figures did not change is not redrawn)."""
+        sample = self.sample
+        if sample is None or not sample.procs:
+            rendered = self.render()
+            return [rendered] if isinstance(rendered, Text) else None
+        return process_lines(sample, self.size.width)
 
 
 class ProcessesPane(VerticalScroll, QuietTitles, can_focus=True):

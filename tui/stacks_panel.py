@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Self
 
 from rich.style import Style
 from rich.text import Text
@@ -12,12 +13,13 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.coordinate import Coordinate
 from textual.events import Resize
+from textual.geometry import Region
 from textual.widgets import DataTable, Select, Static
 
 from sofa_top.samples import STACK_CLASSES
 from sofa_top.snapshot import FunctionStat, Snapshot, StackSummary, ThreadStat
 from sofa_top.tui.formatting import truncate, truncate_left
-from sofa_top.tui.line_cache import QuietTitles
+from sofa_top.tui.line_cache import QuietTitles, update_static
 from sofa_top.tui.split_bar import SplitBar, class_style
 
 ALL_THREADS = -1
@@ -116,6 +118,37 @@ def column_widths(width: int) -> dict[str, int]:
     return {"function": function_w, "file": file_w, **fixed}
 
 
+class HotTable(DataTable[Text | str]):
+    """The hot-functions table; changing a row's cells repaints that row alone.
+
+    ``DataTable.update_cell`` repaints the whole table (every visible row, cell by cell,
+    through rich), although the other rows look the same as before.
+    """
+
+    _quiet = False  # True while cells change: their whole-table refresh is left out
+
+    def update_row(self, row_key: str, cells: Sequence[tuple[str, Text]]) -> None:
+        """Put new values in some cells of a row (pairs of column key and value)."""
+        self._quiet = True
+        try:
+            for column_key, value in cells:
+                self.update_cell(row_key, column_key, value)
+        finally:
+            self._quiet = False
+        self.refresh_row(self.get_row_index(row_key))
+
+    def refresh(
+        self,
+        *regions: Region,
+        repaint: bool = True,
+        layout: bool = False,
+        recompose: bool = False,
+    ) -> Self:
+        if self._quiet and not regions and not layout and not recompose:
+            return self
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+
 class StacksPanel(Vertical, QuietTitles, can_focus=False):
     """Hot functions of the selected thread (or all), or why stacks are unavailable."""
 
@@ -141,13 +174,13 @@ class StacksPanel(Vertical, QuietTitles, can_focus=False):
                 id="thread-select",
             )
             yield SplitBar(id="split-bar")
-        yield DataTable[Text | str](id="hot-table", cursor_type="row", zebra_stripes=True)
+        yield HotTable(id="hot-table", cursor_type="row", zebra_stripes=True)
         yield Static(id="stacks-message")
 
     @property
-    def table(self) -> DataTable[Text | str]:
+    def table(self) -> HotTable:
         """The hot-functions table."""
-        return self.query_one("#hot-table", DataTable)
+        return self.query_one("#hot-table", HotTable)
 
     # -- state changes -------------------------------------------------------------------------
 
@@ -230,7 +263,7 @@ class StacksPanel(Vertical, QuietTitles, can_focus=False):
             message.display = False
             table.display = True
         else:
-            message.update(text)
+            update_static(message, text)
             message.display = True
             table.display = False
 
@@ -320,9 +353,17 @@ class StacksPanel(Vertical, QuietTitles, can_focus=False):
             # Same functions in the same order: change the cells that differ, in place (a
             # rebuild would re-measure every cell and move the cursor around).
             for (key, cells), (_, before) in zip(rows, old, strict=True):
-                for column, value, previous in zip(COLUMN_ORDER, cells, before, strict=True):
-                    if value != previous:
-                        table.update_cell(key, column, cell_text(column, value))
+                if cells != before:
+                    table.update_row(
+                        key,
+                        [
+                            (column, cell_text(column, value))
+                            for column, value, previous in zip(
+                                COLUMN_ORDER, cells, before, strict=True
+                            )
+                            if value != previous
+                        ],
+                    )
             return
         table.clear()
         keys: list[str] = []
