@@ -60,6 +60,49 @@ if TYPE_CHECKING:  # aliases only for the checker: the agent also runs on Python
     Installer = Callable[["Agent", ModuleType], None]
 
 
+def timed_next(
+    agent: Agent,
+    hook: str,
+    orig: Callable[[Any], Any],
+    clock: StepClock,
+    after_fetch: Callable[[Any, bool, float], None] | None = None,
+) -> Callable[[Any], Any]:
+    """A ``__next__`` that times each fetch of ``orig`` into ``clock``.
+
+    ``after_fetch(iterator, is_new_iterator, t1)`` runs after a successful fetch. Any failure of
+    the bookkeeping is reported once through ``agent.fail`` and never reaches the workload;
+    ``StopIteration`` and the iterator's own errors pass through untouched.
+    """
+    perf = time.perf_counter
+    where = f"the {hook} hook"
+
+    def __next__(self: Any) -> Any:
+        if not agent.enabled:
+            return orig(self)
+        t0 = perf()
+        try:
+            value = orig(self)
+        except StopIteration:
+            t1 = perf()
+            try:
+                clock.exhausted(self, t0, t1)
+            except Exception as e:
+                agent.fail(where, e)
+            raise
+        t1 = perf()
+        try:
+            new = clock.fetched(self, t0, t1)
+            if after_fetch is not None:
+                after_fetch(self, new, t1)
+        except Exception as e:
+            agent.fail(where, e)
+        return value
+
+    __next__.__wrapped__ = orig  # type: ignore[attr-defined]
+    __next__.__qualname__ = getattr(orig, "__qualname__", "__next__")
+    return __next__
+
+
 class StepClock:
     """Step boundaries from consecutive fetches of one iterator.
 

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from sofa_top.agent.core import Agent, HookSkipped
+from sofa_top.agent.core import Agent, HookSkipped, timed_next
 
 _MAX_STAGES = 64
 _MAX_TRACKED = 4096
@@ -97,33 +97,12 @@ def install_eager(agent: Agent, module: ModuleType) -> None:
     orig: Callable[[Any], Any] = cls.__next__
     clock = agent.clock("tf-eager")
     clock.resolve_batch_size = _resolve_bs
-    perf = time.perf_counter
 
-    def __next__(self: Any) -> Any:
-        if not agent.enabled:
-            return orig(self)
-        t0 = perf()
-        try:
-            value = orig(self)
-        except StopIteration:
-            t1 = perf()
-            try:
-                clock.exhausted(self, t0, t1)
-            except Exception as e:
-                agent.fail("the tf-eager hook", e)
-            raise
-        t1 = perf()
-        try:
-            clock.fetched(self, t0, t1)
-            if t1 >= _State.stats_due:
-                _maybe_pull_stats(agent, self, t1)
-        except Exception as e:
-            agent.fail("the tf-eager hook", e)
-        return value
+    def after_fetch(it: Any, _new: bool, t1: float) -> None:
+        if t1 >= _State.stats_due:
+            _maybe_pull_stats(agent, it, t1)
 
-    __next__.__wrapped__ = orig  # type: ignore[attr-defined]
-    __next__.__qualname__ = getattr(orig, "__qualname__", "OwnedIterator.__next__")
-    cls.__next__ = __next__
+    cls.__next__ = timed_next(agent, "tf-eager", orig, clock, after_fetch)
     _State.owned_cls = cls
     _State.orig_next = orig
     agent.hook_applied("tf-eager")

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from sofa_top.agent.core import Agent, HookSkipped
+from sofa_top.agent.core import Agent, HookSkipped, timed_next
 
 
 class _State:
@@ -116,31 +116,12 @@ def install_dataloader(agent: Agent, module: ModuleType) -> None:
     orig: Callable[[Any], Any] = cls.__next__
     clock = agent.clock("torch-dataloader")
     clock.resolve_batch_size = _batch_size
-    perf = time.perf_counter
 
-    def __next__(self: Any) -> Any:
-        if not agent.enabled:
-            return orig(self)
-        t0 = perf()
-        try:
-            value = orig(self)
-        except StopIteration:
-            t1 = perf()
-            try:
-                clock.exhausted(self, t0, t1)
-            except Exception as e:
-                agent.fail("the torch-dataloader hook", e)
-            raise
-        t1 = perf()
-        try:
-            if clock.fetched(self, t0, t1):
-                _new_iterator(agent, self)
-        except Exception as e:
-            agent.fail("the torch-dataloader hook", e)
-        return value
+    def after_fetch(it: Any, new: bool, _t1: float) -> None:
+        if new:
+            _new_iterator(agent, it)
 
-    __next__.__wrapped__ = orig  # type: ignore[attr-defined]
-    cls.__next__ = __next__
+    cls.__next__ = timed_next(agent, "torch-dataloader", orig, clock, after_fetch)
     agent.hook_applied("torch-dataloader")
 
 
