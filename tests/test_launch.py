@@ -15,6 +15,7 @@ import pytest
 from conftest import SOFA_TOP, WORKLOADS, run_cli
 
 from sofa_top.store import SessionReader
+from sofa_top.verdicts import HIGH_INPUT_FRACTION
 
 TOLERANCE = 0.10
 
@@ -66,7 +67,16 @@ def test_input_fraction_matches_the_workloads_own(
     measured = _measured_fraction(path, warmup)
     assert measured == pytest.approx(own, abs=TOLERANCE), (name, measured, own)
     assert summary["exit_code"] == 0
-    assert summary["verdict"]["kind"] == verdict, summary["verdict"]  # type: ignore[index]
+    v = summary["verdict"]
+    if verdict == "input-bound":
+        assert own >= HIGH_INPUT_FRACTION, own  # the workload is what its case claims
+        assert (v["kind"], v["severity"]) == ("input-bound", "high"), v  # type: ignore[index]
+    else:
+        # A compute-bound workload with tiny steps can still wait 5-20% for input on this
+        # machine (XProf's "moderately input-bound" band, where whole-session and steady-state
+        # fractions straddle the threshold); it must never be called highly input-bound.
+        assert own < HIGH_INPUT_FRACTION, own
+        assert v["kind"] == "compute-bound" or v["severity"] == "moderate", v  # type: ignore[index]
 
 
 @pytest.mark.slow
