@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -418,12 +419,11 @@ METADATA = {
 }
 
 
-def check_chrome(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def check_chrome(text: str) -> list[dict[str, Any]]:
     """Check the Trace Event Format rules the viewers rely on; returns the events."""
-    events = doc["traceEvents"]
+    events = json.loads(text)["traceEvents"]
     assert isinstance(events, list) and events
     last: dict[tuple[Any, ...], float] = {}
-    by_thread: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
     for e in events:
         ph = e["ph"]
         assert ph in REQUIRED, e
@@ -444,17 +444,21 @@ def check_chrome(doc: dict[str, Any]) -> list[dict[str, Any]]:
         last[track] = e["ts"]
         if ph == "X":
             assert e["dur"] >= 0
-            by_thread[(e["pid"], e["tid"])].append(e)
         if ph == "i":
             assert e["s"] in ("g", "p", "t")
-    for slices in by_thread.values():  # complete events nest: no partial overlaps
-        stack: list[float] = []
+    # Complete events nest: no partial overlaps, checked exactly. A float64 holds Unix-time
+    # microseconds only to 0.25 us, so the slices are read back as decimals for this.
+    exact = [e for e in json.loads(text, parse_float=Decimal)["traceEvents"] if e["ph"] == "X"]
+    by_thread: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    for e in exact:
+        by_thread[(e["pid"], e["tid"])].append(e)
+    for slices in by_thread.values():
+        stack: list[Decimal] = []
         for e in sorted(slices, key=lambda e: (e["ts"], -e["dur"])):
-            while stack and stack[-1] <= e["ts"] + 0.01:
+            while stack and stack[-1] <= e["ts"]:
                 stack.pop()
             end = e["ts"] + e["dur"]
-            # 0.01 us: ts and dur are each rounded to the nanosecond in the file.
-            assert not stack or end <= stack[-1] + 0.01, f"{e['name']} overlaps its parent"
+            assert not stack or end <= stack[-1], f"{e['name']} overlaps its parent"
             stack.append(end)
     return events
 
@@ -462,7 +466,7 @@ def check_chrome(doc: dict[str, Any]) -> list[dict[str, Any]]:
 def test_chrome_round_trip(session: Path, tmp_path: Path) -> None:
     res = export_session(session, "chrome", tmp_path / "run.json")
     doc = json.loads(res.path.read_text())
-    events = check_chrome(doc)
+    events = check_chrome(res.path.read_text())
     assert res.events == len(events) and res.notes == []
     assert doc["otherData"]["target"]["pid"] == PID
     meta = {(e["name"], e["pid"], e.get("tid")): e["args"] for e in events if e["ph"] == "M"}
@@ -579,7 +583,7 @@ def test_event_budget_merges_and_says_so(session: Path, tmp_path: Path, fmt: str
         # Averages over buckets stay within what was recorded, in time order.
         assert 2 <= len(cpu) < 100 and all(100.0 <= x <= 199.0 for x in cpu.values())
     else:
-        events = check_chrome(json.loads(out.read_text()))
+        events = check_chrome(out.read_text())
         assert len(events) == res.events
 
 
@@ -597,7 +601,7 @@ def test_live_session_exports_what_was_committed(tmp_path: Path) -> None:
     store = make_session(path, seconds=4, close=False)
     try:
         res = export_session(path, "chrome", tmp_path / "live.json")
-        events = check_chrome(json.loads(res.path.read_text()))
+        events = check_chrome(res.path.read_text())
         assert sum(1 for e in events if e["name"] == "CPU (process tree)") == 40
         store.write([ProcessSample(T0 + 4.0, PID, True, (), 1.0, 1, 0, 0, 1)])
         store.commit()  # the writer is not blocked by the export's read
@@ -613,7 +617,7 @@ def test_session_without_stacks_or_steps(tmp_path: Path) -> None:
     store.close(ended=T0 + 1)
     v = parse_perfetto(export_session(path, "perfetto", tmp_path / "bare.pftrace").path)
     assert v.counter("CPU (process tree) [%]", 7) == {_ns(T0): 5.0} and not v.samples
-    check_chrome(json.loads(export_session(path, "chrome", tmp_path / "b.json").path.read_text()))
+    check_chrome(export_session(path, "chrome", tmp_path / "b.json").path.read_text())
     res = export_session(path, "speedscope", tmp_path / "bare.speedscope.json")
     doc = json.loads(res.path.read_text())
     check_speedscope(doc)
@@ -653,7 +657,7 @@ def test_real_recording_exports(tmp_path: Path) -> None:
     leaves = Counter(s[-1][0] for samples in v.samples.values() for _, s in samples if s)
     assert leaves["spin_here"] > 0.5 * sum(leaves.values())
 
-    events = check_chrome(json.loads(results["chrome"].path.read_text()))
+    events = check_chrome(results["chrome"].path.read_text())
     assert any(e["ph"] == "X" and e["name"] == "spin_here" for e in events)
 
     doc = json.loads(results["speedscope"].path.read_text())

@@ -62,6 +62,18 @@ def _us(ts: float) -> str:
     return f"{ts * 1e6:.3f}"
 
 
+def _ns_us(ns: int) -> str:
+    return f"{ns // 1000}.{ns % 1000:03d}"
+
+
+def _span(start: float, end: float) -> tuple[str, str]:
+    """``ts`` and ``dur`` of a slice in microseconds, both cut from whole nanoseconds: a
+    float64 holds Unix-time microseconds only to 0.25 us, so rounding ts and dur separately
+    lets a child end past its parent or its next sibling; whole-nanosecond ends nest exactly."""
+    ns0 = round(start * 1e9)
+    return _ns_us(ns0), _ns_us(max(0, round(end * 1e9) - ns0))
+
+
 def _j(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
@@ -128,14 +140,14 @@ class _Flame:
     open: list[tuple[int, float, int]] = field(default_factory=list)  # (frame, start, slot)
     end: float = -math.inf
     starts: list[float] = field(default_factory=list)
-    durs: list[float] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
     frames: list[int] = field(default_factory=list)
 
     def close_to(self, depth: int, at: float) -> None:
         if len(self.open) > depth:
-            durs = self.durs
+            ends = self.ends
             for _fr, start, slot in self.open[depth:]:
-                durs[slot] = at - start if at > start else 0.0
+                ends[slot] = at if at > start else start
             del self.open[depth:]
 
     def block(self, stack: tuple[int, ...], b0: float, b1: float) -> None:
@@ -152,7 +164,7 @@ class _Flame:
             first = len(self.starts)
             self.open += [(fr, b0, first + k) for k, fr in enumerate(new)]
             self.starts += [b0] * len(new)
-            self.durs += [0.0] * len(new)
+            self.ends += [b0] * len(new)
             self.frames += new
         self.end = b1
 
@@ -248,6 +260,7 @@ def _steps(reader: SessionReader, w: _Events, group: int) -> None:
             w.meta("thread_name", span.pid, tid, "training steps")
             w.meta("thread_sort_index", span.pid, tid, -1)
         dur = span.end - span.start
+        ts_us, dur_us = _span(span.start, span.end)
         source = sources.get(span.source)
         if source is None:
             source = sources[span.source] = _j(span.source)
@@ -255,14 +268,15 @@ def _steps(reader: SessionReader, w: _Events, group: int) -> None:
         # The name is ours ("step N" / "steps N-M"): nothing in it needs JSON escaping.
         batch.append(
             f'{{"ph":"X","cat":"step","name":"{span.name}","pid":{span.pid},"tid":{tid},'
-            f'"ts":{span.start * 1e6:.3f},"dur":{dur * 1e6:.3f},"args":{{"duration_s":{dur!r},'
+            f'"ts":{ts_us},"dur":{dur_us},"args":{{"duration_s":{dur!r},'
             f'"input_wait_s":{span.input_wait_s!r},"steps":{span.count},'
             f'"source":{source},"batch_size":{batch_size}}}}}'
         )
         if span.input_wait_s > 0:
+            wait_us = _span(span.start, min(span.end, span.start + span.input_wait_s))[1]
             batch.append(
                 f'{{"ph":"X","cat":"step","name":"input wait","pid":{span.pid},"tid":{tid},'
-                f'"ts":{span.start * 1e6:.3f},"dur":{span.input_wait_s * 1e6:.3f}}}'
+                f'"ts":{ts_us},"dur":{wait_us}}}'
             )
         rate = span.throughput
         if rate is not None:
@@ -352,12 +366,13 @@ def _stacks(
             head = f'{{"ph":"X","cat":"stack","pid":{fl.pid},"tid":{fl.tid},"ts":'
             w.extend(
                 [
-                    f'{head}{s * 1e6:.3f},"dur":{d * 1e6:.3f},{frags[i]}}}'
-                    for s, d, i in zip(fl.starts[:n], fl.durs[:n], fl.frames[:n], strict=True)
+                    f'{head}{ts},"dur":{dur},{frags[i]}}}'
+                    for s, e, i in zip(fl.starts[:n], fl.ends[:n], fl.frames[:n], strict=True)
+                    for ts, dur in (_span(s, e),)
                 ]
             )
             left -= n
-            fl.starts, fl.durs, fl.frames = [], [], []
+            fl.starts, fl.ends, fl.frames = [], [], []
 
     for tw in _merged_windows(reader, merge):
         if tw.t0 >= segment_end:
