@@ -165,12 +165,15 @@ def _steps(frame: dict[str, Any], pid: int) -> list[Sample]:
         raise FrameError(f"steps.data: length {len(data)} is not a multiple of {width}")
     out: list[Sample] = []
     for i in range(0, len(data), width):
-        step, start_us, end_us, wait_us, bs = data[i : i + width]
+        step, start_us, end_us, wait_us, bs, cpu_us = data[i : i + width]
         for v in (step, start_us, end_us, wait_us):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise FrameError("steps.data: step and times must be integers")
         if end_us < start_us or wait_us < 0:
             raise FrameError("steps.data: a step ends before it starts, or waits < 0")
+        wait_cpu = _opt_int(cpu_us, "steps.data: wait CPU")
+        if wait_cpu is not None and wait_cpu < 0:
+            raise FrameError("steps.data: wait CPU < 0")
         out.append(
             StepSample(
                 ts=end_us / 1e6,
@@ -181,6 +184,7 @@ def _steps(frame: dict[str, Any], pid: int) -> list[Sample]:
                 source=source,
                 batch_size=_opt_int(bs, "steps.data: batch size"),
                 pid=pid,
+                wait_cpu_s=None if wait_cpu is None else wait_cpu / 1e6,
             )
         )
     return out

@@ -47,6 +47,9 @@ def session_summary(path: str | Path) -> dict[str, Any]:
         }
         windows = list(reader.stack_windows())
         steps = reader.steps()
+        target_pid = (meta.get("target") or {}).get("pid")
+        target_mean, _ = _stats([v for _, v, _ in reader.points(f"proc.{target_pid}.cpu")])
+        pipeline = reader.last_pipeline()
     finally:
         reader.close()
     started = meta.get("started")
@@ -88,6 +91,8 @@ def session_summary(path: str | Path) -> dict[str, Any]:
             stacks=summary,
             tree_cpu=tree_mean,
             cpu_count=int(meta.get("cpu_count") or 1),
+            pipeline=pipeline,
+            child_cpu=None if tree_mean is None else max(0.0, tree_mean - (target_mean or 0.0)),
         )
     )
     durations = [s.duration_s for s in steps]

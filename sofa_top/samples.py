@@ -157,6 +157,9 @@ class StepSample:
     source: str  # "tf-eager", "keras-fit", "torch-dataloader", "torch-optimizer", ...
     batch_size: int | None = None
     pid: Pid = 0
+    # CPU seconds the process used (all its threads) while the loop waited: input work done in
+    # the process (tf.data's threads, a DataLoader without workers); None when not measured
+    wait_cpu_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ import contextlib
 import os
 import platform
 import queue
+import statistics
 import sys
 import threading
 import time
@@ -86,6 +87,8 @@ class Session:
         self._windows: deque[StackWindow] = deque(maxlen=120)
         self._events: deque[Event] = deque(maxlen=200)
         self._steps: deque[StepSample] = deque(maxlen=2000)
+        # (ts, tree CPU, CPU of the tree less the target) per process sample, for the verdict
+        self._cpu: deque[tuple[float, float | None, float]] = deque(maxlen=400)
         self._pipeline: PipelineSample | None = None
         self._agent: AgentInfo | None = None
         self._logs: deque[Event] = deque(maxlen=LOG_LINES)
@@ -208,6 +211,10 @@ class Session:
             self._rings.add(name, s.ts, value)
         if isinstance(s, ProcessSample):
             self._process = s
+            children = sum(
+                p.cpu_percent or 0.0 for p in s.procs if p.alive and p.pid != s.target_pid
+            )
+            self._cpu.append((s.ts, s.tree_cpu_percent, children))
             if not s.target_alive and not self.target_exited:
                 self.target_exited = True
                 self._exit_seen = time.monotonic()
@@ -305,12 +312,15 @@ class Session:
         cutoff = now - WINDOW_S
         steps = [s for s in self._steps if s.ts >= cutoff]
         windows = [w for w in self._windows if w.ts_end >= cutoff]
-        cpu = self._rings.series.get("tree.cpu")
+        recent = [(t, c) for ts, t, c in self._cpu if ts >= cutoff and t is not None]
+        tree_cpu = statistics.fmean(t for t, _ in recent) if recent else None
+        child_cpu = statistics.fmean(c for _, c in recent) if recent else None
         verdict = judge(
             Evidence(
                 steps=steps,
                 stacks=summarize(windows) if windows else summary,
-                tree_cpu=cpu.last if cpu is not None else None,
+                tree_cpu=tree_cpu,
+                child_cpu=child_cpu,
                 cpu_count=os.cpu_count() or 1,
                 system=self._system,
                 gpu=self._gpu,

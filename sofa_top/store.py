@@ -13,7 +13,8 @@ Schema (version ``SCHEMA_VERSION``, also in ``PRAGMA user_version``):
   ``[[function, filename, line], ...]`` outermost first.
 - ``stack_windows(id INTEGER PRIMARY KEY, ts_start, ts_end, rate_hz, samples, sampler_cpu,
   error, hint)`` and ``stack_counts(window_id, pid, tid, thread_name, stack_id, count, klass)``.
-- ``steps(ts, step, start, duration_s, input_wait_s, source, batch_size, pid)``.
+- ``steps(ts, step, start, duration_s, input_wait_s, source, batch_size, pid, wait_cpu_s)``
+  (``wait_cpu_s`` since v2; v1 files read it as NULL).
 - ``events(ts REAL, kind TEXT, message TEXT, data TEXT)`` -- markers (JSON data); agent reports
   and tf.data pipelines are stored here too (kinds ``agent``, ``pipeline``).
 
@@ -40,6 +41,7 @@ from sofa_top.samples import (
     Event,
     Frame,
     PipelineSample,
+    PipelineStage,
     ProcessSample,
     Sample,
     StackClass,
@@ -49,7 +51,7 @@ from sofa_top.samples import (
 )
 from sofa_top.series import RateState, points_of, unit_of
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -67,7 +69,7 @@ CREATE TABLE IF NOT EXISTS stack_counts (window_id INTEGER, pid INTEGER, tid INT
     thread_name TEXT, stack_id INTEGER, count INTEGER, klass TEXT);
 CREATE INDEX IF NOT EXISTS stack_counts_by_window ON stack_counts (window_id);
 CREATE TABLE IF NOT EXISTS steps (ts REAL, step INTEGER, start REAL, duration_s REAL,
-    input_wait_s REAL, source TEXT, batch_size INTEGER, pid INTEGER);
+    input_wait_s REAL, source TEXT, batch_size INTEGER, pid INTEGER, wait_cpu_s REAL);
 CREATE TABLE IF NOT EXISTS events (ts REAL NOT NULL, kind TEXT NOT NULL, message TEXT,
     data TEXT);
 CREATE INDEX IF NOT EXISTS events_by_kind ON events (kind, ts);
@@ -189,7 +191,7 @@ class SessionStore:
             )
         elif isinstance(s, StepSample):
             db.execute(
-                "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     s.ts,
                     s.step,
@@ -199,6 +201,7 @@ class SessionStore:
                     s.source,
                     s.batch_size,
                     s.pid,
+                    s.wait_cpu_s,
                 ),
             )
         elif isinstance(s, Event):
@@ -258,6 +261,10 @@ class SessionReader:
             )
         if version < 1:
             raise UserError(f"not a sofa-top session: {path}")
+        cols = {r[1] for r in self._db.execute("PRAGMA table_info(steps)")}
+        self._step_cols = "ts, step, start, duration_s, input_wait_s, source, batch_size, pid, " + (
+            "wait_cpu_s" if "wait_cpu_s" in cols else "NULL"
+        )
 
     def meta(self) -> dict[str, Any]:
         """All metadata keys, JSON-decoded."""
@@ -299,11 +306,22 @@ class SessionReader:
     def steps(self) -> list[StepSample]:
         return [
             StepSample(*r)
-            for r in self._db.execute(
-                "SELECT ts, step, start, duration_s, input_wait_s, source, batch_size, pid "
-                "FROM steps ORDER BY ts"
-            )
+            for r in self._db.execute(f"SELECT {self._step_cols} FROM steps ORDER BY ts")
         ]
+
+    def last_pipeline(self) -> PipelineSample | None:
+        """The last input pipeline the agent described (None if none, or unreadable)."""
+        row = self._db.execute(
+            "SELECT data FROM events WHERE kind = 'pipeline' ORDER BY ts DESC LIMIT 1"
+        ).fetchone()
+        if row is None or not row[0]:
+            return None
+        try:
+            d = json.loads(row[0])
+            stages = tuple(PipelineStage(**st) for st in d.pop("stages", ()))
+            return PipelineSample(**{**d, "stages": stages})
+        except (TypeError, ValueError):
+            return None
 
     def events(self, kind: str | None = None) -> list[Event]:
         q = "SELECT ts, kind, message, data FROM events"
@@ -535,8 +553,8 @@ class SessionReader:
         """The last ``limit`` steps that ended at or before ``at`` (and after ``since``), oldest
         first."""
         rows = self._db.execute(
-            "SELECT ts, step, start, duration_s, input_wait_s, source, batch_size, pid "
-            "FROM steps WHERE ts <= ? AND ts > ? ORDER BY ts DESC LIMIT ?",
+            f"SELECT {self._step_cols} FROM steps WHERE ts <= ? AND ts > ? "
+            "ORDER BY ts DESC LIMIT ?",
             (at, float("-inf") if since is None else since, limit),
         ).fetchall()
         return [StepSample(*r) for r in reversed(rows)]

@@ -9,6 +9,20 @@ Evidence, best first:
 2. stack classification (attach mode): the share of the training thread's samples spent
    waiting in an input iterator vs inside framework compute.
 Where neither says enough, the verdict is ``unknown`` with the reason, never a guess.
+
+An input-bound verdict also names its cause, because the fixes differ:
+
+- ``cpu``: producing input keeps the cores it may use busy while the loop waits (a heavy map or
+  ``__getitem__``). Parallelism helps only up to the core count; past that, caching after the
+  expensive step, preprocessing offline, lighter decoding or more cores are the levers.
+- ``latency``: the loop waits while the input stage barely uses the CPU: it sleeps on storage,
+  the network, a lock. Parallelism well beyond the core count hides the latency.
+- ``mixed``: in between.
+
+The measure is the input stage's CPU while the loop waits, over the cores it may use: the
+process's own CPU time during each wait (the agent measures it: tf.data's threads, a DataLoader
+loading in the loop's thread) plus the CPU of its child processes (DataLoader workers), divided
+by min(cores, the stage's parallelism).
 """
 
 from __future__ import annotations
@@ -30,6 +44,8 @@ IDLE_CPU_PERCENT = 5.0  # the whole tree below this (of one core) is idle
 GPU_UNDERUSED_PERCENT = 50.0  # a GPU below this while compute-bound is underused
 MEMORY_PRESSURE = 0.95  # used / total memory
 WINDOW_S = 10.0  # verdicts look at about the last 10 s
+INPUT_CPU_BUSY = 0.60  # input stage using this share of its usable cores while waited on: cpu
+INPUT_CPU_IDLE = 0.35  # at most this share: the stage mostly waits (latency)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +87,57 @@ class Evidence:
     gpu: GpuSample | None = None
     pipeline: PipelineSample | None = None
     frameworks: tuple[str, ...] = ()  # e.g. ("tensorflow",), from the agent or the stacks
+    child_cpu: Percent | None = None  # % of one core used by the tree less the target itself
+
+
+@dataclass(frozen=True, slots=True)
+class InputCause:
+    """Why the input stage is slow: ``cpu``, ``latency`` or ``mixed``, with its numbers."""
+
+    cause: str
+    cpu_cores: float  # cores busy producing input while the loop waits
+    usable_cores: int  # min(cores, the stage's parallelism)
+    parallelism: int | None  # the input stage's parallelism, when known
+    source: str  # "agent" (CPU during each wait) or "tree" (the tree's CPU, no agent)
+
+    @property
+    def utilization(self) -> float:
+        return self.cpu_cores / max(1, self.usable_cores)
+
+
+def input_parallelism(p: PipelineSample | None) -> int | None:
+    """The input stage's parallelism: DataLoader workers, the widest tf.data map/interleave."""
+    if p is None:
+        return None
+    pars = [
+        s.parallelism
+        for s in p.stages
+        if s.kind in ("source", "map", "interleave") and s.parallelism and s.parallelism > 0
+    ]
+    return max(pars) if pars else None
+
+
+def input_cause(ev: Evidence) -> InputCause | None:
+    """Tell CPU-bound input from latency-bound input (None when nothing was measured)."""
+    measured = [s for s in ev.steps if s.wait_cpu_s is not None and s.input_wait_s > 0]
+    wait = sum(s.input_wait_s for s in measured)
+    child = max(0.0, ev.child_cpu or 0.0) / 100.0
+    if wait > 0:
+        busy = sum(s.wait_cpu_s or 0.0 for s in measured) / wait + child
+        source = "agent"
+    elif ev.tree_cpu is not None:
+        busy = ev.tree_cpu / 100.0  # no agent: the whole tree is the closest bound
+        source = "tree"
+    else:
+        return None
+    par = input_parallelism(ev.pipeline)
+    cores = max(1, ev.cpu_count)
+    # Unknown parallelism: AUTOTUNE in a declared pipeline may use every core; with no
+    # pipeline known at all, assume the common serial loop.
+    usable = min(cores, par) if par is not None else cores if ev.pipeline is not None else 1
+    util = busy / usable
+    cause = "cpu" if util >= INPUT_CPU_BUSY else "latency" if util <= INPUT_CPU_IDLE else "mixed"
+    return InputCause(cause, busy, usable, par, source)
 
 
 def _pipeline_recommendations(p: PipelineSample | None, fw: str) -> list[Recommendation]:
@@ -117,6 +184,75 @@ def _pipeline_recommendations(p: PipelineSample | None, fw: str) -> list[Recomme
                 )
             ]
     return recs
+
+
+def _cause_recommendations(
+    cause: InputCause, p: PipelineSample | None, fw: str, cores: int
+) -> list[Recommendation]:
+    """What to change for the cause; the prefetch toggle's own advice comes first."""
+    recs = _pipeline_recommendations(p, fw)
+    if cause.cause == "latency":
+        wide = max(16, 4 * cores)
+        if fw == "tensorflow":
+            recs = [
+                Recommendation(
+                    f"the input stage waits on I/O, not CPU: raise parallelism past the "
+                    f"{cores} cores: map(f, num_parallel_calls={wide}) and "
+                    f"options.threading.private_threadpool_size={wide} (AUTOTUNE stops at "
+                    "the core count)",
+                    "prefetch",
+                ),
+                *recs,
+            ]
+        elif fw == "torch":
+            recs = [
+                Recommendation(
+                    f"the input stage waits on I/O, not CPU: DataLoader(num_workers={wide}, "
+                    f"persistent_workers=True): workers that mostly wait can outnumber the "
+                    f"{cores} cores",
+                    "prefetch",
+                ),
+            ]
+        else:
+            recs = [
+                Recommendation(
+                    f"the input stage waits on I/O: overlap more reads than the {cores} cores "
+                    "(threads or async I/O), or read fewer, larger files",
+                    "prefetch",
+                ),
+                *recs,
+            ]
+        recs.append(Recommendation("or keep the data closer: a local copy or cache of the files"))
+    elif cause.cause == "cpu":
+        if cause.usable_cores >= cores:
+            recs = [
+                Recommendation(
+                    f"preprocessing already keeps the {cores} cores busy: more parallelism "
+                    "cannot help here"
+                )
+            ]
+        recs += [
+            Recommendation(
+                "cache after the expensive step (ds.map(f).cache()) or preprocess offline, once"
+            ),
+            Recommendation("lighter decoding/augmentation (smaller images, cheaper ops)"),
+            Recommendation(
+                "more cores for input: a tf.data service, or DataLoader workers on more hosts"
+                if fw != "torch"
+                else "more cores for input: DataLoader workers on more hosts"
+            ),
+        ]
+    return recs
+
+
+def _cause_text(c: InputCause, cores: int) -> str:
+    busy = f"{c.cpu_cores:.1f} of {c.usable_cores} usable core(s) busy while the loop waits"
+    if c.cause == "cpu":
+        where = "serial: parallelism 1" if c.parallelism == 1 else f"{cores} cores"
+        return f"CPU-bound preprocessing ({busy}; {where})"
+    if c.cause == "latency":
+        return f"latency-bound: the input stage waits on I/O ({busy})"
+    return f"partly CPU, partly waiting ({busy})"
 
 
 def _framework(ev: Evidence) -> str:
@@ -210,12 +346,20 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
     if frac >= MODERATE_INPUT_FRACTION:
         high = frac >= HIGH_INPUT_FRACTION
         where = f" in stage {evidence['bottleneck_stage']}" if evidence["bottleneck_stage"] else ""
+        headline = f"input-bound: {frac:.0%} of each step waits for input{where}"
+        recs = _pipeline_recommendations(ev.pipeline, fw)
+        cause = input_cause(ev)
+        if cause is not None:
+            cores = max(1, ev.cpu_count)
+            evidence.update(_cause_evidence(cause))
+            headline += f"; {_cause_text(cause, cores)}"
+            recs = _cause_recommendations(cause, ev.pipeline, fw, cores)
         return Verdict(
             "input-bound",
             conf if high else conf * 0.8,
-            f"input-bound: {frac:.0%} of each step waits for input{where}",
+            headline,
             evidence,
-            tuple(_pipeline_recommendations(ev.pipeline, fw)),
+            tuple(recs),
             severity="high" if high else "moderate",
         )
     gpu = _gpu_util(ev)
@@ -287,14 +431,15 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
     }
     files = " ".join(f.filename for f in s.functions[:40])
     if inp >= STACK_INPUT_FRACTION:
-        return Verdict(
-            "input-bound",
-            0.6,
-            f"input-bound: the training thread waits for input in {inp:.0%} of samples",
-            evidence,
-            tuple(_pipeline_recommendations(None, fw)),
-            severity="high",
-        )
+        headline = f"input-bound: the training thread waits for input in {inp:.0%} of samples"
+        recs = _pipeline_recommendations(None, fw)
+        cause = input_cause(ev)
+        if cause is not None:
+            cores = max(1, ev.cpu_count)
+            evidence.update(_cause_evidence(cause))
+            headline += f"; {_cause_text(cause, cores)}"
+            recs = _cause_recommendations(cause, None, fw, cores)
+        return Verdict("input-bound", 0.6, headline, evidence, tuple(recs), severity="high")
     if "keras" in files and "trainer" in files:
         # Keras fit pulls batches inside a compiled function: the stacks cannot see the wait.
         return Verdict(
@@ -332,6 +477,17 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         evidence,
         (Recommendation("run it under `sofa-top launch -- CMD` for exact per-step input wait"),),
     )
+
+
+def _cause_evidence(c: InputCause) -> dict[str, object]:
+    return {
+        "input_cause": c.cause,
+        "input_cpu_cores": round(c.cpu_cores, 3),
+        "input_usable_cores": c.usable_cores,
+        "input_parallelism": c.parallelism,
+        "input_cpu_utilization": round(c.utilization, 3),
+        "input_cause_source": c.source,
+    }
 
 
 def _median(v: Sequence[float]) -> float | None:

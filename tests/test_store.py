@@ -156,3 +156,28 @@ def test_reader_sees_committed_data_while_writer_is_open(tmp_path: Path) -> None
     store.commit()
     assert [v for _, v, _ in r.points("tree.cpu")] == [10.0, 20.0]
     store.close()
+
+
+def test_steps_keep_their_wait_cpu_and_v1_files_still_read(tmp_path: Path) -> None:
+    path = tmp_path / "s.sofa"
+    store = SessionStore(path)
+    steps = [
+        StepSample(2.0, 0, 1.0, 1.0, 0.5, "torch-dataloader", 8, 42, 0.25),
+        StepSample(3.0, 1, 2.0, 1.0, 0.5, "torch-dataloader", 8, 42, None),
+    ]
+    store.write(steps)
+    store.close(ended=3.0)
+    reader = SessionReader(path)
+    assert reader.steps() == steps
+    assert reader.steps_before(3.0, 10) == steps
+    reader.close()
+    # a v1 file (before wait_cpu_s existed) reads with the measure unknown
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE steps DROP COLUMN wait_cpu_s")
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    reader = SessionReader(path)
+    assert [s.wait_cpu_s for s in reader.steps()] == [None, None]
+    assert reader.steps()[0].input_wait_s == 0.5
+    reader.close()

@@ -103,3 +103,104 @@ def test_idle_and_unknown_and_memory() -> None:
     assert unknown.kind == "unknown" and "launch" in unknown.recommendations[0].text
     sys_full = SystemSample(0.0, (100.0,), 100.0, 0.0, 97, 100, 50, 100)
     assert judge(Evidence(system=sys_full, steps=_steps(10, 0.0))).kind == "memory-pressure"
+
+
+# -- input causes: cpu vs latency -----------------------------------------------------------------
+def _waited(
+    n: int, wait_fraction: float, busy_cores: float, step_s: float = 0.1
+) -> list[StepSample]:
+    """Steps whose waits kept ``busy_cores`` of the process's CPU busy (the agent's measure)."""
+    wait = step_s * wait_fraction
+    return [
+        StepSample(float(i), i, i - step_s, step_s, wait, "tf-eager", 8, 1, wait * busy_cores)
+        for i in range(n)
+    ]
+
+
+def torch_loader(workers: int) -> PipelineSample:
+    return PipelineSample(
+        0.0, "torch", (PipelineStage("Images", "source", max(1, workers), None, None),)
+    )
+
+
+@pytest.mark.parametrize(
+    "busy, pipeline, child_cpu, cause",
+    [
+        (0.95, SERIAL_TF, None, "cpu"),  # a serial map keeps its one core busy
+        (0.05, SERIAL_TF, None, "latency"),  # the map sleeps on reads
+        (0.50, SERIAL_TF, None, "mixed"),
+        (0.02, torch_loader(2), 190.0, "cpu"),  # two busy DataLoader workers
+        (0.02, torch_loader(2), 8.0, "latency"),  # two workers that mostly wait
+        (0.90, torch_loader(0), None, "cpu"),  # __getitem__ in the loop's own thread
+        (0.90, None, None, "cpu"),  # nothing known of the pipeline: a serial loop
+    ],
+)
+def test_input_cause(
+    busy: float, pipeline: PipelineSample | None, child_cpu: float | None, cause: str
+) -> None:
+    v = judge(
+        Evidence(
+            steps=_waited(20, 0.8, busy),
+            cpu_count=2,
+            pipeline=pipeline,
+            child_cpu=child_cpu,
+            tree_cpu=100.0,
+        )
+    )
+    assert v.kind == "input-bound"
+    assert v.evidence["input_cause"] == cause
+    assert v.evidence["input_cause_source"] == "agent"
+    expected = busy + (child_cpu or 0.0) / 100
+    assert v.evidence["input_cpu_cores"] == pytest.approx(expected, abs=1e-3)
+    words = {"cpu": "CPU-bound preprocessing", "latency": "waits on I/O", "mixed": "partly"}
+    assert words[cause] in v.headline
+
+
+def test_input_cause_thresholds_on_both_sides() -> None:
+    from sofa_top.verdicts import INPUT_CPU_BUSY, INPUT_CPU_IDLE
+
+    def cause(busy: float) -> object:
+        v = judge(Evidence(steps=_waited(20, 0.8, busy), pipeline=SERIAL_TF, cpu_count=2))
+        return v.evidence["input_cause"]
+
+    assert cause(INPUT_CPU_BUSY + 0.005) == "cpu"
+    assert cause(INPUT_CPU_BUSY - 0.02) == "mixed"
+    assert cause(INPUT_CPU_IDLE - 0.005) == "latency"
+    assert cause(INPUT_CPU_IDLE + 0.02) == "mixed"
+
+
+def test_latency_recommends_parallelism_past_the_cores() -> None:
+    v = judge(Evidence(steps=_waited(20, 0.8, 0.03), pipeline=SERIAL_TF, cpu_count=2))
+    first = v.recommendations[0]
+    assert first.toggle == "prefetch"
+    assert "private_threadpool_size=16" in first.text and "num_parallel_calls=16" in first.text
+    v = judge(
+        Evidence(steps=_waited(20, 0.8, 0.0), pipeline=torch_loader(0), cpu_count=4, child_cpu=0)
+    )
+    assert "num_workers=16" in v.recommendations[0].text
+
+
+def test_cpu_cause_on_all_cores_says_parallelism_cannot_help() -> None:
+    autotuned = PipelineSample(
+        0.0, "tf.data", (PipelineStage("ParallelMap", "map", 2, None, None),)
+    )
+    v = judge(Evidence(steps=_waited(20, 0.8, 1.9), pipeline=autotuned, cpu_count=2))
+    assert v.evidence["input_cause"] == "cpu"
+    texts = " | ".join(r.text for r in v.recommendations)
+    assert "already keeps the 2 cores busy" in texts
+    assert "cache()" in texts and "tf.data service" in texts
+    # serial on 2 cores: parallelizing to the cores is still the first fix
+    v = judge(Evidence(steps=_waited(20, 0.8, 0.95), pipeline=SERIAL_TF, cpu_count=2))
+    assert v.recommendations[0].toggle == "prefetch"
+    assert "cannot help" not in " ".join(r.text for r in v.recommendations)
+
+
+def test_input_cause_without_the_agent_uses_the_tree() -> None:
+    # attach mode: stacks say input-bound, the tree's CPU tells the cause
+    for tree_cpu, cause in ((12.0, "latency"), (105.0, "cpu")):
+        v = judge(Evidence(stacks=_stacks(input=0.7, compute=0.3), tree_cpu=tree_cpu, cpu_count=2))
+        assert v.kind == "input-bound"
+        assert (v.evidence["input_cause"], v.evidence["input_cause_source"]) == (cause, "tree")
+    # steps without the agent's CPU measure and no tree CPU: no cause, no guess
+    v = judge(Evidence(steps=_steps(20, 0.8)))
+    assert "input_cause" not in v.evidence

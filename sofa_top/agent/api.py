@@ -42,16 +42,19 @@ def iterate(
     if batch_size is not None:
         clock.resolve_batch_size = lambda _it: batch_size
     perf = time.perf_counter
+    cpu = time.process_time
     while True:
+        c0 = cpu()
         t0 = perf()
         try:
             item = next(it)
         except StopIteration:
             if agent.enabled:
-                clock.exhausted(it, t0, perf())
+                clock.exhausted(it, t0, perf(), cpu() - c0)
             return
         if agent.enabled:
-            clock.fetched(it, t0, perf())
+            t1 = perf()
+            clock.fetched(it, t0, t1, cpu() - c0)
         yield item
 
 

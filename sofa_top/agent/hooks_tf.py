@@ -342,6 +342,7 @@ def install_keras(agent: Agent, module: ModuleType) -> None:
             if getattr(trainer, "_distribute_strategy", None) is not None:
                 _keras_status(agent, "a tf.distribute strategy is in use")
                 return fn(iterator)
+            c0 = time.process_time()
             t0 = perf()
             try:
                 data = fetch(iterator)
@@ -349,11 +350,12 @@ def install_keras(agent: Agent, module: ModuleType) -> None:
                 clock.reset()
                 raise
             t1 = perf()
+            wait_cpu = time.process_time() - c0
             # a tuple is not an iterator: Keras runs its compiled one_step_on_data(batch)
             outputs = fn((data,))
             t2 = perf()
             try:
-                clock.span(iterator, t0, t1, t2)
+                clock.span(iterator, t0, t1, t2, wait_cpu)
                 if t2 >= _State.stats_due:
                     _maybe_pull_stats(agent, iterator, t2)
                 _keras_status(agent, None)

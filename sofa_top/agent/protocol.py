@@ -6,9 +6,10 @@ holding one object with a string ``"type"`` field. Frame types (agent to server 
 ``hello``     ``{v, pid, ppid, t, python, argv, settings}`` -- first frame of a connection
 ``info``      ``{pid, t, python, frameworks: [[name, version]], hooks_applied: [hook],
               hooks_skipped: [[hook, reason]], dropped, optimize: {}}``
-``steps``     ``{pid, source, data: [step, start_us, end_us, wait_us, batch_size|null, ...]}``
-              -- flat rows of ``STEP_FIELDS`` (integers; times in microseconds since the
-              Unix epoch, ``end_us - start_us`` is the step time, ``wait_us`` the input wait);
+``steps``     ``{pid, source, data: [step, start_us, end_us, wait_us, batch_size|null,
+              wait_cpu_us|null, ...]}`` -- flat rows of ``STEP_FIELDS`` (integers; times in
+              microseconds since the Unix epoch, ``end_us - start_us`` is the step time,
+              ``wait_us`` the input wait, ``wait_cpu_us`` the process's CPU time during it);
               flat integer rows because encoding them is what the agent pays per step
 ``pipeline``  ``{pid, t, framework, note, stages: [{name, kind, parallelism, buffer,
               self_time_s, is_bottleneck}]}``
@@ -23,12 +24,12 @@ import json
 import struct
 from typing import Any
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAX_FRAME = 1 << 20  # bytes of JSON per frame; larger frames are a protocol error
 HEADER = struct.Struct(">I")
 
 FRAME_TYPES = ("hello", "info", "steps", "pipeline", "workers", "event", "bye")
-STEP_FIELDS = ("step", "start_us", "end_us", "wait_us", "batch_size")
+STEP_FIELDS = ("step", "start_us", "end_us", "wait_us", "batch_size", "wait_cpu_us")
 
 
 class FrameError(ValueError):

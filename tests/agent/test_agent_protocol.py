@@ -177,13 +177,14 @@ def test_convert_frames_to_samples() -> None:
             "type": "steps",
             "pid": 1,
             "source": "tf-eager",
-            "data": [3, 100_000_000, 100_500_000, 200_000, 8, 4, 100_500_000, 101_000_000, 0, None],
+            "data": [3, 100_000_000, 100_500_000, 200_000, 8, 150_000]
+            + [4, 100_500_000, 101_000_000, 0, None, None],
         },
         pid=42,
     )
     assert steps == [
-        StepSample(100.5, 3, 100.0, 0.5, 0.2, "tf-eager", 8, 42),
-        StepSample(101.0, 4, 100.5, 0.5, 0.0, "tf-eager", None, 42),
+        StepSample(100.5, 3, 100.0, 0.5, 0.2, "tf-eager", 8, 42, 0.15),
+        StepSample(101.0, 4, 100.5, 0.5, 0.0, "tf-eager", None, 42, None),
     ]
     (info,) = convert_frame(
         {
@@ -240,13 +241,15 @@ def test_convert_frames_to_samples() -> None:
 @pytest.mark.parametrize(
     "frame",
     [
-        {"type": "steps", "source": "s", "data": [1, 2, 1, 0, None]},  # ends before it starts
-        {"type": "steps", "source": "s", "data": [1, 1, 2, -1, None]},  # negative wait
-        {"type": "steps", "source": "s", "data": [True, 1, 2, 0, None]},
-        {"type": "steps", "source": "s", "data": [1, 1.5, 2, 0, None]},
-        {"type": "steps", "source": "s", "data": [1, 1, 2, 0]},  # a partial row
-        {"type": "steps", "source": "s", "data": [1, 1, 2, 0, "8"]},
-        {"type": "steps", "data": [1, 1, 2, 0, None]},  # no source
+        {"type": "steps", "source": "s", "data": [1, 2, 1, 0, None, None]},  # ends before it starts
+        {"type": "steps", "source": "s", "data": [1, 1, 2, -1, None, None]},  # negative wait
+        {"type": "steps", "source": "s", "data": [True, 1, 2, 0, None, None]},
+        {"type": "steps", "source": "s", "data": [1, 1.5, 2, 0, None, None]},
+        {"type": "steps", "source": "s", "data": [1, 1, 2, 0, None]},  # a partial row
+        {"type": "steps", "source": "s", "data": [1, 1, 2, 0, None, -5]},  # negative wait CPU
+        {"type": "steps", "source": "s", "data": [1, 1, 2, 0, None, 1.5]},
+        {"type": "steps", "source": "s", "data": [1, 1, 2, 0, "8", None]},
+        {"type": "steps", "data": [1, 1, 2, 0, None, None]},  # no source
         {"type": "steps", "source": "s", "data": {}},
         {"type": "info", "t": 1.0, "hooks_applied": [1]},
         {"type": "info", "t": "x"},

@@ -45,8 +45,8 @@ def good_peer_is_served(live: LiveServer) -> bool:
     step = next(_step_ids)
     with connect(live.socket_path) as s:
         s.sendall(
-            encode({"type": "hello", "v": 1, "pid": os.getpid(), "t": time.time()})
-            + encode({"type": "steps", "source": "test", "data": [step, 1, 2, 0, 4]})
+            encode({"type": "hello", "v": 2, "pid": os.getpid(), "t": time.time()})
+            + encode({"type": "steps", "source": "test", "data": [step, 1, 2, 0, 4, 0]})
         )
         return live.wait_for(
             lambda ss: any(isinstance(x, StepSample) and x.step == step for x in ss), 5.0
@@ -174,20 +174,20 @@ def test_peer_with_wrong_uid_is_refused(tmp_path: Path) -> None:
         (struct.pack(">I", 0xFFFFFFFF), "oversized"),
         (struct.pack(">I", 100) + b'{"type": "ev', "truncated"),
         (struct.pack(">I", 5) + b"hello", "not JSON"),
-        (encode({"type": "steps", "source": "s", "data": [1, 2, 1, 0, None]}), "ends before"),
+        (encode({"type": "steps", "source": "s", "data": [1, 2, 1, 0, None, None]}), "ends before"),
     ],
 )
 def test_broken_peer_is_dropped_and_others_served(
     live: LiveServer, payload: bytes, reason: str
 ) -> None:
     other = connect(live.socket_path)  # a good agent connected before the bad one
-    other.sendall(encode({"type": "hello", "v": 1, "pid": 1, "t": 1.0}))
+    other.sendall(encode({"type": "hello", "v": 2, "pid": 1, "t": 1.0}))
     with connect(live.socket_path) as bad:
         bad.sendall(payload)
     assert live.wait_for(lambda ss: bool(events(ss, "agent-protocol-error")), 5)
     (err,) = events(live.snapshot(), "agent-protocol-error")
     assert reason in err.message
-    other.sendall(encode({"type": "steps", "source": "early", "data": [7, 1, 2, 0, None]}))
+    other.sendall(encode({"type": "steps", "source": "early", "data": [7, 1, 2, 0, None, None]}))
     assert live.wait_for(
         lambda ss: any(isinstance(x, StepSample) and x.source == "early" for x in ss), 5
     )
