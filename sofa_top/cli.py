@@ -116,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="run a bundled input-bound workload under sofa-top")
     d.add_argument("framework", nargs="?", choices=("tf", "torch"), default="tf")
     d.add_argument("--seconds", type=_positive_float, metavar="S", help="stop the demo after S s")
+    d.add_argument(
+        "--storage-ms",
+        type=float,
+        metavar="MS",
+        help="simulated per-file storage latency (default 4; 0: a CPU-bound input stage)",
+    )
     sampling(d)
 
     e = sub.add_parser(
@@ -224,6 +230,9 @@ class _Run:
     def finish(self, reason: str) -> None:
         """Stop the workload sofa-top launched (if still running), then the session."""
         if self.popen is not None and self.popen.poll() is None:
+            # The session ends for the user's reason (q, Ctrl-C, SIGTERM), not "target exited":
+            # the workload exits below because sofa-top stops it.
+            self.session.end_reason = self.session.end_reason or reason
             terminate_workload(self.popen)
             # Let the process collector see the exit, so the session records its code.
             self.session.wait(2.0)
@@ -346,6 +355,13 @@ def _demo(args: argparse.Namespace) -> int:
     args.cmd = [sys.executable, str(DEMOS[args.framework])]
     if args.seconds:
         args.cmd += ["--seconds", str(args.seconds)]
+    if args.storage_ms is not None:
+        if args.storage_ms < 0:
+            raise UserError("--storage-ms must be 0 or more")
+        # no storage latency: decode harder, so the input stage stays the bottleneck on CPU
+        iters = {"tf": "40", "torch": "12"}[args.framework] if args.storage_ms == 0 else None
+        args.cmd += ["--storage-ms", str(args.storage_ms)]
+        args.cmd += ["--decode-iters", iters] if iters else []
     args.name = f"demo-{args.framework}"
     return _dashboard(_open_launch(args, "launch"))
 

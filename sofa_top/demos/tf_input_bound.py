@@ -1,5 +1,11 @@
-"""Demo: a tf.data pipeline with an expensive serial map (no parallelism, no prefetch) feeding
-a small CNN in an eager loop: input-bound by construction. Runs until --seconds elapse."""
+"""Demo: a tf.data pipeline that reads each image from (simulated) network storage and decodes
+it in a serial map (no parallelism, no prefetch), feeding a small CNN in an eager loop:
+input-bound by construction. Runs until --seconds elapse.
+
+``--storage-ms`` is the per-file read latency (a ``time.sleep``, the shape of a network file
+system or a blob store: it waits, it burns no CPU); ``--decode-iters`` the CPU cost of decoding
+and augmenting one image. ``--storage-ms 0 --decode-iters 40`` gives a purely CPU-bound input
+stage instead."""
 
 from __future__ import annotations
 
@@ -10,12 +16,16 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import numpy as np
 import tensorflow as tf
 
+STORAGE_MS = 4.0
+DECODE_ITERS = 4
 
-def heavy_decode(i: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+
+def heavy_decode(i: tf.Tensor, iters: int = 40) -> tuple[tf.Tensor, tf.Tensor]:
     img = tf.random.stateless_uniform((32, 32, 3), seed=tf.stack([i, i]))
-    for _ in range(40):  # a stand-in for JPEG decoding and augmentation
+    for _ in range(iters):  # a stand-in for JPEG decoding and augmentation
         spec = tf.signal.rfft2d(tf.transpose(img, (2, 0, 1)))
         img = tf.transpose(tf.signal.irfft2d(spec * 0.99, fft_length=(32, 32)), (1, 2, 0))
         img = (img - tf.reduce_mean(img)) / (tf.math.reduce_std(img) + 1e-6)
@@ -26,9 +36,22 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=math.inf)
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--storage-ms", type=float, default=STORAGE_MS)
+    ap.add_argument("--decode-iters", type=int, default=DECODE_ITERS)
     args = ap.parse_args()
-    ds = tf.data.Dataset.range(10**9).map(lambda i: heavy_decode(tf.cast(i, tf.int32)))
-    ds = ds.batch(args.batch_size)
+    latency = args.storage_ms / 1e3
+
+    def read_file(i: np.int64) -> np.int64:
+        time.sleep(latency)  # waiting on storage: no CPU used
+        return i
+
+    def load(i: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        if latency > 0:
+            i = tf.numpy_function(read_file, [i], tf.int64, stateful=False)
+            i.set_shape(())
+        return heavy_decode(tf.cast(i, tf.int32), args.decode_iters)
+
+    ds = tf.data.Dataset.range(10**9).map(load).batch(args.batch_size)
     model = tf.keras.Sequential(
         [
             tf.keras.layers.Input((32, 32, 3)),

@@ -317,7 +317,8 @@ def test_queue_overflow_counts_every_dropped_step() -> None:
     assert dropped > 0
     assert bye.data["dropped"] == dropped
     assert received + dropped == flood  # nothing lost without being counted
-    assert received <= 100 * (1 + run.wall_s / 0.2) + 100
+    # (how many get through depends on how often the drain thread gets the GIL mid-flood:
+    # it keeps sending while records keep arriving, so no count bound holds here)
 
 
 def test_forked_child_stays_silent() -> None:
