@@ -145,18 +145,35 @@ class LineCachedWidget(Widget):
         return Strip.blank(self.size.width, self.visual_style.rich_style)
 
 
-class QuietTitles(Widget):
+class QuietRefresh(Widget):
+    """A widget whose whole-area refreshes can be left out while ``_quiet`` is set, for
+    changes that repaint just the lines they touch themselves.
+
+    List it after the widget class (``class Pane(Vertical, QuietRefresh)``): Textual takes a
+    widget's default CSS and type selectors from the first base class only.
+    """
+
+    _quiet = False  # True while a change runs whose whole-area refresh is left out
+
+    def refresh(
+        self,
+        *regions: Region,
+        repaint: bool = True,
+        layout: bool = False,
+        recompose: bool = False,
+    ) -> Self:
+        if self._quiet and not regions and not layout and not recompose:
+            return self
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+
+class QuietTitles(QuietRefresh):
     """A pane whose border title and subtitle can change without repainting the whole pane.
 
     Textual repaints a widget's full area on every title assignment (a container: everything
     inside it too, even for an unchanged title); a pane whose title counts samples changes
     it every second. ``set_titles`` repaints only the border line a changed title sits on.
-
-    List it after the container class (``class Pane(Vertical, QuietTitles)``): Textual takes
-    a widget's default CSS and type selectors from the first base class only.
     """
-
-    _quiet = False  # True while a title is assigned: its full refresh is left out
 
     def set_titles(self, title: str | None = None, subtitle: str | None = None) -> None:
         """Change the border title and/or subtitle (None leaves one as it is)."""
@@ -180,18 +197,7 @@ class QuietTitles(Widget):
         # Regions are relative to the content area: the border lies in the gutter around it.
         gutter = self.styles.gutter
         for row in rows:
-            super().refresh(Region(-gutter.left, row - gutter.top, outer.width, 1))
-
-    def refresh(
-        self,
-        *regions: Region,
-        repaint: bool = True,
-        layout: bool = False,
-        recompose: bool = False,
-    ) -> Self:
-        if self._quiet and not regions and not layout and not recompose:
-            return self
-        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+            self.refresh(Region(-gutter.left, row - gutter.top, outer.width, 1))
 
 
 def update_static(static: Static, text: Text) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Self
 
 from rich.style import Style
 from rich.text import Text
@@ -13,13 +12,12 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.coordinate import Coordinate
 from textual.events import Resize
-from textual.geometry import Region
 from textual.widgets import DataTable, Select, Static
 
 from sofa_top.samples import STACK_CLASSES
 from sofa_top.snapshot import FunctionStat, Snapshot, StackSummary, ThreadStat
 from sofa_top.tui.formatting import truncate, truncate_left
-from sofa_top.tui.line_cache import QuietTitles, update_static
+from sofa_top.tui.line_cache import QuietRefresh, QuietTitles, update_static
 from sofa_top.tui.split_bar import SplitBar, class_style
 
 ALL_THREADS = -1
@@ -118,14 +116,12 @@ def column_widths(width: int) -> dict[str, int]:
     return {"function": function_w, "file": file_w, **fixed}
 
 
-class HotTable(DataTable[Text | str]):
+class HotTable(DataTable[Text | str], QuietRefresh):
     """The hot-functions table; changing a row's cells repaints that row alone.
 
     ``DataTable.update_cell`` repaints the whole table (every visible row, cell by cell,
     through rich), although the other rows look the same as before.
     """
-
-    _quiet = False  # True while cells change: their whole-table refresh is left out
 
     def update_row(self, row_key: str, cells: Sequence[tuple[str, Text]]) -> None:
         """Put new values in some cells of a row (pairs of column key and value)."""
@@ -136,17 +132,6 @@ class HotTable(DataTable[Text | str]):
         finally:
             self._quiet = False
         self.refresh_row(self.get_row_index(row_key))
-
-    def refresh(
-        self,
-        *regions: Region,
-        repaint: bool = True,
-        layout: bool = False,
-        recompose: bool = False,
-    ) -> Self:
-        if self._quiet and not regions and not layout and not recompose:
-            return self
-        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
 
 class StacksPanel(Vertical, QuietTitles, can_focus=False):
