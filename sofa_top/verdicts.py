@@ -245,14 +245,14 @@ def _cause_recommendations(
     return recs
 
 
-def _cause_text(c: InputCause, cores: int) -> str:
-    busy = f"{c.cpu_cores:.1f} of {c.usable_cores} usable core(s) busy while the loop waits"
+def _cause_text(c: InputCause) -> str:
+    cores = f"{c.cpu_cores:.1f} of {c.usable_cores} core{'s' if c.usable_cores > 1 else ''} busy"
     if c.cause == "cpu":
-        where = "serial: parallelism 1" if c.parallelism == 1 else f"{cores} cores"
-        return f"CPU-bound preprocessing ({busy}; {where})"
+        serial = ", serial" if c.parallelism == 1 else ""
+        return f"CPU-bound preprocessing ({cores}{serial})"
     if c.cause == "latency":
-        return f"latency-bound: the input stage waits on I/O ({busy})"
-    return f"partly CPU, partly waiting ({busy})"
+        return f"the input stage waits on I/O ({cores})"
+    return f"partly CPU, partly I/O ({cores})"
 
 
 def _framework(ev: Evidence) -> str:
@@ -352,7 +352,7 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         if cause is not None:
             cores = max(1, ev.cpu_count)
             evidence.update(_cause_evidence(cause))
-            headline += f"; {_cause_text(cause, cores)}"
+            headline += f"; {_cause_text(cause)}"
             recs = _cause_recommendations(cause, ev.pipeline, fw, cores)
         return Verdict(
             "input-bound",
@@ -437,7 +437,7 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         if cause is not None:
             cores = max(1, ev.cpu_count)
             evidence.update(_cause_evidence(cause))
-            headline += f"; {_cause_text(cause, cores)}"
+            headline += f"; {_cause_text(cause)}"
             recs = _cause_recommendations(cause, None, fw, cores)
         return Verdict("input-bound", 0.6, headline, evidence, tuple(recs), severity="high")
     if "keras" in files and "trainer" in files:

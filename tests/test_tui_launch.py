@@ -465,3 +465,15 @@ async def test_views_keep_updating_while_hidden() -> None:
         await pilot.pause()
         assert "4.00 steps/s" in app.steps.summary.render().plain
         assert "COMPUTE-BOUND" in verdict_text(app)
+
+
+def test_verdict_evidence_names_the_input_cause() -> None:
+    verdict = input_bound_verdict()
+    caused = replace(
+        verdict, evidence={**verdict.evidence, "input_cause": "latency", "input_cpu_cores": 0.14}
+    )
+    lines = verdict_lines(caused, launch_snapshot(), 160, roomy=True)
+    assert "input latency (0.1 cores busy)" in lines[1].plain
+    # no cause measured: nothing said about it
+    plain = verdict_lines(verdict, launch_snapshot(), 160, roomy=True)[1].plain
+    assert "cores busy" not in plain

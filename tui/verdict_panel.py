@@ -95,6 +95,11 @@ def evidence_parts(verdict: Verdict | None, snapshot: Snapshot) -> list[Text]:
     # A pipeline stage is only "the bottleneck" while input is what the job waits for.
     if stage and (verdict is None or verdict.kind == "input-bound"):
         parts.append(Text.assemble("bottleneck ", (str(stage), BOLD)))
+    cause = ev.get("input_cause")
+    busy = _fraction(ev.get("input_cpu_cores"))
+    if isinstance(cause, str) and busy is not None:
+        # why the input is slow: the cores it keeps busy while the loop waits for it
+        parts.append(Text.assemble("input ", (cause, BOLD), f" ({busy:.1f} cores busy)"))
     saturation = _fraction(ev.get("cpu_saturation"))
     if saturation is None and snapshot.process is not None:
         tree = snapshot.process.tree_cpu_percent
