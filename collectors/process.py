@@ -249,8 +249,8 @@ class ProcessCollector:
         self, proc: psutil.Process, ct: Timestamp, parent: _Tracked | None
     ) -> _Tracked:
         try:
-            name = str(proc.name())
-            cmdline = tuple(str(a) for a in proc.cmdline())
+            name = _text(proc.name())
+            cmdline = tuple(_text(a) for a in proc.cmdline())
         except psutil.AccessDenied:
             name, cmdline = "?", ()
         pid = int(proc.pid)
@@ -276,7 +276,7 @@ class ProcessCollector:
                 status = str(p.status())
                 if status == psutil.STATUS_ZOMBIE:
                     return self._exited(t)
-                name = str(p.name())
+                name = _text(p.name())
                 cpu: float | None = float(p.cpu_percent(None))
                 if not t.primed:
                     t.primed = True
@@ -303,7 +303,7 @@ class ProcessCollector:
             # exec() happened (fork+exec, or a DataLoader worker renaming itself): re-derive.
             t.name = name
             with contextlib.suppress(psutil.Error):
-                t.cmdline = tuple(str(a) for a in p.cmdline())
+                t.cmdline = tuple(_text(a) for a in p.cmdline())
             if t.role != ROLE_TARGET:
                 parent = self._tracked.get(t.ppid)
                 t.role = _role_for(name, t.cmdline, parent.role if parent else ROLE_CHILD)
@@ -491,6 +491,14 @@ def _clamp_pct(v: float) -> Percent:
     return min(100.0, max(0.0, v))
 
 
+def _text(value: object) -> str:
+    """A name or argument from /proc as valid Unicode: psutil decodes non-UTF-8 bytes (a
+    command line, a ``comm`` set with prctl) to lone surrogates, which SQLite, JSON consumers
+    and the terminal all refuse; they become U+FFFD here, once, at the source."""
+    text = str(value)
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def _sum_or_none(values: Iterable[int | None]) -> int | None:
     known = [v for v in values if v is not None]
     return sum(known) if known else None
@@ -545,8 +553,8 @@ def describe_pid(pid: Pid) -> PidInfo:
         proc = psutil.Process(pid)
         with proc.oneshot():
             status = str(proc.status())
-            name = str(proc.name())
-            username = str(proc.username())
+            name = _text(proc.name())
+            username = _text(proc.username())
             create_time = float(proc.create_time())
     except psutil.NoSuchProcess:
         raise UserError(f"no such process: PID {pid}") from None
@@ -563,8 +571,8 @@ def describe_pid(pid: Pid) -> PidInfo:
     try:
         # Reading the exe link needs the same access as reading its memory, so this is where
         # another user's process shows up as denied.
-        exe = str(proc.exe())
-        cmdline = tuple(str(a) for a in proc.cmdline())
+        exe = _text(proc.exe())
+        cmdline = tuple(_text(a) for a in proc.cmdline())
     except psutil.ZombieProcess:
         raise UserError(
             f"PID {pid} ({name}) is a zombie: it has exited and waits for its parent to reap it"

@@ -187,7 +187,9 @@ _NOT_PYTHON_RE = re.compile(
     r"failed to get python version|couldn't find python",
     re.I,
 )
-_UNSUPPORTED_RE = re.compile(r"unsupported (version of python|python version)[^\n]*", re.I)
+_UNSUPPORTED_RE = re.compile(
+    r"unsupported (?:version of python|python version)\W*(?P<version>[0-9][\w.+-]*)?", re.I
+)
 _EXITED_RE = re.compile(
     r"check if it is running|check that the process is running|no such process|os error 3\)", re.I
 )
@@ -229,9 +231,12 @@ def diagnose(log: str, pid: Pid) -> PySpyProblem:
         )
     m = _UNSUPPORTED_RE.search(log)
     if m:
+        version = m.group("version")
         return PySpyProblem(
             "unsupported",
-            f"unsupported Python version: {m.group(0).strip()}",
+            f"py-spy does not support Python {version}"
+            if version
+            else "py-spy does not support this version of Python",
             "upgrade py-spy (pip install -U py-spy) to one that knows this Python",
         )
     if _NOT_PYTHON_RE.search(log):

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from sofa_top.collector import Collector
     from sofa_top.session import Session
     from sofa_top.source import OnSnapshot
+    from sofa_top.store import SessionStore
 
 DEFAULT_INTERVAL_S = 0.1
 DEFAULT_STACK_RATE_HZ = 100.0
@@ -156,8 +157,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Uncaught exceptions of sofa-top's own background threads, one line each (see main).
+_THREAD_FAILURES: list[str] = []
+
+
+def _on_thread_failure(failure: threading.ExceptHookArgs) -> None:
+    """Keep a background thread's death as one line for the end of the command, rather than a
+    traceback in the middle of the output (or of the dashboard)."""
+    name = failure.thread.name if failure.thread is not None else "a thread"
+    _THREAD_FAILURES.append(f"{name} failed: {failure.exc_type.__name__}: {failure.exc_value}")
+
+
+def _thread_failures() -> str:
+    return "; ".join(_THREAD_FAILURES) or "the session ended unexpectedly"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sofa-top`` console script."""
+    threading.excepthook = _on_thread_failure
     argv = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first "--" is the workload's command line, untouched by argparse.
     cmd: list[str] = []
@@ -298,9 +315,14 @@ def _open_launch(
     cmd: list[str] = args.cmd
     name = getattr(args, "name", None) or os.path.basename(cmd[0])
     path = session_file(args.output, name)
-    if path.exists():
-        raise UserError(f"session file already exists: {path}")
-    server = AgentServer()
+    # The session file first: a command must never start (only to be stopped again) because
+    # sofa-top then finds that it cannot record.
+    store = SessionStore(path)
+    try:
+        server = AgentServer()
+    except UserError:
+        _discard(store)
+        raise
     env = {**os.environ, **agent_env(server.socket_path, settings or {})}
     # Files, not pipes: if sofa-top dies, the workload's next print must not get SIGPIPE.
     out_dir = Path(tempfile.mkdtemp(prefix="sofa-top-output-"))
@@ -316,21 +338,13 @@ def _open_launch(
                 env=env,
                 start_new_session=True,
             )
-    except FileNotFoundError:
-        server.close()
-        shutil.rmtree(out_dir, ignore_errors=True)
-        raise UserError(f"command not found: {cmd[0]}") from None
     except OSError as exc:
         server.close()
         shutil.rmtree(out_dir, ignore_errors=True)
+        _discard(store)
+        if isinstance(exc, FileNotFoundError):
+            raise UserError(f"command not found: {cmd[0]}") from None
         raise UserError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
-    try:
-        store = SessionStore(path)
-    except UserError:
-        terminate_workload(popen)
-        server.close()
-        shutil.rmtree(out_dir, ignore_errors=True)
-        raise
     target = TargetInfo(pid=popen.pid, name=name, cmdline=tuple(cmd), launched=True)
     collectors = _collectors(args, popen.pid, popen)
     collectors += [
@@ -339,6 +353,13 @@ def _open_launch(
     ]
     session = Session(target, collectors, store, mode=mode, extra_meta={"settings": settings or {}})
     return _Run(session, popen, server, out_dir)
+
+
+def _discard(store: SessionStore) -> None:
+    """Close and delete a session file that never recorded anything."""
+    store.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{store.path}{suffix}").unlink(missing_ok=True)
 
 
 def _attach(args: argparse.Namespace) -> int:
@@ -374,6 +395,9 @@ def _dashboard(run: _Run) -> int:
     finally:
         run.finish("user quit")
     print(f"session saved: {path or run.session.session_path}")
+    if _THREAD_FAILURES:
+        print(f"sofa-top: recording stopped early ({_thread_failures()})", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -399,7 +423,13 @@ def _record(args: argparse.Namespace) -> int:
             stop_reason.append("duration reached")
             break
         session.wait(0.2)  # short waits keep signal handling responsive
-    reason = stop_reason[0] if stop_reason else "target exited"
+    # Neither asked to stop nor the target's exit: sofa-top itself failed (a full disk, ...).
+    failed = not stop_reason and not session.target_exited
+    reason = stop_reason[0] if stop_reason else "recording failed" if failed else "target exited"
+    left_running = None
+    if failed and run.popen is not None and run.popen.poll() is None:
+        # sofa-top failing is no reason to stop the user's workload: it runs on, unwatched.
+        left_running, run.popen = run.popen.pid, None
     finisher = threading.Thread(target=run.finish, args=(reason,), daemon=True)
     finisher.start()
     finisher.join(30.0)
@@ -411,6 +441,14 @@ def _record(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         render_summary(summary)
+    if failed:
+        running = f"; the workload (PID {left_running}) keeps running" if left_running else ""
+        print(
+            f"sofa-top: recording stopped early ({_thread_failures()}); "
+            f"{session.session_path} keeps what was recorded until then{running}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -439,7 +477,9 @@ def _export(args: argparse.Namespace) -> int:
     from sofa_top.export import export_session
 
     out = Path(args.output).expanduser() if args.output else None
-    result = export_session(resolve_session(args.session), args.format, out)
+    path = resolve_session(args.session)
+    _check_intact(path)
+    result = export_session(path, args.format, out)
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
     print(f"{result.path} ({args.format}, {result.events} events, {result.seconds:.2f} s)")
@@ -450,8 +490,33 @@ def _replay(args: argparse.Namespace) -> int:
     from sofa_top.replay import ReplaySource
     from sofa_top.tui.app import run_dashboard
 
-    run_dashboard(ReplaySource(resolve_session(args.session)))
+    path = resolve_session(args.session)
+    _check_intact(path)
+    run_dashboard(ReplaySource(path))
     return 0
+
+
+def _check_intact(path: Path) -> None:
+    """Refuse a session file with damaged pages: an export would silently miss data, and a
+    replay wait for snapshots that can never be read. SQLite's quick_check reads every page
+    once, without the slow index cross-checks."""
+    import sqlite3
+
+    from sofa_top.store import SessionReader
+
+    SessionReader(path).close()  # first: is it a session at all?
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            problem = str(db.execute("PRAGMA quick_check(1)").fetchone()[0])
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        problem = str(exc)
+    if problem != "ok":
+        # quick_check starts its report with a "*** in database main ***" line
+        where = "; ".join(ln for ln in problem.splitlines() if not ln.startswith("***"))
+        raise UserError(f"cannot read session {path}: the file is damaged ({where})")
 
 
 def _sessions(args: argparse.Namespace) -> int:

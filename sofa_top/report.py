@@ -5,8 +5,10 @@ JSON schema (``schema: 1``)::
     {"schema": 1, "session": PATH, "mode": "attach"|"record"|...,
      "target": {"pid", "name", "cmdline"}, "started": UNIX, "ended": UNIX|null,
      "duration_s": S, "exit_code": INT|null, "end_reason": STR,
+     "dropped_samples": samples sofa-top itself dropped because its writer fell behind,
      "verdict": {"kind", "confidence", "evidence", "recommendations"} | null,
-     "steps": {"count", "median_step_s", "input_wait_fraction"},
+     "steps": {"count", "median_step_s", "input_wait_fraction",
+               "dropped": steps the agent counted but could not send (its queue was full)},
      "cpu": {"cores", "tree_mean_percent", "tree_max_percent", "system_mean_percent",
              "rss_max_bytes", "threads_max"},
      "gpu": {"devices": [{"index", "util_mean_percent", "mem_max_bytes", "power_mean_w"}]} | null,
@@ -50,6 +52,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
         target_pid = (meta.get("target") or {}).get("pid")
         target_mean, _ = _stats([v for _, v, _ in reader.points(f"proc.{target_pid}.cpu")])
         pipeline = reader.last_pipeline()
+        agent_dropped = _agent_dropped(reader)
     finally:
         reader.close()
     started = meta.get("started")
@@ -70,7 +73,12 @@ def session_summary(path: str | Path) -> dict[str, Any]:
                 {"index": i, "util_mean_percent": util, "mem_max_bytes": mem, "power_mean_w": power}
             )
     summary = summarize(windows) if windows else None
-    last_err = next((w for w in reversed(windows) if w.error), None)
+    errors = [w for w in windows if w.error]
+    # The stack collector's closing "target exited" window does not say why there were no
+    # stacks (not Python, ptrace denied, ...): an earlier error does.
+    last_err = next((w for w in reversed(errors) if w.error != "target exited"), None) or (
+        errors[-1] if errors else None
+    )
     top = []
     if summary is not None:
         top = [
@@ -107,11 +115,13 @@ def session_summary(path: str | Path) -> dict[str, Any]:
         "duration_s": round(ended - started, 3) if started and ended else None,
         "exit_code": meta.get("exit_code"),
         "end_reason": meta.get("end_reason"),
+        "dropped_samples": int(meta.get("dropped_samples") or 0),
         "verdict": verdict.as_json(),
         "steps": {
             "count": len(steps),
             "median_step_s": statistics.median(durations) if durations else None,
             "input_wait_fraction": waits / sum(durations) if durations and sum(durations) else None,
+            "dropped": agent_dropped,
         },
         "cpu": {
             "cores": meta.get("cpu_count"),
@@ -131,6 +141,18 @@ def session_summary(path: str | Path) -> dict[str, Any]:
             "top": top,
         },
     }
+
+
+def _agent_dropped(reader: SessionReader) -> int:
+    """Steps the agents counted as dropped: the last count each process reported."""
+    per_pid: dict[object, int] = {}
+    for kind in ("agent", "agent-exit"):
+        for e in reader.events(kind):
+            n = e.data.get("dropped")
+            if isinstance(n, int):
+                pid = e.data.get("pid")
+                per_pid[pid] = max(per_pid.get(pid, 0), n)
+    return sum(per_pid.values())
 
 
 def render_summary(s: dict[str, Any]) -> None:
@@ -155,6 +177,16 @@ def render_summary(s: dict[str, Any]) -> None:
             f"CPU: mean {cpu['tree_mean_percent']:.0f}% max {cpu['tree_max_percent']:.0f}% "
             f"(of {cpu['cores']} cores x 100%), "
             f"RSS max {(cpu['rss_max_bytes'] or 0) / 2**20:.0f} MiB"
+        )
+    if s.get("dropped_samples"):
+        con.print(
+            f"[red]{s['dropped_samples']} samples dropped by sofa-top[/] (its writer fell "
+            "behind): the session misses them"
+        )
+    if s["steps"].get("dropped"):
+        con.print(
+            f"[red]{s['steps']['dropped']} steps dropped by the agent[/] (its queue was full): "
+            "the step figures miss them"
         )
     st = s["stacks"]
     if st["error"]:

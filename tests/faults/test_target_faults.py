@@ -1,0 +1,323 @@
+"""Fault matrix, target side: whatever the watched process does, sofa-top records it, never
+changes its fate, and says clearly what it could not see."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from faults.conftest import (
+    FAULT_TARGET,
+    committed,
+    needs_root,
+    no_traceback,
+    running,
+    sofa,
+    start_sofa,
+    target_argv,
+    wait_committed,
+    wait_until,
+)
+from sofa_top.store import SessionReader
+
+
+def _record_json(out: Path, *args: str, timeout: float = 90) -> dict[str, object]:
+    proc = sofa("record", "--json", "-o", str(out), *args, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    no_traceback(proc.stderr)
+    summary: dict[str, object] = json.loads(proc.stdout)
+    return summary
+
+
+def _logs(path: Path) -> list[str]:
+    return [e.message for e in SessionReader(path).events("log")]
+
+
+def _frames(path: Path) -> list[tuple[str, ...]]:
+    """Every recorded stack as a tuple of function names, outermost first."""
+    return [
+        tuple(f.function for f in c.frames)
+        for w in SessionReader(path).stack_windows()
+        for c in w.stacks
+    ]
+
+
+# -- the target ends --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", [0, 3], ids=["exits-0", "exits-3"])
+def test_target_exits_normally_or_not(tmp_path: Path, code: int) -> None:
+    """Launched: the exit code and the last output line are recorded; sofa-top exits 0."""
+    out = tmp_path / "s.sofa"
+    summary = _record_json(
+        out,
+        "--",
+        sys.executable,
+        "-c",
+        f"import time; time.sleep(1); print('last words', flush=True); raise SystemExit({code})",
+    )
+    assert summary["exit_code"] == code
+    assert summary["end_reason"] == "target exited"
+    assert "last words" in _logs(out)
+    assert SessionReader(out).meta()["exit_code"] == code
+
+
+@pytest.mark.parametrize("mode", ["launch", "attach"])
+def test_target_is_sigkilled(tmp_path: Path, mode: str) -> None:
+    """SIGKILL of the target: recording ends with what was seen, the code is -9 (launched)."""
+    out = tmp_path / "s.sofa"
+    if mode == "launch":
+        code = "import os, time\nprint('up', flush=True); time.sleep(1.5)\nos.kill(os.getpid(), 9)"
+        summary = _record_json(out, "--", sys.executable, "-c", code)
+        assert summary["exit_code"] == -signal.SIGKILL
+        assert "up" in _logs(out)
+    else:
+        with running(target_argv("busy")) as target:
+            rec = start_sofa("record", "--pid", str(target.pid), "--json", "-o", str(out))
+            wait_committed(out, 5)
+            target.kill()
+            stdout, stderr = rec.communicate(timeout=30)
+        assert rec.returncode == 0, stderr
+        summary = json.loads(stdout)
+    assert summary["end_reason"] == "target exited"
+    assert len(SessionReader(out).points("tree.cpu")) >= 5
+    assert SessionReader(out).meta()["ended"] > 0
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_target_becomes_a_zombie(tmp_path: Path) -> None:
+    """Attached to a process that exits but is never reaped: sofa-top sees it as exited (it
+    does not wait for --duration) and leaves the zombie to its parent."""
+    out = tmp_path / "z.sofa"
+    with running(target_argv("busy", seconds=2.5)) as target:
+        rec = start_sofa(
+            "record", "--pid", str(target.pid), "--duration", "60", "--json", "-o", str(out)
+        )
+        wait_until(lambda: _state(target.pid) == "Z", 30, "the target to become a zombie")
+        stdout, stderr = rec.communicate(timeout=30)
+        assert _state(target.pid) == "Z"  # still there: sofa-top did not reap it
+    assert rec.returncode == 0, stderr
+    assert json.loads(stdout)["end_reason"] == "target exited"
+    assert len(SessionReader(out).points("tree.cpu")) >= 5
+
+
+IMPOSTOR = "import time\ndef impostor_spin():\n    while True: sum(range(1000))\nimpostor_spin()\n"
+
+
+def _spawn_with_pid(pid: int) -> subprocess.Popen[bytes] | None:
+    """Start the impostor so that it gets ``pid`` (via ns_last_pid); None if another process
+    took that PID first."""
+    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+        f.write(str(pid - 1))
+    # Not a new session: its group would be ``pid``, which the target's cleanup kills.
+    proc = subprocess.Popen([sys.executable, "-c", IMPOSTOR])
+    if proc.pid == pid:
+        return proc
+    proc.kill()
+    proc.wait()
+    return None
+
+
+@needs_root
+def test_pid_reused_during_the_session(tmp_path: Path) -> None:
+    """The target dies and a new process gets its PID between two samples: sofa-top ends the
+    recording ("target exited") and not one sample of the newcomer enters the session."""
+    if not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK):
+        pytest.skip("cannot choose the next PID here (ns_last_pid not writable)")
+    for attempt in range(3):
+        out = tmp_path / f"reuse-{attempt}.sofa"
+        with running(target_argv("busy")) as target:
+            pid = target.pid
+            original = psutil.Process(pid).create_time()
+            rec = start_sofa("record", "--pid", str(pid), "--json", "-o", str(out))
+            wait_committed(out, 5)
+            wait_until(lambda: any(_frames(out)), 30, "a first stack window")  # noqa: B023
+            target.kill()
+            target.wait()
+            impostor = _spawn_with_pid(pid)
+        try:
+            stdout, stderr = rec.communicate(timeout=30)
+            if impostor is None:
+                continue  # some other process took the PID: try again
+            assert rec.returncode == 0, stderr
+            assert json.loads(stdout)["end_reason"] == "target exited"
+            assert impostor.poll() is None  # the newcomer is untouched
+            r = SessionReader(out)
+            times = [p["create_time"] for p in r.processes() if p["pid"] == pid]
+            assert times == [pytest.approx(original, abs=0.01)]  # the original, and only it
+            assert not any("impostor_spin" in stack for stack in _frames(out))
+            return
+        finally:
+            if impostor is not None:
+                impostor.kill()
+                impostor.wait()
+    pytest.skip("could not hand the PID over in 3 attempts (a busy machine)")
+
+
+# -- what the target is -----------------------------------------------------------------------
+
+
+def test_target_forks_50_short_lived_children(tmp_path: Path) -> None:
+    """50 children of ~20 ms each, one after another: every one exits 0 (sofa-top touched
+    none), the ones it saw are recorded once each, and the collectors keep running."""
+    out = tmp_path / "f.sofa"
+    summary = _record_json(out, "--", *target_argv("fork", "50", seconds=1))
+    assert summary["exit_code"] == 0
+    assert "DONE 50" in _logs(out)  # all 50 children exited 0
+    r = SessionReader(out)
+    children = [p for p in r.processes() if p["role"] != "target"]
+    assert children, "no child was ever seen"
+    assert len({(p["pid"], p["create_time"]) for p in children}) == len(children)
+    assert not r.events("collector-failed")
+    assert any(w.samples for w in r.stack_windows())
+
+
+def test_target_runs_150_threads(tmp_path: Path) -> None:
+    """150 extra Python threads: sampled (at a rate the CPU budget allows), all threads seen."""
+    out = tmp_path / "t.sofa"
+    with running(target_argv("threads", "150")) as target:
+        summary = _record_json(out, "--pid", str(target.pid), "--duration", "4")
+        assert target.poll() is None
+    assert summary["cpu"]["threads_max"] >= 151  # type: ignore[index]
+    assert summary["stacks"]["thread_samples"] > 0  # type: ignore[index]
+    r = SessionReader(out)
+    assert len(r.stack_threads()) >= 151
+    assert not [w.error for w in r.stack_windows() if w.error]
+
+
+def test_target_in_900_deep_recursion(tmp_path: Path) -> None:
+    """A 900-deep Python stack is recorded whole and exports."""
+    out = tmp_path / "deep.sofa"
+    with running(target_argv("recurse", "900")) as target:
+        _record_json(out, "--pid", str(target.pid), "--duration", "3")
+    deepest = max(_frames(out), key=len)
+    assert deepest.count("fault_recurse") >= 900
+    assert deepest[-1] == "fault_spin"
+    export = sofa("export", str(out), "--format", "speedscope", "-o", str(tmp_path / "d.json"))
+    assert export.returncode == 0, export.stderr
+    profile = json.loads((tmp_path / "d.json").read_text())
+    names = [f["name"] for f in profile["shared"]["frames"]]
+    assert "fault_recurse" in names
+
+
+def test_target_with_unicode_and_non_utf8_names(tmp_path: Path) -> None:
+    """Unicode in the script's path, function and thread names; non-UTF-8 bytes in the command
+    line, the process name (comm) and the working directory. The text summary prints, the
+    session stores valid text (U+FFFD where bytes were not UTF-8) and exports."""
+    home = tmp_path / "données-训练"
+    home.mkdir()
+    script = home / "fault_目标.py"
+    shutil.copy(FAULT_TARGET, script)
+    cwd = os.fsencode(tmp_path) + b"/cwd-\xff\xfe"
+    os.mkdir(cwd)
+    hostile = b"arg-\xff-\xc3\x28"  # not UTF-8
+    argv = [os.fsencode(sys.executable), os.fsencode(script), b"unicode", b"0", hostile]
+    out = tmp_path / "u.sofa"
+    with running(argv, cwd=cwd) as target:
+        proc = sofa("record", "--pid", str(target.pid), "--duration", "3", "-o", str(out))
+        assert target.poll() is None
+    assert proc.returncode == 0, proc.stderr
+    no_traceback(proc.stdout, proc.stderr)
+    assert "ended: duration reached" in " ".join(proc.stdout.split())  # rich wraps lines
+    r = SessionReader(out)
+    (me,) = [p for p in r.processes() if p["role"] == "target"]
+    assert me["name"] == "\ufffd\ufffd-λ-bad"
+    assert me["cmdline"][1:] == [str(script), "unicode", "0", "arg-\ufffd-\ufffd("]
+    stacks = [c for w in r.stack_windows() for c in w.stacks]
+    hot = [c for c in stacks if any(f.function == "计算_λ_ß" for f in c.frames)]
+    assert hot and {c.thread_name for c in hot} == {"工作-线程-ß"}
+    assert {f.filename for c in hot for f in c.frames} >= {"fault_目标.py"}
+    export = sofa("export", str(out), "--format", "chrome", "-o", str(tmp_path / "u.json"))
+    assert export.returncode == 0, export.stderr
+    assert "计算_λ_ß" in (tmp_path / "u.json").read_text(encoding="utf-8")
+
+
+def test_target_is_not_python(tmp_path: Path) -> None:
+    """A shell loop: CPU and output recorded, its exit code kept, stacks say why not."""
+    out = tmp_path / "sh.sofa"
+    loop = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo counted $i; exit 7"
+    summary = _record_json(out, "--", "sh", "-c", loop)
+    assert summary["exit_code"] == 7
+    assert "counted 300000" in _logs(out)
+    assert summary["cpu"]["tree_mean_percent"] is not None  # type: ignore[index]
+    assert "not a Python process" in (summary["stacks"]["error"] or "")  # type: ignore[index]
+
+
+def test_python_that_py_spy_does_not_support(tmp_path: Path) -> None:
+    """A Python that reports a version py-spy does not know (3.99): one clear line with the
+    fix in the summary; CPU and memory still recorded; the target runs on."""
+    out = tmp_path / "v.sofa"
+    with running(target_argv("future")) as target:
+        proc = sofa("record", "--pid", str(target.pid), "--duration", "3", "-o", str(out))
+        assert target.poll() is None
+    assert proc.returncode == 0, proc.stderr
+    no_traceback(proc.stdout, proc.stderr)
+    text = " ".join(proc.stdout.split())  # rich wraps long lines
+    assert "stacks unavailable: py-spy does not support Python 3.99.0" in text, text
+    assert "fix: upgrade py-spy" in text
+    assert len(SessionReader(out).points("tree.cpu")) >= 10
+
+
+@needs_root
+def test_ptrace_denied_midway(shared_tmp: Path) -> None:
+    """sofa-top as an unprivileged user; the target (same user) turns non-dumpable after a
+    second, so ptrace is denied from then on. The stack windows say why and how to fix it;
+    CPU and memory keep being recorded to the end; the target runs on."""
+    out = shared_tmp / "p.sofa"
+    env = {"SOFA_TOP_DATA_DIR": str(shared_tmp), "HOME": str(shared_tmp)}
+    with running(target_argv("nodump", "1.0"), user="nobody") as target:
+        proc = sofa(
+            "record", "--pid", str(target.pid), "--duration", "4", "-o", str(out),
+            user="nobody", env=env,
+        )  # fmt: skip
+        assert target.poll() is None
+    assert proc.returncode == 0, proc.stderr
+    no_traceback(proc.stdout, proc.stderr)
+    r = SessionReader(out)
+    denied = [w for w in r.stack_windows() if w.error and "ptrace denied" in w.error]
+    assert denied, [w.error for w in r.stack_windows()]
+    assert "sudo" in (denied[0].hint or "") and "SYS_PTRACE" in (denied[0].hint or "")
+    t_denied = denied[0].ts_end
+    after = [ts for ts, v, _ in r.points("tree.cpu") if ts > t_denied + 1 and v is not None]
+    assert len(after) >= 5
+
+
+def test_target_stopped_then_continued(tmp_path: Path) -> None:
+    """SIGSTOP for ~1.5 s, then SIGCONT: not mistaken for an exit, CPU reads 0 while stopped,
+    stacks come back after, the target finishes its work."""
+    out = tmp_path / "s.sofa"
+    with running(target_argv("busy", seconds=8)) as target:
+        rec = start_sofa(
+            "record", "--pid", str(target.pid), "--duration", "7", "--json", "-o", str(out)
+        )
+        wait_committed(out, 10)
+        os.kill(target.pid, signal.SIGSTOP)
+        stopped_at = time.time()
+        n = committed(out)
+        wait_committed(out, n + 15)  # 1.5 s at 10 Hz while it is stopped
+        os.kill(target.pid, signal.SIGCONT)
+        continued_at = time.time()
+        stdout, stderr = rec.communicate(timeout=60)
+        assert target.wait(timeout=30) == 0
+        assert target.stdout is not None and b"DONE True" in target.stdout.read()
+    assert rec.returncode == 0, stderr
+    assert json.loads(stdout)["end_reason"] == "duration reached"
+    r = SessionReader(out)
+    cpu = [(ts, v) for ts, v, _ in r.points("tree.cpu") if v is not None]
+    during = [v for ts, v in cpu if stopped_at + 0.3 < ts < continued_at - 0.1]
+    assert len(during) >= 8 and max(during) < 5, during
+    assert any(v > 20 for ts, v in cpu if ts > continued_at + 0.3)
+    assert any(w.samples and w.ts_start > continued_at for w in r.stack_windows())
