@@ -168,8 +168,11 @@ def _on_thread_failure(failure: threading.ExceptHookArgs) -> None:
     _THREAD_FAILURES.append(f"{name} failed: {failure.exc_type.__name__}: {failure.exc_value}")
 
 
-def _thread_failures() -> str:
-    return "; ".join(_THREAD_FAILURES) or "the session ended unexpectedly"
+def _thread_failures(session: Session | None = None) -> str:
+    """Why recording stopped early: the session's own account first, then dead threads."""
+    whys = [session.failure] if session is not None and session.failure else []
+    whys += _THREAD_FAILURES
+    return "; ".join(whys) or "the session ended unexpectedly"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -395,8 +398,9 @@ def _dashboard(run: _Run) -> int:
     finally:
         run.finish("user quit")
     print(f"session saved: {path or run.session.session_path}")
-    if _THREAD_FAILURES:
-        print(f"sofa-top: recording stopped early ({_thread_failures()})", file=sys.stderr)
+    if _THREAD_FAILURES or run.session.failure:
+        why = _thread_failures(run.session)
+        print(f"sofa-top: recording stopped early ({why})", file=sys.stderr)
         return 1
     return 0
 
@@ -444,7 +448,7 @@ def _record(args: argparse.Namespace) -> int:
     if failed:
         running = f"; the workload (PID {left_running}) keeps running" if left_running else ""
         print(
-            f"sofa-top: recording stopped early ({_thread_failures()}); "
+            f"sofa-top: recording stopped early ({_thread_failures(session)}); "
             f"{session.session_path} keeps what was recorded until then{running}",
             file=sys.stderr,
         )

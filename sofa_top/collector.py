@@ -18,3 +18,8 @@ class Collector(Protocol):
     name: str
 
     def run(self, emit: Emit, stop: threading.Event) -> None: ...
+
+
+# Collectors whose source can wait (the agent's steps: the agent queues and counts its own
+# drops) get an emit that blocks while the hub is behind, instead of one that drops.
+BACKPRESSURE = ("agent",)

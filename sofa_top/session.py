@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sofa_top import __version__
-from sofa_top.collector import Collector
+from sofa_top.collector import BACKPRESSURE, Collector
 from sofa_top.ring import Rings
 from sofa_top.samples import (
     AgentInfo,
@@ -46,6 +46,9 @@ from sofa_top.verdicts import WINDOW_S, Evidence, Verdict, judge
 COMMIT_EVERY_S = 0.5  # the promise is "at least once a second"; half leaves margin
 STACK_SUMMARY_S = 5.0  # the stacks pane aggregates this much recent history
 QUEUE_MAX = 10_000
+# A collector that can wait fills the queue only up to here: the rest stays free for the
+# collectors that cannot (process, system, GPU, stacks, logs).
+QUEUE_WAITING_MAX = QUEUE_MAX - 2_000
 EXIT_GRACE_S = 0.5  # after the target exits, let its last output and agent frames arrive
 
 
@@ -78,6 +81,7 @@ class Session:
         self._lock = threading.Lock()
         self.dropped = 0
         self.end_reason = ""
+        self.failure: str | None = None  # why recording stopped early, when sofa-top failed
         # UI-side state, touched only by the hub thread.
         self._rings = Rings()
         self._rates: RateState = {}
@@ -151,50 +155,74 @@ class Session:
             # The hub fell behind (e.g. a stalled disk); dropping beats blocking collectors.
             self.dropped += 1
 
+    def _emit_waiting(self, sample: Sample) -> None:
+        """Emit for a source that can wait: block while the hub is behind (the socket then
+        fills and the agent drops and counts in its own queue), never past the session."""
+        q = self._queue
+        while q.qsize() >= QUEUE_WAITING_MAX:
+            if self._stop_hub.is_set() or self._done.is_set():
+                self.dropped += 1
+                return
+            time.sleep(0.005)
+        self._emit(sample)
+
     def _run_collector(self, c: Collector) -> None:
+        emit = self._emit_waiting if c.name in BACKPRESSURE else self._emit
         try:
-            c.run(self._emit, self._stop_collectors)
+            c.run(emit, self._stop_collectors)
         except Exception as exc:  # a collector bug must not take the session down
             self._emit(
                 Event(time.time(), "collector-failed", f"{c.name} collector stopped: {exc!r}")
             )
 
     def _hub_loop(self) -> None:
-        next_snapshot = time.monotonic()
         try:
-            while True:
-                batch = self._drain(timeout=0.05)
-                if batch:
-                    self.store.write(batch)
-                    for s in batch:
-                        self._absorb(s)
-                if time.monotonic() - self.store.last_commit >= COMMIT_EVERY_S:
-                    self.store.commit()
-                if (
-                    self.target_exited
-                    and not self._stop_collectors.is_set()
-                    and time.monotonic() >= self._exit_seen + EXIT_GRACE_S
-                ):
-                    with self._lock:
-                        self.end_reason = self.end_reason or "target exited"
-                    self._stop_collectors.set()
-                    self._stop_hub.set()
-                if self._stop_hub.is_set():
-                    # Collectors are stopped (or stopping): take what they left, then finish.
-                    for t in self._threads:
-                        t.join(timeout=3.0)
-                    rest = self._drain(timeout=0)
-                    self.store.write(rest)
-                    for s in rest:
-                        self._absorb(s)
-                    break
-                now = time.monotonic()
-                if now >= next_snapshot:
-                    next_snapshot = now + self.snapshot_interval
-                    self._publish()
+            self._hub_run()
+        except Exception as exc:
+            # The store failed (a full disk, a damaged file): stop collecting. Everything
+            # committed up to the last second stays readable; say why it ended.
+            why = f"{type(exc).__name__}: {exc}"
+            self.failure = why
+            with self._lock:
+                self.end_reason = f"recording failed: {why}"
+            self._stop_collectors.set()
+            self._stop_hub.set()
         finally:
             self._finalize()
             self._publish()
+
+    def _hub_run(self) -> None:
+        next_snapshot = time.monotonic()
+        while True:
+            batch = self._drain(timeout=0.05)
+            if batch:
+                self.store.write(batch)
+                for s in batch:
+                    self._absorb(s)
+            if time.monotonic() - self.store.last_commit >= COMMIT_EVERY_S:
+                self.store.commit()
+            if (
+                self.target_exited
+                and not self._stop_collectors.is_set()
+                and time.monotonic() >= self._exit_seen + EXIT_GRACE_S
+            ):
+                with self._lock:
+                    self.end_reason = self.end_reason or "target exited"
+                self._stop_collectors.set()
+                self._stop_hub.set()
+            if self._stop_hub.is_set():
+                # Collectors are stopped (or stopping): take what they left, then finish.
+                for t in self._threads:
+                    t.join(timeout=3.0)
+                rest = self._drain(timeout=0)
+                self.store.write(rest)
+                for s in rest:
+                    self._absorb(s)
+                break
+            now = time.monotonic()
+            if now >= next_snapshot:
+                next_snapshot = now + self.snapshot_interval
+                self._publish()
 
     def _drain(self, timeout: float) -> list[Sample]:
         out: list[Sample] = []

@@ -60,6 +60,13 @@ def decode_body(body: bytes) -> dict[str, Any]:
         raise FrameError("frame JSON nests too deeply") from None
     if not isinstance(obj, dict):
         raise FrameError(f"frame is a JSON {type(obj).__name__}, not an object")
+    if b"\\u" in body and b"\\ud" in body.lower():
+        # A \udXXX escape may decode to a lone surrogate: valid JSON, but no text (SQLite,
+        # the terminal and every exporter refuse it). Pairs (astral characters) pass.
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise FrameError("frame has a string with a lone surrogate (not text)") from None
     kind = obj.get("type")
     if not isinstance(kind, str):
         raise FrameError('frame has no string "type" field')

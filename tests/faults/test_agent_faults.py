@@ -115,13 +115,6 @@ def test_agent_queue_overflow_is_counted_and_shown(flood: Flood) -> None:
         assert f"{hub_dropped} samples dropped by sofa-top" in text, flood.proc.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sofa_top/session.py: the hub queue (QUEUE_MAX 10,000) drops samples of every "
-    "collector with put_nowait when the agent collector floods it: steps, the agent's final "
-    "drop count (its bye), process samples and the workload's output alike. The agent "
-    "collector should block instead (the agent then drops and counts in its own queue)",
-)
 def test_agent_flood_costs_only_the_agents_counted_drops(flood: Flood) -> None:
     """sofa-top's own writer drops nothing under a step flood, so every step is accounted for:
     in the session, or in the agent's final count."""
@@ -231,14 +224,6 @@ def test_garbage_frames_drop_the_peer_not_sofa_top(live: Live) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sofa_top/agent/protocol.py (decode_body) and sofa_top/agent_server.py accept JSON "
-    "strings with a lone surrogate escape (\\ud800): the sample reaches store.write, SQLite "
-    "cannot encode it (UnicodeEncodeError) and session.py's hub thread dies, which ends the "
-    "recording (since this change sofa-top says so in one line and leaves the workload "
-    "running). Such a frame should be a FrameError that drops only that peer",
-)
 def test_frame_with_a_lone_surrogate_drops_only_that_peer(tmp_path: Path) -> None:
     """Valid JSON, invalid text: one peer's frame must not end everybody's recording."""
     out = tmp_path / "s.sofa"
