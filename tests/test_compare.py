@@ -69,6 +69,15 @@ def test_interleaved_runs_known_speedup_and_flags(synth: list[str], tmp_path: Pa
     assert "toggle-not-applied" in pre.flags
     assert "non-finite-loss" in xla.flags and "non-finite-loss" not in base.flags
     assert r.best == "prefetch"  # the nan run is never best
+    # the baseline sleeps for its input: a latency cause, so prefetch was searched, and the
+    # search stopped at its first level since a stdlib loop has nothing to parallelize
+    assert r.diagnosis is not None and r.diagnosis.cause == "latency"
+    assert [lv["parallelism"] for lv in r.search["levels"]] == [r.diagnosis.cores]
+    assert "did not apply" in r.search["stop"] and r.search["chosen"] is None
+    assert pre.parallelism is None and pre.optimize == {"prefetch": True}
+    # 12 ms input + 4 ms compute: at 1 parallel input the bound is 1/12 ms, 333 samples/s
+    assert base.headroom["bound"] == "latency" and base.headroom["unit"] == "samples/s"
+    assert 0.6 < base.headroom["fraction_reached"] < 0.9
     render_compare(r)
 
 
@@ -102,9 +111,18 @@ def _check_schema(d: dict[str, object]) -> None:
             "sessions",
         }
         assert set(run["throughput"]) == {"median", "min", "max", "unit"}
+        assert set(run["headroom"]) >= {"throughput", "fraction_reached", "unit", "bound"}
+        assert run["parallelism"] is None or run["parallelism"] >= 1
         assert all(isinstance(p, str) for p in run["sessions"])
         assert all(isinstance(x, list) and len(x) == 2 for x in run["not_applied"])
     assert d["best"] in [r["config"] for r in runs]
+    diag = d["diagnosis"]
+    assert isinstance(diag, dict) and diag["cause"] in ("cpu", "latency", "mixed", None)
+    assert {"cores", "compute_s", "input_s", "cpu_per_step_s", "bounds"} <= set(diag)
+    search = d["search"]
+    assert isinstance(search, dict) and {"levels", "chosen", "stop"} <= set(search)
+    for level in search["levels"]:
+        assert {"parallelism", "throughput", "rss", "memory"} <= set(level)
 
 
 def test_compare_json_schema(
@@ -115,11 +133,16 @@ def test_compare_json_schema(
     add_compare_parser(sub)
     args = p.parse_args(
         ["compare", "--configs", "baseline,prefetch", "--repeats", "1", "--steps", "10",
-         "--warmup-steps", "2", "--json", "-o", str(tmp_path)]
+         "--warmup-steps", "2", "--parallelism", "3", "--json", "-o", str(tmp_path)]
     )  # fmt: skip
     args.cmd = synth
     assert compare_main(args) == 0
     d = json.loads(capsys.readouterr().out)
     _check_schema(d)
+    assert d["schema"] == 2
     assert [r["config"] for r in d["runs"]] == ["baseline", "prefetch"]
+    # --parallelism: no search, the prefetch configuration asks for it
+    assert d["search"]["chosen"] == 3 and d["search"]["levels"] == []
+    assert [r["parallelism"] for r in d["runs"]] == [None, 3]
+    assert d["runs"][1]["optimize"] == {"prefetch": {"parallelism": 3}}
     assert isinstance(CompareResult, type)

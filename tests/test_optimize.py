@@ -40,6 +40,10 @@ def test_settings_carry_optimize() -> None:
     assert not s.problems
     assert optimize.hook_name("depth_first") == "opt:depth-first"
     assert optimize.default_workers() >= 2
+    s = parse_settings('{"optimize": {"prefetch": {"parallelism": 16}}}')
+    assert optimize.parallelism_of(s.optimize["prefetch"]) == 16
+    for bad in (0, -1, True, 2.5, "8", None):
+        assert optimize.parallelism_of({"parallelism": bad}) is None
 
 
 def test_xla_without_framework_is_reported_not_applied(tmp_path: Path) -> None:

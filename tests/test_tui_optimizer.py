@@ -14,7 +14,14 @@ from textual.pilot import Pilot
 from textual.widgets import Button, Checkbox, Input, ProgressBar, Static
 from tui_fakes import CMDLINE, T0, FakeSource, compute_bound_verdict, launch_snapshot, make_snapshot
 
-from sofa_top.compare import CompareResult, ConfigResult, OnProgress, RunOutcome, changes_for
+from sofa_top.compare import (
+    CompareResult,
+    ConfigResult,
+    Diagnosis,
+    OnProgress,
+    RunOutcome,
+    changes_for,
+)
 from sofa_top.snapshot import Snapshot
 from sofa_top.tui.app import DashboardApp
 from sofa_top.tui.optimizer_screen import (
@@ -58,10 +65,20 @@ def fake_result(cmd: Sequence[str], configs: Sequence[str], repeats: int) -> Com
                 flags=flags,
                 where=[TF_WHERE] if c == "prefetch" else [],
                 sessions=sessions,
+                parallelism=2 if c == "prefetch" else None,
+                headroom={"throughput": 682.0, "fraction_reached": med / 682.0,
+                          "unit": "samples/s", "bound": "cores", "cores": 2,
+                          "parallelism": 2 if c == "prefetch" else 1,
+                          "text": f"at {med / 682.0:.0%} of what 2 cores allow"},
                 outcomes=outcomes,
             )
         )  # fmt: skip
-    result = CompareResult(list(cmd), repeats, 50, None, 5, runs, "prefetch", [])
+    diag = Diagnosis("cpu", 0.74, 0.98, 1, 2, 0.0021, 0.0075, 0.0117, 4.0, 300_000_000, None)
+    search = {"cause": "cpu", "levels": [], "chosen": 2, "stop": "cpu-bound input: parallelism "
+              "stays at the core count"}  # fmt: skip
+    result = CompareResult(
+        list(cmd), repeats, 50, None, 5, runs, "prefetch", [], diagnosis=diag, search=search
+    )
     result.changes = changes_for(result, "prefetch")
     return result
 
@@ -221,7 +238,11 @@ async def test_run_fills_table_highlights_best_and_shows_changes() -> None:
         assert "★ prefetch" in table
         assert "655.0 (640.0-662.0) samples/s" in table
         assert "1.64x" in table
+        assert "96% of 2 cores" in table  # headroom: 655 of the 682 samples/s 2 cores allow
         winner = plain(screen, "#opt-winner")
+        assert "best: prefetch: 1.64x — at 96% of what 2 cores allow" in winner
+        assert "input cause: cpu, 0.98 cores busy producing input" in winner
+        assert "parallelism: 2 (cpu-bound input" in winner
         assert "prefetch(tf.data.AUTOTUNE)" in winner
         assert "compare-20231114-221320-prefetch-1.sofa" in winner
         assert screen.query_one("#opt-run", Button).disabled is False
@@ -244,6 +265,14 @@ async def test_live_rows_fill_in_from_progress_lines() -> None:
         await settle(pilot)
         assert "running" in plain(screen, "#opt-table")
         screen._report("  baseline: 400.00 samples/s")
+        screen._report("diagnosis: input cause latency")
+        screen._report("search parallelism 4: /tmp/s.sofa")
+        await settle(pilot)
+        assert "search parallelism 4" in plain(screen, "#opt-current")
+        screen._report("  search p=4: 910.00 samples/s")
+        await settle(pilot)
+        assert "search p=4: 910.00 samples/s" in plain(screen, "#opt-current")
+        assert screen.done_runs == 1  # search runs are not the table's runs
         screen._report("run 1/2 prefetch: /tmp/b.sofa")
         screen._report("  prefetch: -  FAILED: exit code 1")
         await settle(pilot)

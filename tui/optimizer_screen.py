@@ -28,7 +28,15 @@ from textual.screen import Screen
 from textual.validation import Number
 from textual.widgets import Button, Checkbox, Footer, Input, Label, ProgressBar, Static
 
-from sofa_top.compare import CompareResult, ConfigResult, OnProgress, run_compare
+from sofa_top.compare import (
+    CompareResult,
+    ConfigResult,
+    OnProgress,
+    diagnosis_lines,
+    headroom_line,
+    headroom_short,
+    run_compare,
+)
 from sofa_top.snapshot import Snapshot, TargetInfo
 from sofa_top.tui.formatting import cmdline_text, truncate
 from sofa_top.verdicts import Verdict
@@ -51,6 +59,9 @@ MAX_REPEATS = 20
 MAX_STEPS = 100_000
 _RUN_LINE = re.compile(r"^run (\d+)/(\d+) (\S+): (.*)$")
 _RESULT_LINE = re.compile(r"^  (\S+): (?:-|([0-9.eE+-]+) (\S+))(?:  FAILED: (.*))?$")
+_SEARCH_LINE = re.compile(
+    r"^\s*(diagnosis: .*|search parallelism \d+|search p=\d+: .*?|search: .*?)(?::\s+/.*)?$"
+)
 
 
 class Runner(Protocol):
@@ -141,8 +152,12 @@ def results_table(
     t.add_column("config", no_wrap=True)
     t.add_column("throughput median (min-max)", no_wrap=True, max_width=30)
     t.add_column("speedup", justify="right", no_wrap=True)
-    t.add_column("verdict")
-    t.add_column("compile", justify="right", no_wrap=True)
+    t.add_column("headroom", no_wrap=True)
+    t.add_column("verdict", min_width=11)
+    # compile time only where some run compiled: the table is tight at 100 columns
+    compiled = result is None or any(r.compile_s is not None for r in result.runs)
+    if compiled:
+        t.add_column("compile", justify="right", no_wrap=True)
     t.add_column("applied", min_width=8)
     t.add_column("flags", min_width=5)
     if result is not None:
@@ -151,12 +166,14 @@ def results_table(
             best = r.config == result.best
             sp = "-" if r.speedup is None else f"{r.speedup:.2f}x"
             applied, flags = _notes(r)
+            compile_ = ["-" if r.compile_s is None else f"{r.compile_s:.1f}s"] if compiled else []
             t.add_row(
                 f"★ {r.config}" if best else f"  {r.config}",
                 _throughput(tp.get("median"), tp.get("min"), tp.get("max"), tp.get("unit", "")),
                 sp,
+                headroom_short(r),
                 r.verdict or "-",
-                "-" if r.compile_s is None else f"{r.compile_s:.1f}s",
+                *compile_,
                 applied,
                 Text(flags, style="yellow" if r.flags else ""),
                 style="bold black on green" if best else None,
@@ -174,20 +191,22 @@ def results_table(
         flags = f"{row.failures} failed" if row.failures else "-"
         t.add_row(
             f"  {c}", _throughput(med, lo, hi, row.unit) if med is not None else state, sp,
-            "…", "…", "…", Text(flags, style="red" if row.failures else ""),
+            "…", "…", "…", "…", Text(flags, style="red" if row.failures else ""),
         )  # fmt: skip
     return t
 
 
 def winner_text(result: CompareResult) -> RenderableType:
     """The best configuration, the code changes that reproduce it and its session files."""
-    parts: list[RenderableType] = []
+    parts: list[RenderableType] = [Text(line) for line in diagnosis_lines(result)]
     if result.best is None:
         parts.append(Text("no configuration produced a usable throughput", style="bold red"))
     elif result.best == "baseline":
         parts.append(Text("best: baseline: no optimizer toggle was faster", style="bold"))
     else:
-        parts.append(Text(f"best: {result.best}: code changes that reproduce it", style="bold"))
+        best_run = next(r for r in result.runs if r.config == result.best)
+        parts.append(Text(f"best: {result.best}: {headroom_line(best_run)}", style="bold"))
+        parts.append(Text("code changes that reproduce it:"))
         if not result.changes:
             parts.append(Text("  (no code change identified: see the applied column)"))
         for c in result.changes:
@@ -412,6 +431,10 @@ class OptimizerScreen(Screen[None]):
     @on(CompareProgress)
     def _progress(self, message: CompareProgress) -> None:
         line = message.line
+        s = _SEARCH_LINE.match(line)
+        if s:  # the baseline's diagnosis and the parallelism search, before the other runs
+            self.query_one("#opt-current", Static).update(Text(s.group(1)))
+            return
         m = _RUN_LINE.match(line)
         if m:
             config = m.group(3)

@@ -2,7 +2,7 @@
 
 The launcher passes ``settings["optimize"]``, e.g.::
 
-    {"xla": true, "prefetch": {"workers": 2, "deterministic": false}, "depth_first": true}
+    {"xla": true, "prefetch": {"parallelism": 16, "deterministic": false}, "depth_first": true}
 
 (``"prefetch": true`` means the defaults). Nothing framework-specific runs here at import: the
 agent's lazy import hooks (``core.PostImportHooks``) call the installers below right after the
@@ -27,6 +27,14 @@ prefetch
     optimizations re-enabled. PyTorch ``DataLoader(num_workers=0)`` gets ``num_workers`` (the
     setting, else the cores left for the loop, at least 2), ``persistent_workers=True``,
     ``prefetch_factor`` (4 unless given) and ``pin_memory`` only when CUDA is available.
+
+    ``{"parallelism": N}`` sizes both for input that mostly waits (storage, network), where N
+    may exceed the core count: tf.data ``map``/``interleave`` get ``num_parallel_calls=N``
+    (also over ``AUTOTUNE`` or a smaller number: AUTOTUNE never goes past the core count) and
+    the iterated dataset gets ``threading.private_threadpool_size=N`` (also when it already
+    ends in a prefetch), since tf.data's default pool has one thread per core; a
+    ``DataLoader`` with fewer than N workers (0 included) gets ``num_workers=N``. Each
+    ``optimize`` event then carries ``parallelism`` and says N in its ``where``.
 depth_first
     ``sofa_top.optimizers.depth_first`` on the same top-level module (imported by file path
     when ``sofa_top.optimizers`` is not importable). Mutually exclusive with torch.compile:
@@ -61,6 +69,14 @@ def _opts(value: object) -> dict[str, Any] | None:
         return {}
     if isinstance(value, dict):
         return value
+    return None
+
+
+def parallelism_of(opts: dict[str, Any]) -> int | None:
+    """The ``parallelism`` option when it is a positive integer, else None."""
+    n = opts.get("parallelism")
+    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        return n
     return None
 
 
@@ -158,6 +174,17 @@ def _install_tf_data(agent: Agent, module: ModuleType) -> None:
     opts = _State.wanted["prefetch"]
     nondet = opts.get("deterministic") is False
     autotune = -1  # tf.data.AUTOTUNE
+    n = parallelism_of(opts)
+    extra = {} if n is None else {"parallelism": n}
+
+    def raise_to_n(current: object) -> bool:
+        """With ``parallelism``: override a missing, AUTOTUNE or smaller ``num_parallel_calls``
+        (a tensor or anything else unusual is left alone)."""
+        if n is None:
+            return current is None
+        if current is None:
+            return True
+        return isinstance(current, int) and not isinstance(current, bool) and current < n
 
     def parallel(name: str) -> None:
         orig = getattr(cls, name)
@@ -166,11 +193,12 @@ def _install_tf_data(agent: Agent, module: ModuleType) -> None:
             try:
                 b = _bind(orig, (self, *args), kwargs)
                 a = b.arguments
-                if a.get("num_parallel_calls") is None and not a.get("synchronous"):
-                    a["num_parallel_calls"] = autotune
+                if raise_to_n(a.get("num_parallel_calls")) and not a.get("synchronous"):
+                    a["num_parallel_calls"] = autotune if n is None else n
                     if nondet and a.get("deterministic") is None:
                         a["deterministic"] = False
-                    _applied("prefetch", f"tf.data: {name}(num_parallel_calls=AUTOTUNE)")
+                    calls = "AUTOTUNE" if n is None else str(n)
+                    _applied("prefetch", f"tf.data: {name}(num_parallel_calls={calls})", **extra)
                 args, kwargs = tuple(b.args[1:]), dict(b.kwargs)
             except TypeError:
                 pass  # let the original raise its own error
@@ -188,14 +216,28 @@ def _install_tf_data(agent: Agent, module: ModuleType) -> None:
         try:
             from tensorflow.python.eager import context
 
-            if context.executing_eagerly() and type(self).__name__ != "_PrefetchDataset":
+            if context.executing_eagerly():
                 o = module.options_lib.Options()
-                o.autotune.enabled = True
-                o.experimental_optimization.apply_default_optimizations = True
-                if nondet:
-                    o.deterministic = False
-                ds = self.prefetch(autotune).with_options(o)
-                _applied("prefetch", "tf.data: .prefetch(AUTOTUNE) appended at iteration")
+                if n is not None:
+                    # tf.data's default pool has one thread per core: waiting calls need more
+                    o.threading.private_threadpool_size = n
+                if type(self).__name__ != "_PrefetchDataset":
+                    o.autotune.enabled = True
+                    o.experimental_optimization.apply_default_optimizations = True
+                    if nondet:
+                        o.deterministic = False
+                    ds = self.prefetch(autotune).with_options(o)
+                    pool = "" if n is None else f" with private_threadpool_size={n}"
+                    _applied(
+                        "prefetch",
+                        f"tf.data: .prefetch(AUTOTUNE) appended at iteration{pool}",
+                        **extra,
+                    )
+                elif n is not None:
+                    ds = self.with_options(o)
+                    _applied(
+                        "prefetch", f"tf.data: private_threadpool_size={n} at iteration", **extra
+                    )
         except Exception as e:
             ds = self
             _skipped("prefetch", f"appending prefetch failed: {e!r}")
@@ -213,16 +255,20 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
     if cls is None:
         raise RuntimeError("torch DataLoader not found")
     opts = _State.wanted["prefetch"]
-    workers = opts.get("workers")
-    if not (isinstance(workers, int) and not isinstance(workers, bool) and workers > 0):
-        workers = default_workers()
+    n = parallelism_of(opts)
+    workers = n or parallelism_of({"parallelism": opts.get("workers")}) or default_workers()
+    extra = {} if n is None else {"parallelism": n}
     orig = cls.__init__
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         try:
             b = _bind(orig, (self, *args), kwargs)
             a = b.arguments
-            if not a.get("num_workers"):
+            current = a.get("num_workers") or 0
+            # without parallelism only a loader with no workers is changed
+            if (n is None and not current) or (
+                n is not None and isinstance(current, int) and current < n
+            ):
                 import torch
 
                 a["num_workers"] = workers
@@ -238,6 +284,7 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
                     f"torch: DataLoader(num_workers={workers}, persistent_workers=True, "
                     f"prefetch_factor={pf}{', pin_memory=True' if pin else ''})",
                     workers=workers,
+                    **extra,
                 )
         except TypeError:
             pass

@@ -5,7 +5,7 @@ until killed). ``DataLoader(num_workers=0)`` feeds a small model trained with
 ``optimizer.step()``; it prints ``step N loss=X`` every 20 steps.
 
 ``--shape cpu``: each ``__getitem__`` costs CPU tensor ops (an FFT and matmuls, intra-op threads
-kept at 1 so one worker is about one core) -- about 12 ms per batch. ``--shape latency``: each
+kept at 1 so one worker is about one core) -- about 8 ms per batch. ``--shape latency``: each
 ``__getitem__`` waits 4 ms (``time.sleep``, as a slow storage or network read would) and costs
 almost no CPU.
 """
@@ -36,7 +36,7 @@ class Samples(Dataset[tuple[torch.Tensor, int]]):
         if self.shape == "latency":
             time.sleep(LATENCY_S)  # a storage / network read: waits, uses no CPU
             return torch.full((FEATURES,), (index % 7) / 7.0), index % 4
-        torch.set_num_threads(1)  # one loader (main process or worker) ~ one core
+        torch.set_num_threads(1)  # one loader ~ one core (workers start with the default)
         g = torch.Generator().manual_seed(index)
         x = torch.randn(96, 96, generator=g)
         m = torch.fft.fft2(torch.complex(x, x)).real / 96.0
@@ -50,6 +50,9 @@ def main() -> None:
     p.add_argument("--shape", choices=("cpu", "latency"), required=True)
     p.add_argument("--seconds", type=float, default=60.0)
     a = p.parse_args()
+    # One intra-op thread: the model is tiny, and on a loaded machine OpenMP's barrier waits for
+    # a descheduled sibling thread (~70 ms steps seen on 2 busy cores).
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(FEATURES, 64), nn.ReLU(), nn.Linear(64, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
