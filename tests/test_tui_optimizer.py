@@ -347,3 +347,37 @@ def test_snapshot_filled_table(snap_compare: Any) -> None:
         await settle(pilot)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+@run_async
+async def test_real_compare_from_the_panel(tmp_path: Path, monkeypatch: Any) -> None:
+    """No fake: the panel runs ``run_compare`` on a real launched workload (a plain-Python
+    loop, so prefetch cannot apply and says so) and fills the table from real sessions."""
+    import sys
+    from dataclasses import replace
+
+    monkeypatch.setenv("SOFA_TOP_DATA_DIR", str(tmp_path))
+    workload = Path(__file__).parent / "workloads" / "agent_plain.py"
+    cmd = (sys.executable, str(workload), "--steps", "1000", "--input-ms", "3", "--compute-ms", "2")
+    snap = launch_snapshot()
+    snap = replace(snap, target=replace(snap.target, cmdline=cmd))
+    app = dashboard(snap)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_panel(app, pilot)
+        screen.query_one("#opt-repeats", Input).value = "1"
+        screen.query_one("#opt-steps", Input).value = "15"
+        await pilot.click("#opt-run")
+        await settle(pilot)
+        await screen.workers.wait_for_complete()
+        await settle(pilot, 5)
+        result = screen.result
+        assert result is not None, plain(screen, "#opt-status")
+        assert [r.config for r in result.runs] == ["baseline", "prefetch"]
+        base, pre = result.runs
+        assert base.throughput["median"] and base.throughput["median"] > 0
+        assert pre.not_applied and "prefetch" in dict(pre.not_applied)
+        for r in result.runs:
+            assert all(Path(s).is_file() for s in r.sessions)  # each run is a session
+        table = plain(screen, "#opt-table")
+        assert f"{base.throughput['median']:.1f}" in table
+        assert "not applied" in table or "toggle-not-applied" in table
