@@ -202,7 +202,8 @@ def test_forked_children_are_sampled() -> None:
             run.stop_and_join()
     stacks = [c for w in run.windows for c in w.stacks]
     child_leaves = {c.frames[-1].function for c in stacks if c.pid in kids and c.frames}
-    assert "child_spin" in child_leaves or "<genexpr>" in child_leaves, child_leaves
+    # py-spy names a generator expression by its qualified name on 3.11+
+    assert any(f.startswith("child_spin") for f in child_leaves), child_leaves
     parent = [c for c in stacks if c.pid == proc.pid]
     # the parent waits in Process.join: idle
     assert sum(c.count for c in parent if c.klass == "idle") >= 0.8 * sum(c.count for c in parent)
