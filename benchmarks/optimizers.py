@@ -39,6 +39,7 @@ def _line(r: CompareResult, config: str) -> str:
     return (
         f"  {config:>14}: {t['median']:8.1f} {t['unit']} (min {t['min']:.1f}, max {t['max']:.1f})"
         f"  speedup {sp}  compile_s {comp}  applied {c.applied} flags {c.flags}"
+        f"  parallelism {c.parallelism}  headroom: {c.headroom.get('text') or '-'}"
     )
 
 
@@ -47,10 +48,10 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--warmup-steps", type=int, default=5)
-    ap.add_argument("--only", choices=("tf", "torch", "compile"), action="append")
+    ap.add_argument("--only", choices=("tf", "torch", "cpu-shape", "compile"), action="append")
     ap.add_argument("--json", metavar="FILE")
     a = ap.parse_args()
-    only = set(a.only or ("tf", "torch", "compile"))
+    only = set(a.only or ("tf", "torch", "cpu-shape", "compile"))
     results: dict[str, Any] = {}
 
     def bench(key: str, title: str, cmd: list[str], configs: dict[str, dict[str, Any]]) -> None:
@@ -64,6 +65,11 @@ def main() -> int:
             optimize=configs,
             on_progress=lambda m: print("   ", m, file=sys.stderr, flush=True),
         )
+        d = r.diagnosis
+        if d is not None:
+            print(f"  diagnosis: {d.cause} input ({d.input_cpu_cores} cores busy while waited on)")
+        if r.search:
+            print(f"  search: chosen {r.search.get('chosen')} ({r.search.get('stop')})")
         for c in configs:
             print(_line(r, c), flush=True)
         results[key] = r.to_json()
@@ -84,6 +90,37 @@ def main() -> int:
             "torch_prefetch",
             "2. torch input-bound demo: DataLoader workers vs baseline (goal >= 1.6x)",
             [PY, "-m", "sofa_top.demos.torch_input_bound"],
+            {"baseline": {}, "prefetch": {"prefetch": True}},
+        )
+    if "cpu-shape" in only:
+        # The same demos with no storage latency and a heavier decode: CPU-bound input, where
+        # 2 cores cap what any parallelism can do (the headroom column says how close it got).
+        bench(
+            "tf_prefetch_cpu",
+            "1b. TF demo, CPU-bound input (--storage-ms 0): prefetch vs baseline",
+            [
+                PY,
+                "-m",
+                "sofa_top.demos.tf_input_bound",
+                "--storage-ms",
+                "0",
+                "--decode-iters",
+                "40",
+            ],
+            {"baseline": {}, "prefetch": {"prefetch": {"deterministic": False}}},
+        )
+        bench(
+            "torch_prefetch_cpu",
+            "2b. torch demo, CPU-bound input (--storage-ms 0): workers vs baseline",
+            [
+                PY,
+                "-m",
+                "sofa_top.demos.torch_input_bound",
+                "--storage-ms",
+                "0",
+                "--decode-iters",
+                "12",
+            ],
             {"baseline": {}, "prefetch": {"prefetch": True}},
         )
     if "compile" in only:

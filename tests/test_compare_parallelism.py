@@ -18,18 +18,8 @@ from typing import Any
 import pytest
 from conftest import WORKLOADS
 
-from sofa_top.compare import (
-    ConfigResult,
-    Diagnosis,
-    InputStats,
-    RunOutcome,
-    _record_one,
-    analyze_session,
-    headroom,
-    headroom_line,
-    run_compare,
-    search_parallelism,
-)
+from sofa_top.compare import ConfigResult, RunOutcome, _record_one, analyze_session, run_compare
+from sofa_top.headroom import Diagnosis, InputStats, headroom, headroom_line, search_parallelism
 from sofa_top.store import SessionReader
 
 CORES = len(os.sched_getaffinity(0))

@@ -33,10 +33,9 @@ from sofa_top.compare import (
     ConfigResult,
     OnProgress,
     diagnosis_lines,
-    headroom_line,
-    headroom_short,
     run_compare,
 )
+from sofa_top.headroom import headroom_line, headroom_short
 from sofa_top.snapshot import Snapshot, TargetInfo
 from sofa_top.tui.formatting import cmdline_text, truncate
 from sofa_top.verdicts import Verdict
