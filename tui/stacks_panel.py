@@ -10,7 +10,6 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.coordinate import Coordinate
 from textual.events import Resize
 from textual.widgets import DataTable, Select, Static
 
@@ -318,9 +317,8 @@ class StacksPanel(Vertical, QuietTitles, can_focus=False):
         width = table.size.width or max(self.size.width - 2, 40)
         # Before the columns change (a new sort rebuilds them): the cursor stays on its function.
         cursor_key: str | None = None
-        if table.row_count and table.is_valid_row_index(table.cursor_row):
-            cell_key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0))
-            cursor_key = str(cell_key.row_key.value)
+        if self._rows and table.is_valid_row_index(table.cursor_row):
+            cursor_key = self._rows[table.cursor_row][0]
         widths = self._ensure_columns(width)
         rows: list[tuple[str, RowCells]] = []
         seen: set[str] = set()
@@ -334,13 +332,15 @@ class StacksPanel(Vertical, QuietTitles, can_focus=False):
         if rows == old:
             return  # every repaint of the table costs: most seconds the numbers stay put
         self._rows = rows
-        if [key for key, _ in rows] == [key for key, _ in old]:
-            # Same functions in the same order: change the cells that differ, in place (a
-            # rebuild would re-measure every cell and move the cursor around).
-            for (key, cells), (_, before) in zip(rows, old, strict=True):
+        keys = [key for key, _ in rows]
+        if len(rows) == len(old):
+            # Rows are keyed by position: a function moving up or down changes the cells of
+            # the rows it passes, and only those are repainted (a rebuild re-measures every
+            # cell and repaints the whole table; hot functions swap places most seconds).
+            for i, ((_, cells), (_, before)) in enumerate(zip(rows, old, strict=True)):
                 if cells != before:
                     table.update_row(
-                        key,
+                        f"r{i}",
                         [
                             (column, cell_text(column, value))
                             for column, value, previous in zip(
@@ -349,18 +349,18 @@ class StacksPanel(Vertical, QuietTitles, can_focus=False):
                             if value != previous
                         ],
                     )
-            return
-        table.clear()
-        keys: list[str] = []
-        for key, cells in rows:
-            keys.append(key)
-            table.add_row(
-                *(
-                    cell_text(column, value)
-                    for column, value in zip(COLUMN_ORDER, cells, strict=True)
-                ),
-                key=key,
-            )
-        # Refreshing every second must not yank the cursor back to the top.
+        else:
+            table.clear()
+            for i, (_, cells) in enumerate(rows):
+                table.add_row(
+                    *(
+                        cell_text(column, value)
+                        for column, value in zip(COLUMN_ORDER, cells, strict=True)
+                    ),
+                    key=f"r{i}",
+                )
+        # Refreshing every second must not yank the cursor away from its function.
         if cursor_key is not None and cursor_key in keys:
-            table.move_cursor(row=keys.index(cursor_key), animate=False)
+            row = keys.index(cursor_key)
+            if row != table.cursor_row:
+                table.move_cursor(row=row, animate=False)
