@@ -351,7 +351,7 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         cause = input_cause(ev)
         if cause is not None:
             cores = max(1, ev.cpu_count)
-            evidence.update(_cause_evidence(cause))
+            evidence.update(_cause_evidence(cause, ev.system))
             headline += f"; {_cause_text(cause)}"
             recs = _cause_recommendations(cause, ev.pipeline, fw, cores)
         return Verdict(
@@ -436,7 +436,7 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         cause = input_cause(ev)
         if cause is not None:
             cores = max(1, ev.cpu_count)
-            evidence.update(_cause_evidence(cause))
+            evidence.update(_cause_evidence(cause, ev.system))
             headline += f"; {_cause_text(cause)}"
             recs = _cause_recommendations(cause, None, fw, cores)
         return Verdict("input-bound", 0.6, headline, evidence, tuple(recs), severity="high")
@@ -479,7 +479,7 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
     )
 
 
-def _cause_evidence(c: InputCause) -> dict[str, object]:
+def _cause_evidence(c: InputCause, system: SystemSample | None) -> dict[str, object]:
     return {
         "input_cause": c.cause,
         "input_cpu_cores": round(c.cpu_cores, 3),
@@ -487,6 +487,8 @@ def _cause_evidence(c: InputCause) -> dict[str, object]:
         "input_parallelism": c.parallelism,
         "input_cpu_utilization": round(c.utilization, 3),
         "input_cause_source": c.source,
+        # high iowait says the waiting is on local storage (not the network or a sleep)
+        "iowait_percent": None if system is None else system.iowait,
     }
 
 

@@ -204,3 +204,9 @@ def test_input_cause_without_the_agent_uses_the_tree() -> None:
     # steps without the agent's CPU measure and no tree CPU: no cause, no guess
     v = judge(Evidence(steps=_steps(20, 0.8)))
     assert "input_cause" not in v.evidence
+
+
+def test_input_cause_carries_iowait() -> None:
+    system = SystemSample(0.0, (5.0, 5.0), 5.0, 12.0, 1 << 30, 8 << 30, 0, 0)
+    v = judge(Evidence(steps=_waited(20, 0.8, 0.02), pipeline=SERIAL_TF, system=system))
+    assert v.evidence["input_cause"] == "latency" and v.evidence["iowait_percent"] == 12.0
