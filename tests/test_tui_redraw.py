@@ -258,3 +258,28 @@ def test_process_lines_lay_out_exactly_like_the_rich_table() -> None:
             expected = cells(process_table(sample, width), width)
             assert cells(Text("\n").join(lines), width) == expected, (width, procs)
     assert laid_out > 500
+
+
+@run_async
+async def test_a_table_with_fewer_functions_keeps_its_rows_and_its_caches_stay_small() -> None:
+    source = FakeSource()
+    app = DashboardApp(source, refresh_s=0.0, clock=lambda: T0 + 75)
+    async with app.run_test(size=(160, 48)) as pilot:
+        first = make_snapshot(T0 + 75)
+        await deliver(pilot, source, first)
+        table: HotTable = app.stacks.table
+        rows = table.row_count
+        assert first.stacks is not None and rows == len(first.stacks.functions)
+        fewer = replace(first.stacks, functions=first.stacks.functions[:2])
+        with refreshes() as calls:
+            await deliver(pilot, source, replace(make_snapshot(T0 + 76), stacks=fewer))
+        # the row count stands (blank rows below): no layout pass of the whole screen
+        assert table.row_count == rows
+        assert [table.get_row_at(i)[0].plain for i in range(2, rows)] == [""] * (rows - 2)
+        assert not [widget for widget, regions in calls if widget is table and not regions]
+        # a minute of changing numbers: the renders made stale by each update are dropped
+        for k in range(60):
+            await deliver(pilot, source, with_own_pct(make_snapshot(T0 + 77 + k), 1, 20.0 + k))
+        # (DataTable keeps renders in private LRU caches of up to 10,000 cells)
+        assert len(table._cell_render_cache) <= 2 * rows * len(table.columns)
+        assert mismatches(app) == []

@@ -81,6 +81,7 @@ def thread_label(thread: ThreadStat) -> str:
 # One row's cells as plain strings in COLUMN_ORDER (the class names its colour too): cheap to
 # compare with what the table already shows.
 RowCells = tuple[str, str, str, str, str, str]
+BLANK_ROW: RowCells = ("", "", "", "", "", "")
 
 
 def row_cells(stat: FunctionStat, widths: dict[str, int]) -> RowCells:
@@ -132,6 +133,18 @@ class HotTable(DataTable[Text | str], QuietRefresh):
             self._quiet = False
         self.refresh_row(self.get_row_index(row_key))
 
+    def drop_stale_renders(self) -> None:
+        """Forget rendered rows, cells and lines from before the last cell updates.
+
+        Each ``update_cell`` makes every cached render stale (their keys hold an update count),
+        but they stay in the LRU caches until evicted: tens of MB of dead segments after some
+        minutes of updates. ``clear`` and ``_clear_caches`` drop them, but also repaint the
+        whole table, which in-place updates are there to avoid."""
+        for name in ("_row_render_cache", "_cell_render_cache", "_line_cache"):
+            cache = getattr(self, name, None)
+            if cache is not None:
+                cache.clear()
+
 
 class StacksPanel(Vertical, QuietTitles, can_focus=False):
     """Hot functions of the selected thread (or all), or why stacks are unavailable."""
@@ -146,6 +159,9 @@ class StacksPanel(Vertical, QuietTitles, can_focus=False):
         self._columns_state: tuple[int, str, bool] | None = None
         # What the table holds: (row key, cell texts and class) per row, in table order.
         self._rows: list[tuple[str, RowCells]] = []
+        # Rows kept (blank) when fewer functions come: a table whose row count changes takes
+        # a layout pass of the whole screen (and its scrollbar comes and goes) every time.
+        self._pad_to = 0
         self.border_title = "hot functions"
 
     def compose(self) -> ComposeResult:
@@ -190,6 +206,7 @@ class StacksPanel(Vertical, QuietTitles, can_focus=False):
     def select_thread(self, tid: int) -> None:
         """Show one thread (``ALL_THREADS`` for all)."""
         self.thread = tid
+        self._pad_to = 0  # another thread's table: as long as its own functions
         self._redraw()
 
     @on(Select.Changed, "#thread-select")
@@ -302,6 +319,7 @@ class StacksPanel(Vertical, QuietTitles, can_focus=False):
         table = self.table
         table.clear(columns=True)
         self._rows = []
+        self._pad_to = 0
         arrow = "▼" if self.descending else "▲"
         for key in COLUMN_ORDER:
             label = _BY_KEY[key].label + (arrow if key == self.sort_key else "")
@@ -328,6 +346,9 @@ class StacksPanel(Vertical, QuietTitles, can_focus=False):
                 key = f"{key}|{len(rows)}"
             seen.add(key)
             rows.append((key, row_cells(stat, widths)))
+        if self._rows and len(rows) < self._pad_to:
+            rows += [("", BLANK_ROW)] * (self._pad_to - len(rows))
+        self._pad_to = max(self._pad_to, len(rows))
         old = self._rows
         if rows == old:
             return  # every repaint of the table costs: most seconds the numbers stay put
@@ -349,6 +370,7 @@ class StacksPanel(Vertical, QuietTitles, can_focus=False):
                             if value != previous
                         ],
                     )
+            table.drop_stale_renders()
         else:
             table.clear()
             for i, (_, cells) in enumerate(rows):
