@@ -421,7 +421,8 @@ class StackCollector:
                     window = None
                     problem = PySpyProblem("other", f"stack collector failed: {exc!r}")
                     emit(self._error_window(now, now, problem))
-                if window is not None:
+                exited = problem is not None and problem.kind == "exited"
+                if window is not None and not exited:  # the exit is reported once, above
                     emit(window)
                 if stop.is_set():
                     return
