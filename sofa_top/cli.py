@@ -501,26 +501,14 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _check_intact(path: Path) -> None:
-    """Refuse a session file with damaged pages: an export would silently miss data, and a
-    replay wait for snapshots that can never be read. SQLite's quick_check reads every page
-    once, without the slow index cross-checks."""
-    import sqlite3
-
+    """Refuse a session file that is not a session, or has damaged pages."""
     from sofa_top.store import SessionReader
 
-    SessionReader(path).close()  # first: is it a session at all?
+    reader = SessionReader(path)
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            problem = str(db.execute("PRAGMA quick_check(1)").fetchone()[0])
-        finally:
-            db.close()
-    except sqlite3.Error as exc:
-        problem = str(exc)
-    if problem != "ok":
-        # quick_check starts its report with a "*** in database main ***" line
-        where = "; ".join(ln for ln in problem.splitlines() if not ln.startswith("***"))
-        raise UserError(f"cannot read session {path}: the file is damaged ({where})")
+        reader.check_intact()
+    finally:
+        reader.close()
 
 
 def _sessions(args: argparse.Namespace) -> int:

@@ -355,6 +355,19 @@ class SessionReader:
     def close(self) -> None:
         self._db.close()
 
+    def check_intact(self) -> None:
+        """Raise UserError for damaged pages: an export would silently miss data, a replay
+        wait for snapshots it can never read. ``quick_check`` reads every page once, without
+        the slow index cross-checks."""
+        try:
+            problem = str(self._db.execute("PRAGMA quick_check(1)").fetchone()[0])
+        except sqlite3.Error as exc:
+            problem = str(exc)
+        if problem != "ok":
+            # quick_check starts its report with a "*** in database main ***" line
+            where = "; ".join(ln for ln in problem.splitlines() if not ln.startswith("***"))
+            raise UserError(f"cannot read session {self.path}: the file is damaged ({where})")
+
     # -- streaming reads (exports, replay): bounded memory, one cursor at a time --------------
     @contextlib.contextmanager
     def read_snapshot(self) -> Iterator[None]:
