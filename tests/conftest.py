@@ -47,3 +47,14 @@ def run_cli(
         env={**os.environ, **(env or {})},
         stdin=subprocess.DEVNULL,
     )
+
+
+def log_lines(session: str | Path) -> list[str]:
+    """The workload output lines a session recorded."""
+    from sofa_top.store import SessionReader
+
+    reader = SessionReader(Path(session))
+    try:
+        return [e.message for e in reader.events("log")]
+    finally:
+        reader.close()

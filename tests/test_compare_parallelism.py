@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import WORKLOADS
+from conftest import WORKLOADS, log_lines
 
 from sofa_top.compare import ConfigResult, RunOutcome, _record_one, analyze_session, run_compare
 from sofa_top.headroom import Diagnosis, InputStats, headroom, headroom_line, search_parallelism
-from sofa_top.store import SessionReader
 
 CORES = len(os.sched_getaffinity(0))
 LOSS = re.compile(r"loss=(\S+)")
@@ -32,12 +31,7 @@ def _cmd(framework: str, shape: str, *extra: str) -> list[str]:
 
 
 def _losses(session: str) -> list[float]:
-    reader = SessionReader(Path(session))
-    try:
-        logs = reader.events("log")
-    finally:
-        reader.close()
-    return [float(m.group(1)) for e in logs if (m := LOSS.search(e.message))]
+    return [float(m.group(1)) for line in log_lines(session) if (m := LOSS.search(line))]
 
 
 def _run(tmp_path: Path, cmd: list[str], opt: dict[str, Any], steps: int) -> RunOutcome:

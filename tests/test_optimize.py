@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import log_lines
 
 from sofa_top.agent import optimize
 from sofa_top.agent.settings import parse_settings
 from sofa_top.compare import RunOutcome, _record_one, analyze_session
-from sofa_top.store import SessionReader
 
 WORKLOADS = Path(__file__).parent / "workloads"
 LOSS = re.compile(r"loss (\S+)")
@@ -26,12 +26,7 @@ def _run(tmp_path: Path, cmd: list[str], opt: dict[str, Any], steps: int = 8) ->
 
 
 def _losses(session: str) -> list[float]:
-    reader = SessionReader(Path(session))
-    try:
-        logs = reader.events("log")
-    finally:
-        reader.close()
-    return [float(m.group(1)) for e in logs if (m := LOSS.search(e.message))]
+    return [float(m.group(1)) for line in log_lines(session) if (m := LOSS.search(line))]
 
 
 def test_settings_carry_optimize() -> None:

@@ -12,19 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import log_lines
 
 from sofa_top.compare import _record_one, analyze_session
-from sofa_top.store import SessionReader
 
 WORKLOADS = Path(__file__).parent / "workloads"
-
-
-def _logs(session: str) -> list[str]:
-    reader = SessionReader(Path(session))
-    try:
-        return [e.message for e in reader.events("log")]
-    finally:
-        reader.close()
 
 
 @pytest.mark.slow
@@ -36,7 +28,7 @@ def test_keras_fit_gets_jit_compile(tmp_path: Path, xla: bool) -> None:
     _record_one(cmd, opt, path, "keras-xla", None, None, 2, timeout_s=150.0)  # to its exit
     out = analyze_session(path, 2, None, opt)
     assert out.failed is None, out.failed
-    logs = _logs(out.session)
+    logs = log_lines(out.session)
     assert f"JIT_COMPILE={xla}" in logs, logs
     losses = [float(m.group(1)) for line in logs if (m := re.search(r"loss (\S+)", line))]
     assert len(losses) == 3 and all(math.isfinite(v) for v in losses)
