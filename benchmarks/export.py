@@ -25,7 +25,7 @@ import tracemalloc
 from dataclasses import dataclass
 from pathlib import Path
 
-from sofa_top.samples import (
+from sofa_top.model.samples import (
     Event,
     Frame,
     GpuDevice,
@@ -39,7 +39,7 @@ from sofa_top.samples import (
     StepSample,
     SystemSample,
 )
-from sofa_top.store import SessionStore
+from sofa_top.recording.store import SessionStore
 
 T0 = 1_700_000_000.0
 PID, WORKER = 5000, 5001

@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sofa_top.compare import CompareResult, ConfigResult, run_compare
-from sofa_top.headroom import usable_cores
+from sofa_top.optimizers.compare import CompareResult, ConfigResult, run_compare
+from sofa_top.optimizers.headroom import usable_cores
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = ("tf-cpu", "tf-latency", "torch-cpu", "torch-latency")

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sofa_top.compare import CompareResult, run_compare
+from sofa_top.optimizers.compare import CompareResult, run_compare
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable

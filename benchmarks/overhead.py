@@ -57,7 +57,7 @@ def run_attached(kind: str, data_dir: str) -> tuple[float, float]:
 def run_with_agent(kind: str) -> float:
     """The workload with the agent injected and a live agent server, as ``launch`` does."""
     from sofa_top.agent.launch_env import agent_env
-    from sofa_top.agent_server import AgentCollector, AgentServer
+    from sofa_top.collectors.agent import AgentCollector, AgentServer
 
     server = AgentServer()
     stop = threading.Event()

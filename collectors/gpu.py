@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn, Protocol
 
-from sofa_top.collector import Emit
-from sofa_top.samples import GpuDevice, GpuSample, GpuStatus
-from sofa_top.units import Bytes, Pid, Seconds
+from sofa_top.collectors.base import Emit
+from sofa_top.model.samples import GpuDevice, GpuSample, GpuStatus
+from sofa_top.model.units import Bytes, Pid, Seconds
 
 MiB = 1024 * 1024
 

@@ -29,10 +29,10 @@ from typing import Any
 
 import psutil
 
-from sofa_top.collector import Emit
-from sofa_top.errors import UserError
-from sofa_top.samples import Event, ProcessSample, ProcInfo, SystemSample
-from sofa_top.units import Bytes, Percent, Pid, Seconds, Timestamp
+from sofa_top.collectors.base import Emit
+from sofa_top.model.errors import UserError
+from sofa_top.model.samples import Event, ProcessSample, ProcInfo, SystemSample
+from sofa_top.model.units import Bytes, Percent, Pid, Seconds, Timestamp
 
 EXIT_CODE_WAIT_S = 10.0  # how long to wait for a launched target's exit code once it looks gone
 _PF_KTHREAD = 0x00200000  # task flag in /proc/<pid>/stat that marks kernel threads

@@ -1,10 +1,10 @@
 """Python stacks of the target (and its children) sampled by py-spy, one window at a time.
 
 py-spy cannot stream, so the collector runs ``py-spy record --format raw`` for consecutive short
-windows and emits one :class:`~sofa_top.samples.StackWindow` per window. It always passes
+windows and emits one :class:`~sofa_top.model.samples.StackWindow` per window. It always passes
 ``--nonblocking`` (blocking mode stops every thread at each sample, which stalls a torch process
-with 150 threads) and ``--idle`` (see :mod:`sofa_top.classify` for why, and how idle is then
-detected from per-thread runnable time).
+with 150 threads) and ``--idle`` (see :mod:`sofa_top.analysis.classify` for why, and how idle
+is then detected from per-thread runnable time).
 
 CPU budget. py-spy's cost per window is a fixed start-up (attach, symbol lookup: about 15 ms,
 more with many Python threads whose names it reads) plus a cost per sample that grows with the
@@ -48,11 +48,11 @@ from pathlib import Path
 
 import psutil
 
-from sofa_top.classify import classify_stack, reconcile_activity
-from sofa_top.collector import Emit
+from sofa_top.analysis.classify import classify_stack, reconcile_activity
+from sofa_top.collectors.base import Emit
 from sofa_top.collectors.pyspy_raw import RawStack, parse_raw
-from sofa_top.samples import StackCount, StackWindow
-from sofa_top.units import Pid
+from sofa_top.model.samples import StackCount, StackWindow
+from sofa_top.model.units import Pid
 
 DEFAULT_CPU_BUDGET = 0.02  # py-spy's share of one core (see the module docstring)
 MIN_RATE_HZ = 1
@@ -342,7 +342,7 @@ def build_stacks(
 
     With per-thread activity readings (:func:`read_thread_activity`) around the window, each
     thread's ``python`` samples beyond its active share become ``idle``
-    (:func:`sofa_top.classify.reconcile_activity`).
+    (:func:`sofa_top.analysis.classify.reconcile_activity`).
     """
     per_thread: dict[tuple[Pid, int], list[StackCount]] = {}
     for r in raw:

@@ -17,7 +17,7 @@ import pytest
 from conftest import SOFA_TOP, run_cli
 
 from sofa_top import __version__
-from sofa_top.store import SessionReader
+from sofa_top.recording.store import SessionReader
 
 
 def _one_line_error(proc: subprocess.CompletedProcess[str]) -> str:

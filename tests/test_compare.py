@@ -1,4 +1,4 @@
-"""sofa_top.compare: the interleaved runner, its statistics and its JSON, on stdlib workloads."""
+"""compare: the interleaved runner, its statistics and its JSON, on stdlib workloads."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sofa_top.compare import (
+from sofa_top.optimizers.compare import (
     CompareResult,
     add_compare_parser,
     compare_main,

@@ -18,8 +18,20 @@ from typing import Any
 import pytest
 from conftest import WORKLOADS, log_lines
 
-from sofa_top.compare import ConfigResult, RunOutcome, _record_one, analyze_session, run_compare
-from sofa_top.headroom import Diagnosis, InputStats, headroom, headroom_line, search_parallelism
+from sofa_top.optimizers.compare import (
+    ConfigResult,
+    RunOutcome,
+    _record_one,
+    analyze_session,
+    run_compare,
+)
+from sofa_top.optimizers.headroom import (
+    Diagnosis,
+    InputStats,
+    headroom,
+    headroom_line,
+    search_parallelism,
+)
 
 CORES = len(os.sched_getaffinity(0))
 LOSS = re.compile(r"loss=(\S+)")

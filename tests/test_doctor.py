@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sofa_top import doctor, paths
-from sofa_top.doctor import Check, check_data_dir, check_import, check_stacks, check_terminal
+from sofa_top.cli import doctor
+from sofa_top.cli.doctor import Check, check_data_dir, check_import, check_stacks, check_terminal
+from sofa_top.recording import paths
 
 ROOT = os.geteuid() == 0
 

@@ -22,9 +22,9 @@ import jsonschema
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from sofa_top.errors import UserError
 from sofa_top.export import FORMATS, ExportResult, export_session
-from sofa_top.samples import (
+from sofa_top.model.errors import UserError
+from sofa_top.model.samples import (
     Event,
     Frame,
     GpuDevice,
@@ -37,7 +37,7 @@ from sofa_top.samples import (
     StepSample,
     SystemSample,
 )
-from sofa_top.store import SessionStore
+from sofa_top.recording.store import SessionStore
 
 WORKLOADS = Path(__file__).parent / "workloads"
 SCHEMA = Path(__file__).parent / "data" / "speedscope-file-format-schema.json"

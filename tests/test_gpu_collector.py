@@ -24,7 +24,7 @@ from sofa_top.collectors.gpu import (
     RecordedNvmlBackend,
     probe_gpus,
 )
-from sofa_top.samples import GpuSample, Sample
+from sofa_top.model.samples import GpuSample, Sample
 
 DATA = Path(__file__).parent / "data" / "nvml"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import SOFA_TOP, WORKLOADS, run_cli
 
-from sofa_top.store import SessionReader
-from sofa_top.verdicts import HIGH_INPUT_FRACTION
+from sofa_top.analysis.verdicts import HIGH_INPUT_FRACTION
+from sofa_top.recording.store import SessionReader
 
 TOLERANCE = 0.10
 

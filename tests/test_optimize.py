@@ -13,7 +13,7 @@ from conftest import log_lines
 
 from sofa_top.agent import optimize
 from sofa_top.agent.settings import parse_settings
-from sofa_top.compare import RunOutcome, _record_one, analyze_session
+from sofa_top.optimizers.compare import RunOutcome, _record_one, analyze_session
 
 WORKLOADS = Path(__file__).parent / "workloads"
 LOSS = re.compile(r"loss (\S+)")

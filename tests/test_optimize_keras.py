@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import log_lines
 
-from sofa_top.compare import _record_one, analyze_session
+from sofa_top.optimizers.compare import _record_one, analyze_session
 
 WORKLOADS = Path(__file__).parent / "workloads"
 

@@ -27,8 +27,8 @@ from sofa_top.collectors.process import (
     describe_pid,
     is_python_process,
 )
-from sofa_top.errors import UserError
-from sofa_top.samples import Event, ProcessSample, ProcInfo, Sample, SystemSample
+from sofa_top.model.errors import UserError
+from sofa_top.model.samples import Event, ProcessSample, ProcInfo, Sample, SystemSample
 
 WORKLOADS = Path(__file__).parent / "workloads"
 

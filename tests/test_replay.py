@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from test_export import CHILD, MAIN_TID, PID, T0, gpu_util, make_session, tree_cpu
 
-from sofa_top.errors import UserError
-from sofa_top.replay import ReplaySource
-from sofa_top.samples import ProcessSample, ProcInfo, StackCount, StackWindow, SystemSample
-from sofa_top.snapshot import Snapshot
-from sofa_top.store import SessionStore
+from sofa_top.model.errors import UserError
+from sofa_top.model.samples import ProcessSample, ProcInfo, StackCount, StackWindow, SystemSample
+from sofa_top.model.snapshot import Snapshot
+from sofa_top.recording.replay import ReplaySource
+from sofa_top.recording.store import SessionStore
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Rings keep per-second means and stay bounded."""
 
-from sofa_top.ring import Rings, SeriesRing
+from sofa_top.recording.rings import Rings, SeriesRing
 
 
 def test_per_second_means_and_bound() -> None:

@@ -12,9 +12,9 @@ import pytest
 from rich.console import Console
 from test_export import PID, T0, make_session
 
-from sofa_top.errors import UserError
-from sofa_top.samples import ProcessSample
-from sofa_top.sessions import (
+from sofa_top.model.errors import UserError
+from sofa_top.model.samples import ProcessSample
+from sofa_top.recording.catalogue import (
     human_duration,
     human_size,
     list_sessions,
@@ -22,7 +22,7 @@ from sofa_top.sessions import (
     render_sessions,
     sessions_json,
 )
-from sofa_top.store import SessionStore
+from sofa_top.recording.store import SessionStore
 
 DAY = 86400.0
 
@@ -131,7 +131,7 @@ def test_prune_rejects_bad_days(tmp_path: Path) -> None:
 
 
 def test_default_directory(tmp_path: Path) -> None:
-    from sofa_top.paths import sessions_dir
+    from sofa_top.recording.paths import sessions_dir
 
     d = sessions_dir()
     make_session(d / "mine.sofa")

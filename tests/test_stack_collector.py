@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from procs import children_named, spawned, wait_until, workload
 
+from sofa_top.analysis.stackstats import summarize
 from sofa_top.collectors.stacks import (
     DEFAULT_CPU_BUDGET,
     RateController,
@@ -21,9 +22,8 @@ from sofa_top.collectors.stacks import (
     diagnose,
     find_pyspy,
 )
-from sofa_top.samples import Sample, StackWindow
-from sofa_top.snapshot import StackSummary
-from sofa_top.stackstats import summarize
+from sofa_top.model.samples import Sample, StackWindow
+from sofa_top.model.snapshot import StackSummary
 
 PYSPY = find_pyspy()
 pytestmark = pytest.mark.skipif(PYSPY is None, reason="py-spy is not installed")

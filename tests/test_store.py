@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sofa_top.errors import UserError
-from sofa_top.samples import (
+from sofa_top.model.errors import UserError
+from sofa_top.model.samples import (
     Event,
     Frame,
     GpuDevice,
@@ -19,7 +19,7 @@ from sofa_top.samples import (
     StackWindow,
     StepSample,
 )
-from sofa_top.store import SCHEMA_VERSION, SessionReader, SessionStore
+from sofa_top.recording.store import SCHEMA_VERSION, SessionReader, SessionStore
 
 
 def _proc(ts: float, cpu: float, read: int) -> ProcessSample:

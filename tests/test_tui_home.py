@@ -12,7 +12,7 @@ from pathlib import Path
 from test_tui_pilot import run_async, wait_for
 from textual.pilot import Pilot
 
-from sofa_top.sessions import SessionInfo
+from sofa_top.recording.catalogue import SessionInfo
 from sofa_top.tui.home import (
     NONE_KEY,
     HomeApp,

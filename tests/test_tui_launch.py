@@ -25,8 +25,9 @@ from tui_fakes import (
     make_snapshot,
 )
 
-from sofa_top.samples import Event, StepSample
-from sofa_top.snapshot import LOG_LINES
+from sofa_top.analysis.verdicts import Verdict
+from sofa_top.model.samples import Event, StepSample
+from sofa_top.model.snapshot import LOG_LINES
 from sofa_top.tui.app import DashboardApp
 from sofa_top.tui.confirm_quit import QUESTION, ConfirmQuitScreen
 from sofa_top.tui.help_screen import HelpScreen
@@ -40,7 +41,6 @@ from sofa_top.tui.steps_panel import (
     step_stats,
 )
 from sofa_top.tui.verdict_panel import AMBER, GREEN, GREY, RED, kind_color, verdict_lines
-from sofa_top.verdicts import Verdict
 
 
 def verdict_text(app: DashboardApp) -> str:

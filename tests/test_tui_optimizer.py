@@ -14,9 +14,15 @@ from textual.pilot import Pilot
 from textual.widgets import Button, Checkbox, Input, ProgressBar, Static
 from tui_fakes import CMDLINE, T0, FakeSource, compute_bound_verdict, launch_snapshot, make_snapshot
 
-from sofa_top.compare import CompareResult, ConfigResult, OnProgress, RunOutcome, changes_for
-from sofa_top.headroom import Diagnosis
-from sofa_top.snapshot import Snapshot
+from sofa_top.model.snapshot import Snapshot
+from sofa_top.optimizers.compare import (
+    CompareResult,
+    ConfigResult,
+    OnProgress,
+    RunOutcome,
+    changes_for,
+)
+from sofa_top.optimizers.headroom import Diagnosis
 from sofa_top.tui.app import DashboardApp
 from sofa_top.tui.optimizer_screen import (
     ATTACH_MESSAGE,

@@ -29,8 +29,8 @@ from tui_fakes import (
     make_snapshot,
 )
 
-from sofa_top.samples import GpuSample
-from sofa_top.snapshot import FunctionStat, Snapshot, TargetInfo
+from sofa_top.model.samples import GpuSample
+from sofa_top.model.snapshot import FunctionStat, Snapshot, TargetInfo
 from sofa_top.tui.app import DashboardApp, exit_banner
 from sofa_top.tui.formatting import (
     cmdline_text,

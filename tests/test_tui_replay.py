@@ -10,8 +10,8 @@ import pytest
 from test_tui_pilot import run_async, table_rows, wait_for
 from textual.pilot import Pilot
 
-from sofa_top.replay import ReplaySource
-from sofa_top.samples import (
+from sofa_top.analysis.verdicts import Recommendation, Verdict
+from sofa_top.model.samples import (
     Event,
     Frame,
     ProcessSample,
@@ -21,10 +21,10 @@ from sofa_top.samples import (
     StackWindow,
     StepSample,
 )
-from sofa_top.store import SessionStore
+from sofa_top.recording.replay import ReplaySource
+from sofa_top.recording.store import SessionStore
 from sofa_top.tui.app import DashboardApp
 from sofa_top.tui.confirm_quit import ConfirmQuitScreen
-from sofa_top.verdicts import Recommendation, Verdict
 
 T0 = 1_700_000_000.0
 PID = 4242

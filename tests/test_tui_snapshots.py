@@ -23,7 +23,7 @@ from tui_fakes import (
     make_snapshot,
 )
 
-from sofa_top.snapshot import Snapshot
+from sofa_top.model.snapshot import Snapshot
 from sofa_top.tui.app import DashboardApp
 from sofa_top.tui.home import HomeApp
 

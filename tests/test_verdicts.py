@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from sofa_top.samples import PipelineSample, PipelineStage, StepSample, SystemSample
-from sofa_top.snapshot import StackSummary, ThreadStat
-from sofa_top.verdicts import (
+from sofa_top.analysis.verdicts import (
     HIGH_INPUT_FRACTION,
     MODERATE_INPUT_FRACTION,
     Evidence,
     judge,
 )
+from sofa_top.model.samples import PipelineSample, PipelineStage, StepSample, SystemSample
+from sofa_top.model.snapshot import StackSummary, ThreadStat
 
 
 def _steps(n: int, wait_fraction: float, step_s: float = 0.1) -> list[StepSample]:
@@ -157,7 +157,7 @@ def test_input_cause(
 
 
 def test_input_cause_thresholds_on_both_sides() -> None:
-    from sofa_top.verdicts import INPUT_CPU_BUSY, INPUT_CPU_IDLE
+    from sofa_top.analysis.verdicts import INPUT_CPU_BUSY, INPUT_CPU_IDLE
 
     def cause(busy: float) -> object:
         v = judge(Evidence(steps=_waited(20, 0.8, busy), pipeline=SERIAL_TF, cpu_count=2))

@@ -7,7 +7,8 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 
-from sofa_top.samples import (
+from sofa_top.analysis.verdicts import Recommendation, Verdict
+from sofa_top.model.samples import (
     AgentInfo,
     Event,
     GpuDevice,
@@ -21,7 +22,7 @@ from sofa_top.samples import (
     StepSample,
     SystemSample,
 )
-from sofa_top.snapshot import (
+from sofa_top.model.snapshot import (
     FunctionStat,
     Point,
     Snapshot,
@@ -29,8 +30,7 @@ from sofa_top.snapshot import (
     TargetInfo,
     ThreadStat,
 )
-from sofa_top.source import OnSnapshot
-from sofa_top.verdicts import Recommendation, Verdict
+from sofa_top.model.source import OnSnapshot
 
 T0 = 1_700_000_000.0  # session start (a fixed instant keeps SVG snapshots stable)
 SESSION_PATH = "/home/ml/.local/share/sofa-top/sessions/2023-11-14T22-13-20-pid4242.sofa"

@@ -19,8 +19,8 @@ from textual.timer import Timer
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 from textual.widgets._tabbed_content import ContentTabs
 
-from sofa_top.snapshot import Snapshot, TargetInfo
-from sofa_top.source import SnapshotSource
+from sofa_top.model.snapshot import Snapshot, TargetInfo
+from sofa_top.model.source import SnapshotSource
 from sofa_top.tui.confirm_quit import ConfirmQuitScreen
 from sofa_top.tui.formatting import cmdline_text, truncate, window_label
 from sofa_top.tui.header import DashboardHeader
@@ -73,7 +73,8 @@ MARKER = Binding.Group("Verdict", compact=True)
 
 @runtime_checkable
 class ReplayControls(Protocol):
-    """What a replay source offers besides ``SnapshotSource`` (``sofa_top.replay.ReplaySource``)."""
+    """What a replay source offers besides ``SnapshotSource`` (``ReplaySource`` in
+    ``sofa_top.recording.replay``)."""
 
     def seek(self, ts: float) -> float:
         """Move the cursor to ``ts``."""
@@ -529,7 +530,7 @@ def run_dashboard(
 
 
 def run_replay(source: SnapshotSource, *, title: str = "sofa-top") -> None:
-    """Browse a recorded session (``sofa_top.replay.ReplaySource``) until the user quits.
+    """Browse a recorded session (``sofa_top.recording.replay.ReplaySource``) until the user quits.
 
     The dashboard is read-only: ←/→ move the cursor (shift: 10 s), [ and ] jump between verdict
     changes, and every pane shows the recording at the cursor.

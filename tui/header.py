@@ -8,7 +8,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 
-from sofa_top.snapshot import Snapshot
+from sofa_top.model.snapshot import Snapshot
 from sofa_top.tui.formatting import cmdline_text, human_duration, truncate, truncate_left
 from sofa_top.tui.line_cache import LineCachedWidget
 

@@ -28,7 +28,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 from sofa_top.tui.formatting import cmdline_text, human_bytes, percent, truncate
 
 if TYPE_CHECKING:
-    from sofa_top.sessions import SessionInfo
+    from sofa_top.recording.catalogue import SessionInfo
 
 REFRESH_S = 2.0
 FIRST_SAMPLE_S = 0.5  # CPU % needs two readings; the first scan waits this long between them
@@ -191,7 +191,7 @@ def sort_processes(rows: Sequence[PyProc]) -> list[PyProc]:
 
 
 def _default_sessions() -> list[SessionInfo]:
-    from sofa_top.sessions import list_sessions
+    from sofa_top.recording.catalogue import list_sessions
 
     return list_sessions()
 
@@ -398,7 +398,7 @@ class HomeApp(App[HomeChoice | None]):
         if not self.sessions:
             table.add_row(Text("no saved sessions yet", DIM), key=NONE_KEY)
             return
-        from sofa_top.sessions import human_duration
+        from sofa_top.recording.catalogue import human_duration
 
         for index, info in enumerate(self.sessions):
             if info.error is not None:

@@ -1,9 +1,10 @@
 """The ``o`` screen: re-run the launched command under optimizer toggles and compare throughput.
 
-The comparison itself is ``sofa_top.compare.run_compare`` (every run is a real session file); it
-runs in a thread worker and reports progress lines, which this screen turns into a progress bar
-and a table that fills in as the runs finish. The final ``CompareResult`` then replaces the live
-rows, highlights the best configuration and lists the code changes that reproduce it.
+The comparison itself is ``sofa_top.optimizers.compare.run_compare`` (every run is a real
+session file); it runs in a thread worker and reports progress lines, which this screen turns
+into a progress bar and a table that fills in as the runs finish. The final ``CompareResult``
+then replaces the live rows, highlights the best configuration and lists the code changes that
+reproduce it.
 """
 
 from __future__ import annotations
@@ -28,17 +29,17 @@ from textual.screen import Screen
 from textual.validation import Number
 from textual.widgets import Button, Checkbox, Footer, Input, Label, ProgressBar, Static
 
-from sofa_top.compare import (
+from sofa_top.analysis.verdicts import Verdict
+from sofa_top.model.snapshot import Snapshot, TargetInfo
+from sofa_top.optimizers.compare import (
     CompareResult,
     ConfigResult,
     OnProgress,
     diagnosis_lines,
     run_compare,
 )
-from sofa_top.headroom import headroom_line, headroom_short
-from sofa_top.snapshot import Snapshot, TargetInfo
+from sofa_top.optimizers.headroom import headroom_line, headroom_short
 from sofa_top.tui.formatting import cmdline_text, truncate
-from sofa_top.verdicts import Verdict
 
 SCREEN_NAME = "sofa-top-optimizer"
 ATTACH_MESSAGE = "compare needs a launched command: sofa-top launch -- CMD"
@@ -406,7 +407,7 @@ class OptimizerScreen(Screen[None]):
         try:
             out_dir = self.out_dir
             if out_dir is None:
-                from sofa_top.paths import sessions_dir
+                from sofa_top.recording.paths import sessions_dir
 
                 out_dir = sessions_dir()
             result = self.runner(

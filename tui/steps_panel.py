@@ -15,8 +15,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.geometry import Size
 from textual.widget import Widget
 
-from sofa_top.samples import AgentInfo, PipelineSample, StepSample
-from sofa_top.snapshot import Snapshot
+from sofa_top.model.samples import AgentInfo, PipelineSample, StepSample
+from sofa_top.model.snapshot import Snapshot
 from sofa_top.tui.formatting import truncate
 from sofa_top.tui.line_cache import LineCachedWidget, QuietTitles
 from sofa_top.tui.sparkline import append_runs

@@ -11,8 +11,8 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.geometry import Size
 
-from sofa_top.samples import GpuDevice, GpuSample
-from sofa_top.snapshot import Point, Snapshot
+from sofa_top.model.samples import GpuDevice, GpuSample
+from sofa_top.model.snapshot import Point, Snapshot
 from sofa_top.tui.formatting import human_bytes, human_rate, percent, truncate, window_label
 from sofa_top.tui.line_cache import LineCachedWidget, QuietTitles
 from sofa_top.tui.sparkline import core_strip, resample, sparkline

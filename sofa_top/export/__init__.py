@@ -19,7 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from sofa_top.errors import UserError
 from sofa_top.export.common import (
     MAX_EVENTS,
     ExportResult,
@@ -28,7 +27,8 @@ from sofa_top.export.common import (
     atomic_output,
     load_model,
 )
-from sofa_top.store import SessionReader
+from sofa_top.model.errors import UserError
+from sofa_top.recording.store import SessionReader
 
 __all__ = ["FORMATS", "MAX_EVENTS", "ExportResult", "default_output", "export_session"]
 

@@ -42,8 +42,8 @@ from sofa_top.export.common import (
     thread_ids,
     thread_title,
 )
-from sofa_top.samples import Frame
-from sofa_top.store import SessionReader
+from sofa_top.model.samples import Frame
+from sofa_top.recording.store import SessionReader
 
 STEPS_TID_BASE = SYNTHETIC_TID_BASE + (1 << 20)
 MARKERS_TID = SYNTHETIC_TID_BASE + (1 << 21)

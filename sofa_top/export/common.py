@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from sofa_top.errors import UserError
-from sofa_top.samples import Event, Frame
-from sofa_top.store import SessionReader
+from sofa_top.model.errors import UserError
+from sofa_top.model.samples import Event, Frame
+from sofa_top.recording.store import SessionReader
 
 # Perfetto UI and chrome://tracing both slow to a crawl (or give up) somewhere past a million
 # events; every export plans to stay under this and says what it merged to get there.

@@ -47,8 +47,8 @@ from sofa_top.export.common import (
     thread_ids,
     thread_title,
 )
-from sofa_top.samples import Frame
-from sofa_top.store import SessionReader
+from sofa_top.model.samples import Frame
+from sofa_top.recording.store import SessionReader
 
 MAIN_SEQ = 1
 FIRST_THREAD_SEQ = 16

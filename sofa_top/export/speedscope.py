@@ -22,8 +22,8 @@ from sofa_top.export.common import (
     fmt_count,
     thread_title,
 )
-from sofa_top.samples import Frame
-from sofa_top.store import SessionReader
+from sofa_top.model.samples import Frame
+from sofa_top.recording.store import SessionReader
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
 NO_FRAMES = (Frame("(no Python frames)", "", 0),)

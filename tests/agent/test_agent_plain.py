@@ -22,7 +22,7 @@ from agent_harness import (
 )
 
 from sofa_top.agent.launch_env import agent_env
-from sofa_top.samples import AgentInfo, Event, StepSample
+from sofa_top.model.samples import AgentInfo, Event, StepSample
 
 PLAIN = "agent_plain.py"
 WARMUP = 2
@@ -122,7 +122,7 @@ def test_server_killed_mid_run(tmp_path: Path) -> None:
     """sofa-top's process dies (SIGKILL): the workload finishes with its own exit code."""
     server_code = (
         "import sys, threading\n"
-        "from sofa_top.agent_server import AgentServer, AgentCollector\n"
+        "from sofa_top.collectors.agent import AgentServer, AgentCollector\n"
         "srv = AgentServer()\n"
         "print(srv.socket_path, flush=True)\n"
         "n = [0]\n"

@@ -19,8 +19,8 @@ from sofa_top.agent import protocol
 from sofa_top.agent.launch_env import INJECT_DIR, agent_env
 from sofa_top.agent.protocol import MAX_FRAME, FrameError, FrameReader, encode
 from sofa_top.agent.settings import AgentSettings, parse_settings
-from sofa_top.agent_server import convert_frame
-from sofa_top.samples import AgentInfo, Event, PipelineSample, StepSample
+from sofa_top.collectors.agent import convert_frame
+from sofa_top.model.samples import AgentInfo, Event, PipelineSample, StepSample
 
 AGENT_DIR = Path(protocol.__file__).resolve().parent
 

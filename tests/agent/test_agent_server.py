@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sofa_top.agent.protocol import MAX_FRAME, encode
-from sofa_top.agent_server import AgentServer
-from sofa_top.samples import Event, Sample, StepSample
+from sofa_top.collectors.agent import AgentServer
+from sofa_top.model.samples import Event, Sample, StepSample
 
 NOBODY = 65534
 _step_ids = itertools.count(1_000_000)

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import psutil
 
-from sofa_top.collector import Emit
-from sofa_top.samples import (
+from sofa_top.collectors.base import Emit
+from sofa_top.model.samples import (
     Event,
     Frame,
     ProcessSample,
@@ -40,9 +40,9 @@ from sofa_top.samples import (
     StepSample,
     SystemSample,
 )
-from sofa_top.session import Session
-from sofa_top.snapshot import Snapshot, TargetInfo
-from sofa_top.store import SessionReader, SessionStore
+from sofa_top.model.snapshot import Snapshot, TargetInfo
+from sofa_top.recording.hub import Session
+from sofa_top.recording.store import SessionReader, SessionStore
 
 TARGET = 4242
 WORKERS = 4

@@ -17,10 +17,10 @@ import pytest
 from faults.conftest import REPO, running, sofa, target_argv, wait_committed
 from sofa_top.collectors.gpu import GpuCollector, RecordedNvmlBackend
 from sofa_top.collectors.process import ProcessCollector
-from sofa_top.report import session_summary
-from sofa_top.session import Session
-from sofa_top.snapshot import Snapshot, TargetInfo
-from sofa_top.store import SessionReader, SessionStore
+from sofa_top.model.snapshot import Snapshot, TargetInfo
+from sofa_top.recording.hub import Session
+from sofa_top.recording.report import session_summary
+from sofa_top.recording.store import SessionReader, SessionStore
 
 NVML = REPO / "tests" / "data" / "nvml"
 

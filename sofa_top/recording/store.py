@@ -5,7 +5,8 @@ Schema (version ``SCHEMA_VERSION``, also in ``PRAGMA user_version``):
 - ``meta(key TEXT PRIMARY KEY, value TEXT)`` -- JSON values: ``schema_version``, ``mode``
   (attach/launch/record), ``target`` ({pid, name, cmdline}), ``host``, ``versions``,
   ``started``/``ended`` (Unix time), ``exit_code``, ``end_reason``, ``cpu_count``, ``mem_total``.
-- ``series(id INTEGER PRIMARY KEY, name TEXT UNIQUE, unit TEXT)`` -- names in ``sofa_top.series``.
+- ``series(id INTEGER PRIMARY KEY, name TEXT UNIQUE, unit TEXT)`` -- names in
+  ``sofa_top.recording.series``.
 - ``points(series_id, ts REAL, value REAL NULL, error TEXT NULL)`` -- numeric samples.
 - ``processes(pid, create_time, ppid, name, cmdline, role, first_seen, last_seen, alive)``
   -- one row per process of the target tree (PRIMARY KEY pid, create_time: PID reuse safe).
@@ -35,8 +36,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sofa_top.errors import UserError
-from sofa_top.samples import (
+from sofa_top.model.errors import UserError
+from sofa_top.model.samples import (
     AgentInfo,
     Event,
     Frame,
@@ -49,7 +50,7 @@ from sofa_top.samples import (
     StackWindow,
     StepSample,
 )
-from sofa_top.series import RateState, points_of, unit_of
+from sofa_top.recording.series import RateState, points_of, unit_of
 
 SCHEMA_VERSION = 2
 
@@ -637,7 +638,7 @@ class SessionReader:
 
 def default_session_path(name: str) -> Path:
     """A fresh file name under the sessions directory."""
-    from sofa_top.paths import sessions_dir
+    from sofa_top.recording.paths import sessions_dir
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:40] or "session"

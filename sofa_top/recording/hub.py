@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from sofa_top import __version__
-from sofa_top.collector import BACKPRESSURE, Collector
-from sofa_top.ring import Rings
-from sofa_top.samples import (
+from sofa_top.analysis.stackstats import summarize
+from sofa_top.analysis.verdicts import WINDOW_S, Evidence, Verdict, judge
+from sofa_top.collectors.base import BACKPRESSURE, Collector
+from sofa_top.model.samples import (
     AgentInfo,
     Event,
     GpuSample,
@@ -36,12 +37,11 @@ from sofa_top.samples import (
     StepSample,
     SystemSample,
 )
-from sofa_top.series import RateState, points_of
-from sofa_top.snapshot import LOG_LINES, Snapshot, StackSummary, TargetInfo
-from sofa_top.source import OnSnapshot
-from sofa_top.stackstats import summarize
-from sofa_top.store import SessionStore
-from sofa_top.verdicts import WINDOW_S, Evidence, Verdict, judge
+from sofa_top.model.snapshot import LOG_LINES, Snapshot, StackSummary, TargetInfo
+from sofa_top.model.source import OnSnapshot
+from sofa_top.recording.rings import Rings
+from sofa_top.recording.series import RateState, points_of
+from sofa_top.recording.store import SessionStore
 
 COMMIT_EVERY_S = 0.5  # the promise is "at least once a second"; half leaves margin
 STACK_SUMMARY_S = 5.0  # the stacks pane aggregates this much recent history
@@ -379,6 +379,6 @@ class Session:
 
 def session_file(path: str | None, name: str) -> Path:
     """The session path from ``-o`` or a fresh default one."""
-    from sofa_top.store import default_session_path
+    from sofa_top.recording.store import default_session_path
 
     return Path(path).expanduser() if path else default_session_path(name)

@@ -1,10 +1,9 @@
 """Saved sessions: list them (date, target, duration, last verdict, size) and prune old ones.
 
-A session is a ``*.sofa`` file under ``sofa_top.paths.sessions_dir()`` with its SQLite ``-wal`` /
-``-shm`` side files. A file that is being recorded keeps changing (its WAL at least once a
-second), so "age" is the time since the last change of the file or its WAL, and a file changed in
-the last ``ACTIVE_S`` seconds is never pruned.
-"""
+A session is a ``*.sofa`` file under ``sofa_top.recording.paths.sessions_dir()`` with its SQLite
+``-wal`` / ``-shm`` side files. A file that is being recorded keeps changing (its WAL at least
+once a second), so "age" is the time since the last change of the file or its WAL, and a file
+changed in the last ``ACTIVE_S`` seconds is never pruned."""
 
 from __future__ import annotations
 
@@ -16,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sofa_top.errors import UserError
-from sofa_top.store import SessionReader
+from sofa_top.model.errors import UserError
+from sofa_top.recording.store import SessionReader
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -48,7 +47,7 @@ class SessionInfo:
 
 
 def _default_dir() -> Path:
-    from sofa_top.paths import sessions_dir
+    from sofa_top.recording.paths import sessions_dir
 
     return sessions_dir()
 

@@ -32,7 +32,7 @@ JSON schema (``compare --json``)::
                "throughput": {"median": X|null, "min": X|null, "max": X|null,
                               "unit": "samples/s"|"steps/s"},
                "speedup": RATIO|null,        # median / baseline median
-               "verdict": KIND|null,         # sofa_top.report.session_summary, last repeat
+               "verdict": KIND|null,         # recording.report.session_summary, last repeat
                "compile_s": S|null,          # median excess of the warm-up steps over steady
                "flags": [FLAG, ...],         # toggle-not-applied, slower-than-baseline,
                                              # non-finite-loss, run-failed
@@ -80,8 +80,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sofa_top.errors import UserError
-from sofa_top.headroom import (
+from sofa_top.model.errors import UserError
+from sofa_top.optimizers.headroom import (
     SEARCH_LEVELS,
     Diagnosis,
     InputStats,
@@ -208,7 +208,7 @@ def _record_one(
 
     Returns the peak memory (PSS, ``tree_memory``) of the workload's tree, sampled each second.
     """
-    from sofa_top.cli import _open_launch
+    from sofa_top.cli.main import _open_launch
 
     args = argparse.Namespace(
         cmd=list(cmd),
@@ -272,8 +272,8 @@ def analyze_session(
     """Throughput, compile time, verdict, toggles, loss health and input numbers of one run.
 
     ``memory``: the run's peak tree PSS, as ``_record_one`` returned it."""
-    from sofa_top.report import session_summary
-    from sofa_top.store import SessionReader
+    from sofa_top.recording.report import session_summary
+    from sofa_top.recording.store import SessionReader
 
     reader = SessionReader(Path(path))
     try:
@@ -688,7 +688,7 @@ def compare_main(args: argparse.Namespace) -> int:
     steps = args.steps if args.steps is not None or args.seconds is not None else 50
     out_dir = args.output_dir
     if out_dir is None:
-        from sofa_top.paths import sessions_dir
+        from sofa_top.recording.paths import sessions_dir
 
         out_dir = sessions_dir()
     result = run_compare(

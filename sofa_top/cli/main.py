@@ -22,14 +22,14 @@ from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
 from sofa_top import __version__
-from sofa_top.errors import UserError
+from sofa_top.model.errors import UserError
 
 if TYPE_CHECKING:
-    from sofa_top.agent_server import AgentServer
-    from sofa_top.collector import Collector
-    from sofa_top.session import Session
-    from sofa_top.source import OnSnapshot
-    from sofa_top.store import SessionStore
+    from sofa_top.collectors.agent import AgentServer
+    from sofa_top.collectors.base import Collector
+    from sofa_top.model.source import OnSnapshot
+    from sofa_top.recording.hub import Session
+    from sofa_top.recording.store import SessionStore
 
 DEFAULT_INTERVAL_S = 0.1
 DEFAULT_STACK_RATE_HZ = 100.0
@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("doctor", help="check what sofa-top can see on this machine")
 
-    from sofa_top.compare import add_compare_parser
+    from sofa_top.optimizers.compare import add_compare_parser
 
     add_compare_parser(sub)
     return p
@@ -207,11 +207,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "sessions":
             return _sessions(args)
         if args.command == "compare":
-            from sofa_top.compare import compare_main
+            from sofa_top.optimizers.compare import compare_main
 
             return compare_main(args)
         if args.command == "doctor":
-            from sofa_top.doctor import main as doctor_main
+            from sofa_top.cli.doctor import main as doctor_main
 
             return doctor_main()
         return _home(args)
@@ -295,9 +295,9 @@ def _collectors(
 
 def _open_attach(args: argparse.Namespace, mode: str) -> _Run:
     from sofa_top.collectors.process import describe_pid
-    from sofa_top.session import Session, session_file
-    from sofa_top.snapshot import TargetInfo
-    from sofa_top.store import SessionStore
+    from sofa_top.model.snapshot import TargetInfo
+    from sofa_top.recording.hub import Session, session_file
+    from sofa_top.recording.store import SessionStore
 
     info = describe_pid(args.pid)
     target = TargetInfo(pid=info.pid, name=info.name, cmdline=info.cmdline or (info.name,))
@@ -309,11 +309,11 @@ def _open_launch(
     args: argparse.Namespace, mode: str, settings: dict[str, object] | None = None
 ) -> _Run:
     from sofa_top.agent.launch_env import agent_env
-    from sofa_top.agent_server import AgentCollector, AgentServer
+    from sofa_top.collectors.agent import AgentCollector, AgentServer
     from sofa_top.collectors.logs import LogCollector
-    from sofa_top.session import Session, session_file
-    from sofa_top.snapshot import TargetInfo
-    from sofa_top.store import SessionStore
+    from sofa_top.model.snapshot import TargetInfo
+    from sofa_top.recording.hub import Session, session_file
+    from sofa_top.recording.store import SessionStore
 
     cmd: list[str] = args.cmd
     name = getattr(args, "name", None) or os.path.basename(cmd[0])
@@ -437,7 +437,7 @@ def _record(args: argparse.Namespace) -> int:
     finisher = threading.Thread(target=run.finish, args=(reason,), daemon=True)
     finisher.start()
     finisher.join(30.0)
-    from sofa_top.report import render_summary, session_summary
+    from sofa_top.recording.report import render_summary, session_summary
 
     summary = session_summary(session.session_path)
     if args.json:
@@ -458,7 +458,7 @@ def _record(args: argparse.Namespace) -> int:
 
 def resolve_session(text: str) -> Path:
     """A session given as a path, a file name in the sessions directory, or ``last``."""
-    from sofa_top.paths import sessions_dir
+    from sofa_top.recording.paths import sessions_dir
 
     path = Path(text).expanduser()
     if path.is_file():
@@ -491,7 +491,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from sofa_top.replay import ReplaySource
+    from sofa_top.recording.replay import ReplaySource
     from sofa_top.tui.app import run_dashboard
 
     path = resolve_session(args.session)
@@ -502,7 +502,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _check_intact(path: Path) -> None:
     """Refuse a session file that is not a session, or has damaged pages."""
-    from sofa_top.store import SessionReader
+    from sofa_top.recording.store import SessionReader
 
     reader = SessionReader(path)
     try:
@@ -512,7 +512,7 @@ def _check_intact(path: Path) -> None:
 
 
 def _sessions(args: argparse.Namespace) -> int:
-    from sofa_top.sessions import list_sessions, prune, render_sessions, sessions_json
+    from sofa_top.recording.catalogue import list_sessions, prune, render_sessions, sessions_json
 
     if args.prune is not None:
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sofa_top.samples import (
+from sofa_top.model.samples import (
     AgentInfo,
     Event,
     GpuSample,
@@ -21,10 +21,10 @@ from sofa_top.samples import (
     StepSample,
     SystemSample,
 )
-from sofa_top.units import Percent, Pid, Timestamp
+from sofa_top.model.units import Percent, Pid, Timestamp
 
 if TYPE_CHECKING:
-    from sofa_top.verdicts import Verdict
+    from sofa_top.analysis.verdicts import Verdict
 
 
 @dataclass(frozen=True, slots=True)

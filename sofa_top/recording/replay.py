@@ -26,9 +26,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sofa_top.errors import UserError
-from sofa_top.ring import HISTORY_S
-from sofa_top.samples import (
+from sofa_top.analysis.stackstats import summarize
+from sofa_top.analysis.verdicts import Recommendation, Verdict
+from sofa_top.model.errors import UserError
+from sofa_top.model.samples import (
     Event,
     GpuDevice,
     GpuSample,
@@ -38,11 +39,10 @@ from sofa_top.samples import (
     StackWindow,
     SystemSample,
 )
-from sofa_top.snapshot import LOG_LINES, Snapshot, StackSummary, TargetInfo
-from sofa_top.source import OnSnapshot, SnapshotSource
-from sofa_top.stackstats import summarize
-from sofa_top.store import SessionReader
-from sofa_top.verdicts import Recommendation, Verdict
+from sofa_top.model.snapshot import LOG_LINES, Snapshot, StackSummary, TargetInfo
+from sofa_top.model.source import OnSnapshot, SnapshotSource
+from sofa_top.recording.rings import HISTORY_S
+from sofa_top.recording.store import SessionReader
 
 STACK_SUMMARY_S = 5.0  # as the live hub (session.STACK_SUMMARY_S)
 EVENTS_KEPT = 50  # as many events and steps as the hub hands the UI

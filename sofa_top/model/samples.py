@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sofa_top.units import Bytes, Celsius, Hertz, MHz, Percent, Pid, Timestamp, Watts
+from sofa_top.model.units import Bytes, Celsius, Hertz, MHz, Percent, Pid, Timestamp, Watts
 
 StackClass = Literal["input", "compute", "python", "idle"]
 STACK_CLASSES: tuple[StackClass, ...] = ("input", "compute", "python", "idle")

@@ -23,9 +23,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from sofa_top.stackstats import summarize
-from sofa_top.store import SessionReader
-from sofa_top.verdicts import Evidence, judge
+from sofa_top.analysis.stackstats import summarize
+from sofa_top.analysis.verdicts import Evidence, judge
+from sofa_top.recording.store import SessionReader
 
 TOP_N = 10
 

@@ -16,7 +16,7 @@ disagree about what a series means. Series names are documented here and nowhere
 
 from __future__ import annotations
 
-from sofa_top.samples import (
+from sofa_top.model.samples import (
     GpuSample,
     ProcessSample,
     Sample,
@@ -24,7 +24,7 @@ from sofa_top.samples import (
     StepSample,
     SystemSample,
 )
-from sofa_top.units import Timestamp
+from sofa_top.model.units import Timestamp
 
 SeriesPoint = tuple[str, float | None, str | None]
 

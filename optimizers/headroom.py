@@ -1,8 +1,8 @@
 """The input stage's headroom: what the baseline run says about its input bottleneck
 (``diagnose``), how fast that input stage could go on this machine (``headroom``: the
 compute-only rate, the cores' CPU, P parallel waits), and the measured parallelism search for
-input that waits (``search_parallelism``). ``sofa_top.compare`` runs the configurations; this
-module holds the model it reads them with.
+input that waits (``search_parallelism``). ``sofa_top.optimizers.compare`` runs the
+configurations; this module holds the model it reads them with.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sofa_top.compare import ConfigResult, RunOutcome
+    from sofa_top.optimizers.compare import ConfigResult, RunOutcome
 
 
 def _median(vals: Sequence[float]) -> float | None:

@@ -24,9 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from sofa_top.agent.protocol import MAX_FRAME, STEP_FIELDS, FrameError, FrameReader
-from sofa_top.collector import Emit
-from sofa_top.errors import UserError
-from sofa_top.samples import AgentInfo, Event, PipelineSample, PipelineStage, Sample, StepSample
+from sofa_top.collectors.base import Emit
+from sofa_top.model.errors import UserError
+from sofa_top.model.samples import (
+    AgentInfo,
+    Event,
+    PipelineSample,
+    PipelineStage,
+    Sample,
+    StepSample,
+)
 
 SOCKET_NAME = "agent.sock"
 _MAX_UNIX_PATH = 107  # sun_path is 108 bytes with the trailing NUL

@@ -31,10 +31,10 @@ from typing import Literal
 
 import psutil
 
-from sofa_top import paths
 from sofa_top.collectors.gpu import probe_gpus
 from sofa_top.collectors.process import ProcessCollector
-from sofa_top.samples import GpuSample, ProcessSample
+from sofa_top.model.samples import GpuSample, ProcessSample
+from sofa_top.recording import paths
 
 Level = Literal["ok", "info", "warn", "fail"]
 

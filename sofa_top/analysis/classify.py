@@ -45,7 +45,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from sofa_top.samples import Frame, StackClass, StackCount
+from sofa_top.model.samples import Frame, StackClass, StackCount
 
 # (path fragment, function names or None for any function in that file/folder).
 # Paths are matched against "/" + filename, so py-spy's short names (torch/nn/...) and full

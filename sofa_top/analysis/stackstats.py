@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
-from sofa_top.samples import STACK_CLASSES, StackClass, StackCount, StackWindow
-from sofa_top.snapshot import FunctionStat, StackSummary, ThreadStat
+from sofa_top.model.samples import STACK_CLASSES, StackClass, StackCount, StackWindow
+from sofa_top.model.snapshot import FunctionStat, StackSummary, ThreadStat
 
 DEFAULT_TOP = 200
 

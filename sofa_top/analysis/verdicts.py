@@ -30,9 +30,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sofa_top.samples import GpuSample, PipelineSample, StepSample, SystemSample
-from sofa_top.snapshot import StackSummary
-from sofa_top.units import Percent
+from sofa_top.model.samples import GpuSample, PipelineSample, StepSample, SystemSample
+from sofa_top.model.snapshot import StackSummary
+from sofa_top.model.units import Percent
 
 HIGH_INPUT_FRACTION = 0.20  # XProf: "highly input-bound"
 MODERATE_INPUT_FRACTION = 0.05  # XProf: "moderately input-bound"

@@ -1,0 +1,1 @@
+"""Analysis: pure functions that classify stacks, aggregate them and judge verdicts."""

@@ -1,0 +1,1 @@
+"""The data model: samples, snapshots, verdicts, units and errors (no I/O, no threads)."""
