@@ -29,10 +29,13 @@ from sofa_top.model.errors import UserError
 from sofa_top.model.samples import (
     AgentInfo,
     Event,
+    EventKind,
     PipelineSample,
     PipelineStage,
     Sample,
     StepSample,
+    event_kind,
+    stage_kind,
 )
 
 SOCKET_NAME = "agent.sock"
@@ -233,7 +236,7 @@ def _pipeline(frame: dict[str, Any], pid: int) -> PipelineSample:
         stages.append(
             PipelineStage(
                 name=_str(st, "name"),
-                kind=_str(st, "kind", "other"),
+                kind=stage_kind(st.get("kind")),
                 parallelism=_opt_int(st.get("parallelism"), "pipeline.stages.parallelism"),
                 buffer=_opt_int(st.get("buffer"), "pipeline.stages.buffer"),
                 self_time_s=_opt_num(st.get("self_time_s"), "pipeline.stages.self_time_s"),
@@ -279,10 +282,21 @@ def convert_frame(frame: dict[str, Any], pid: int) -> list[Sample]:
             )
         ]
     if kind == "event":
+        told = _str(frame, "kind")
+        event = event_kind(told)
+        if event is None:  # an agent newer than this sofa-top: keep what it said, as data
+            return [
+                Event(
+                    ts=_num(frame, "t"),
+                    kind="agent-unknown-frame",
+                    message=f"pid {pid}: unknown event kind {told!r}: {_str(frame, 'message', '')}",
+                    data={"pid": pid, "type": "event", "kind": told},
+                )
+            ]
         return [
             Event(
                 ts=_num(frame, "t"),
-                kind=_str(frame, "kind"),
+                kind=event,
                 message=_str(frame, "message", ""),
                 data={"pid": pid, **_data(frame, "data")},
             )
@@ -442,14 +456,14 @@ class AgentCollector:
         sel: selectors.BaseSelector,
         peers: dict[int, _Peer],
         emit: Emit | None,
-        kind: str,
+        kind: EventKind | None,
         message: str,
     ) -> None:
         with contextlib.suppress(KeyError, ValueError):
             sel.unregister(peer.sock)
         peers.pop(peer.sock.fileno(), None)
         peer.sock.close()
-        if emit is not None:
+        if emit is not None and kind is not None:
             emit(Event(self._clock(), kind, message, {"pid": peer.pid}))
 
     def _read(
@@ -478,7 +492,7 @@ class AgentCollector:
                     f"({peer.reader.pending} bytes pending)",
                 )
             elif peer.said_bye:
-                self._drop(peer, sel, peers, None, "", "")  # its "bye" was already reported
+                self._drop(peer, sel, peers, None, None, "")  # its "bye" was already reported
             else:
                 self._drop(
                     peer,

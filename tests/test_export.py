@@ -174,7 +174,7 @@ def session_samples(seconds: int, t0: float = T0) -> list[Sample]:
         )
     out += [verdict_event(t0 - T0 + ts, h, k, s) for ts, h, k, s in VERDICTS]
     out += [
-        Event(t0 + 7.0, "optimizer", "prefetch on", {"toggle": "prefetch"}),
+        Event(t0 + 7.0, "optimize", "prefetch on", {"toggle": "prefetch"}),
         Event(t0 + seconds - 0.5, "target-exit", "target exited (code 0)", {"exit_code": 0}),
         Event(t0 + 1.0, "agent", "agent in pid 4242", {"pid": PID}),
     ]
@@ -368,7 +368,7 @@ def test_perfetto_round_trip(session: Path, tmp_path: Path) -> None:
     assert [(t, n, c) for u, t, n, c in v.instants if u == markers] == [
         (_ns(T0 + 2.0), "verdict: input-bound (moderate)", "verdict"),
         (_ns(T0 + 6.0), "verdict: compute-bound", "verdict"),
-        (_ns(T0 + 7.0), "optimizer: prefetch on", "optimizer"),
+        (_ns(T0 + 7.0), "optimizer: prefetch on", "optimize"),
         (_ns(T0 + 9.5), "target exited (code 0)", "target-exit"),
     ]
 

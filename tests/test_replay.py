@@ -87,7 +87,7 @@ def test_cursor_on_a_marker_and_after_exit(replay: ReplaySource) -> None:
     end = replay.snapshot_at(T0 + 9.9)
     assert end.target_exited and end.exit_code == 0
     assert end.process is not None and not end.process.target_alive
-    assert [e.kind for e in end.events] == ["verdict", "verdict", "optimizer", "target-exit"]
+    assert [e.kind for e in end.events] == ["verdict", "verdict", "optimize", "target-exit"]
     before = replay.snapshot_at(T0 - 5)
     assert before.process is None and before.stacks is None and before.history == {}
 

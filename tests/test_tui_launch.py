@@ -25,9 +25,9 @@ from tui_fakes import (
     make_snapshot,
 )
 
-from sofa_top.analysis.verdicts import Verdict
 from sofa_top.model.samples import Event, StepSample
 from sofa_top.model.snapshot import LOG_LINES
+from sofa_top.model.verdict import Verdict
 from sofa_top.tui.app import DashboardApp
 from sofa_top.tui.confirm_quit import QUESTION, ConfirmQuitScreen
 from sofa_top.tui.help_screen import HelpScreen

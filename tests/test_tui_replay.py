@@ -10,7 +10,6 @@ import pytest
 from test_tui_pilot import run_async, table_rows, wait_for
 from textual.pilot import Pilot
 
-from sofa_top.analysis.verdicts import Recommendation, Verdict
 from sofa_top.model.samples import (
     Event,
     Frame,
@@ -21,6 +20,7 @@ from sofa_top.model.samples import (
     StackWindow,
     StepSample,
 )
+from sofa_top.model.verdict import Recommendation, Verdict
 from sofa_top.recording.replay import ReplaySource
 from sofa_top.recording.store import SessionStore
 from sofa_top.tui.app import DashboardApp

@@ -7,7 +7,6 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 
-from sofa_top.analysis.verdicts import Recommendation, Verdict
 from sofa_top.model.samples import (
     AgentInfo,
     Event,
@@ -31,6 +30,7 @@ from sofa_top.model.snapshot import (
     ThreadStat,
 )
 from sofa_top.model.source import OnSnapshot
+from sofa_top.model.verdict import Recommendation, Verdict
 
 T0 = 1_700_000_000.0  # session start (a fixed instant keeps SVG snapshots stable)
 SESSION_PATH = "/home/ml/.local/share/sofa-top/sessions/2023-11-14T22-13-20-pid4242.sofa"

@@ -29,8 +29,8 @@ from textual.screen import Screen
 from textual.validation import Number
 from textual.widgets import Button, Checkbox, Footer, Input, Label, ProgressBar, Static
 
-from sofa_top.analysis.verdicts import Verdict
 from sofa_top.model.snapshot import Snapshot, TargetInfo
+from sofa_top.model.verdict import Verdict
 from sofa_top.optimizers.compare import (
     CompareResult,
     ConfigResult,

@@ -8,8 +8,8 @@ from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 
-from sofa_top.analysis.verdicts import Verdict
 from sofa_top.model.snapshot import Snapshot
+from sofa_top.model.verdict import Verdict
 from sofa_top.tui.line_cache import LineCachedWidget
 from sofa_top.tui.steps_panel import human_rate, human_seconds, step_stats
 

@@ -28,11 +28,12 @@ by min(cores, the stage's parallelism).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sofa_top.model.samples import GpuSample, PipelineSample, StepSample, SystemSample
 from sofa_top.model.snapshot import StackSummary
 from sofa_top.model.units import Percent
+from sofa_top.model.verdict import Recommendation, Verdict
 
 HIGH_INPUT_FRACTION = 0.20  # XProf: "highly input-bound"
 MODERATE_INPUT_FRACTION = 0.05  # XProf: "moderately input-bound"
@@ -46,33 +47,6 @@ MEMORY_PRESSURE = 0.95  # used / total memory
 WINDOW_S = 10.0  # verdicts look at about the last 10 s
 INPUT_CPU_BUSY = 0.60  # input stage using this share of its usable cores while waited on: cpu
 INPUT_CPU_IDLE = 0.35  # at most this share: the stage mostly waits (latency)
-
-
-@dataclass(frozen=True, slots=True)
-class Recommendation:
-    text: str  # a concrete code change
-    toggle: str | None = None  # the optimizer toggle that tries it: prefetch, xla, depth-first
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    kind: str  # input-bound, compute-bound, python-overhead, idle, memory-pressure, unknown, ...
-    confidence: float  # 0..1
-    headline: str  # one line a person reads first
-    evidence: Mapping[str, object] = field(default_factory=dict)
-    recommendations: tuple[Recommendation, ...] = ()
-    severity: str = ""  # "high" / "moderate" for input-bound
-
-    def as_json(self) -> dict[str, object]:
-        """The ``verdict`` object of ``record --json``."""
-        return {
-            "kind": self.kind,
-            "confidence": round(self.confidence, 2),
-            "headline": self.headline,
-            "severity": self.severity,
-            "evidence": dict(self.evidence),
-            "recommendations": [r.text for r in self.recommendations],
-        }
 
 
 @dataclass(frozen=True, slots=True)

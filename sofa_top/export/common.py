@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from sofa_top.model.errors import UserError
-from sofa_top.model.samples import Event, Frame
+from sofa_top.model.samples import Event, EventKind, Frame
 from sofa_top.recording.store import SessionReader
 
 # Perfetto UI and chrome://tracing both slow to a crawl (or give up) somewhere past a million
 # events; every export plans to stay under this and says what it merged to get there.
 MAX_EVENTS = 1_000_000
 
-MARKER_KINDS = ("verdict", "target-exit", "optimizer", "collector-failed")
+MARKER_KINDS: tuple[EventKind, ...] = ("verdict", "target-exit", "optimize", "collector-failed")
 
 # Synthetic ids for things that are not OS processes/threads. Linux PIDs stay below 2**22, so
 # these never collide with a real one.
@@ -378,7 +378,7 @@ def marker_name(ev: Event) -> str:
     """The label of an instant marker."""
     if ev.kind == "verdict":
         return f"verdict: {ev.message}"
-    if ev.kind == "optimizer":
+    if ev.kind == "optimize":
         return f"optimizer: {ev.message}"
     return ev.message or ev.kind
 

@@ -8,7 +8,7 @@ permission is a *state* (e.g. ``GpuSample.status == "no-gpu"``), not an exceptio
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from sofa_top.model.units import Bytes, Celsius, Hertz, MHz, Percent, Pid, Timestamp, Watts
 
@@ -135,12 +135,45 @@ class StackWindow:
         return self.ts_end
 
 
+EventKind = Literal[
+    "log",  # one line of the launched workload's output (data: stream)
+    "log-dropped",  # output lines not kept (data: dropped)
+    "log-error",  # the output could not be read
+    "target-exit",  # the target exited (data: exit_code when known)
+    "verdict",  # the verdict changed (data: Verdict.as_json())
+    "collector-failed",  # a collector thread died (its reason)
+    "ui-error",  # a snapshot could not be delivered to the UI
+    "agent-connected",  # an agent said hello (data: pid, ppid, argv, settings)
+    "agent-exit",  # an agent said bye (data: dropped)
+    "agent-error",  # the agent or its connection failed
+    "agent-refused",  # a peer was refused (wrong uid, unreadable credentials)
+    "agent-disconnected",  # an agent's connection closed without a bye
+    "agent-protocol-error",  # an agent sent a malformed frame: that peer is dropped
+    "agent-unknown-frame",  # a frame type this version does not know
+    "agent-workers",  # DataLoader worker pids (data: workers)
+    "agent-pipeline",  # the agent could not read the tf.data runtime model
+    "optimize",  # an optimizer toggle changed something, or could not (data: toggle, ...)
+    # how the store keeps the agent's reports: read back as events of these kinds
+    "agent",  # an AgentInfo (data: its fields)
+    "pipeline",  # a PipelineSample (data: its fields)
+]
+EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
+
+
+def event_kind(value: object) -> EventKind | None:
+    """``value`` as an event kind, or None when this version does not know it."""
+    for kind in EVENT_KINDS:
+        if value == kind:
+            return kind
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """A marker in the session: target exit, verdict change, collector state change, ..."""
 
     ts: Timestamp
-    kind: str
+    kind: EventKind
     message: str
     data: dict[str, object] = field(default_factory=dict)
 
@@ -162,12 +195,24 @@ class StepSample:
     wait_cpu_s: float | None = None
 
 
+StageKind = Literal["source", "map", "interleave", "batch", "prefetch", "other"]
+STAGE_KINDS: tuple[StageKind, ...] = get_args(StageKind)
+
+
+def stage_kind(value: object) -> StageKind:
+    """``value`` as a stage kind; one this version does not know is ``other``."""
+    for kind in STAGE_KINDS:
+        if value == kind:
+            return kind
+    return "other"
+
+
 @dataclass(frozen=True, slots=True)
 class PipelineStage:
     """One tf.data transformation (or DataLoader stage) with what is known of it."""
 
     name: str  # e.g. "ParallelMapDatasetV2", "Batch", "Prefetch", "TensorSlice"
-    kind: str  # source / map / interleave / batch / prefetch / other
+    kind: StageKind
     parallelism: int | None
     buffer: int | None
     self_time_s: float | None  # per element, when measured

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from sofa_top.model.samples import (
     AgentInfo,
@@ -22,9 +21,7 @@ from sofa_top.model.samples import (
     SystemSample,
 )
 from sofa_top.model.units import Percent, Pid, Timestamp
-
-if TYPE_CHECKING:
-    from sofa_top.analysis.verdicts import Verdict
+from sofa_top.model.verdict import Verdict
 
 
 @dataclass(frozen=True, slots=True)

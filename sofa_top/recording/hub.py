@@ -23,7 +23,7 @@ from typing import Any
 
 from sofa_top import __version__
 from sofa_top.analysis.stackstats import summarize
-from sofa_top.analysis.verdicts import WINDOW_S, Evidence, Verdict, judge
+from sofa_top.analysis.verdicts import WINDOW_S, Evidence, judge
 from sofa_top.collectors.base import BACKPRESSURE, Collector
 from sofa_top.model.samples import (
     AgentInfo,
@@ -39,6 +39,7 @@ from sofa_top.model.samples import (
 )
 from sofa_top.model.snapshot import LOG_LINES, Snapshot, StackSummary, TargetInfo
 from sofa_top.model.source import OnSnapshot
+from sofa_top.model.verdict import Verdict
 from sofa_top.recording.rings import Rings
 from sofa_top.recording.series import RateState, points_of
 from sofa_top.recording.store import SessionStore

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from sofa_top.analysis.stackstats import summarize
-from sofa_top.analysis.verdicts import Recommendation, Verdict
 from sofa_top.model.errors import UserError
 from sofa_top.model.samples import (
     Event,
@@ -41,6 +40,7 @@ from sofa_top.model.samples import (
 )
 from sofa_top.model.snapshot import LOG_LINES, Snapshot, StackSummary, TargetInfo
 from sofa_top.model.source import OnSnapshot, SnapshotSource
+from sofa_top.model.verdict import Verdict
 from sofa_top.recording.rings import HISTORY_S
 from sofa_top.recording.store import SessionReader
 
@@ -255,20 +255,7 @@ class _HistoryCache:
 
 def verdict_from_event(ev: Event) -> Verdict:
     """Rebuild a ``Verdict`` from its stored marker (``Verdict.as_json`` in the event's data)."""
-    d = ev.data
-    recs = d.get("recommendations")
-    evidence = d.get("evidence")
-    conf = d.get("confidence")
-    return Verdict(
-        kind=str(d.get("kind") or "unknown"),
-        confidence=float(conf) if isinstance(conf, int | float) else 0.0,
-        headline=str(d.get("headline") or ev.message),
-        evidence=dict(evidence) if isinstance(evidence, dict) else {},
-        recommendations=tuple(Recommendation(str(t)) for t in recs)
-        if isinstance(recs, list)
-        else (),
-        severity=str(d.get("severity") or ""),
-    )
+    return Verdict.from_json(ev.data, ev.message)
 
 
 def _target(meta: dict[str, Any]) -> TargetInfo:

@@ -49,6 +49,8 @@ from sofa_top.model.samples import (
     StackCount,
     StackWindow,
     StepSample,
+    event_kind,
+    stage_kind,
 )
 from sofa_top.recording.series import RateState, points_of, unit_of
 
@@ -319,7 +321,10 @@ class SessionReader:
             return None
         try:
             d = json.loads(row[0])
-            stages = tuple(PipelineStage(**st) for st in d.pop("stages", ()))
+            stages = tuple(
+                PipelineStage(**{**st, "kind": stage_kind(st.get("kind"))})
+                for st in d.pop("stages", ())
+            )
             return PipelineSample(**{**d, "stages": stages})
         except (TypeError, ValueError):
             return None
@@ -331,7 +336,7 @@ class SessionReader:
             q += " WHERE kind = ?"
             args = (kind,)
         return [
-            Event(ts, k, msg or "", json.loads(data) if data else {})
+            _event(ts, k, msg, data)
             for ts, k, msg, data in self._db.execute(q + " ORDER BY ts", args)
         ]
 
@@ -586,7 +591,7 @@ class SessionReader:
         for ts, k, msg, data in self._db.execute(
             f"SELECT ts, kind, message, data FROM events WHERE kind IN ({marks}) ORDER BY ts", ks
         ):
-            yield Event(ts, k, msg or "", json.loads(data) if data else {})
+            yield _event(ts, k, msg, data)
 
     def events_before(
         self, at: float, limit: int, exclude_kinds: Iterable[str] = ()
@@ -599,10 +604,7 @@ class SessionReader:
             "ORDER BY ts DESC, rowid DESC LIMIT ?",
             (at, *ks, limit),
         ).fetchall()
-        return [
-            Event(ts, k, msg or "", json.loads(data) if data else {})
-            for ts, k, msg, data in reversed(rows)
-        ]
+        return [_event(ts, k, msg, data) for ts, k, msg, data in reversed(rows)]
 
     def events_of_kind_before(self, kind: str, at: float, limit: int) -> list[Event]:
         """The last ``limit`` events of one kind at or before ``at``, oldest first."""
@@ -611,10 +613,7 @@ class SessionReader:
             "ORDER BY ts DESC, rowid DESC LIMIT ?",
             (kind, at, limit),
         ).fetchall()
-        return [
-            Event(ts, k, msg or "", json.loads(data) if data else {})
-            for ts, k, msg, data in reversed(rows)
-        ]
+        return [_event(ts, k, msg, data) for ts, k, msg, data in reversed(rows)]
 
     def last_event(self, kind: str, at: float) -> Event | None:
         """The last event of ``kind`` at or before ``at``."""
@@ -626,7 +625,7 @@ class SessionReader:
         if row is None:
             return None
         ts, k, msg, data = row
-        return Event(ts, k, msg or "", json.loads(data) if data else {})
+        return _event(ts, k, msg, data)
 
     def event_times(self, kind: str) -> list[float]:
         """Timestamps of every event of ``kind``, in order (markers are few)."""
@@ -634,6 +633,16 @@ class SessionReader:
             float(r[0])
             for r in self._db.execute("SELECT ts FROM events WHERE kind = ? ORDER BY ts", (kind,))
         ]
+
+
+def _event(ts: float, kind: str, message: str | None, data: str | None) -> Event:
+    """An events row as an ``Event``; a kind this version does not know (a file written by a
+    newer sofa-top) reads as ``agent-unknown-frame`` with the kind kept in the data."""
+    known = event_kind(kind)
+    payload = json.loads(data) if data else {}
+    if known is None:
+        return Event(ts, "agent-unknown-frame", message or kind, {**payload, "kind": kind})
+    return Event(ts, known, message or "", payload)
 
 
 def default_session_path(name: str) -> Path:

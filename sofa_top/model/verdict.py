@@ -1,0 +1,82 @@
+"""What a verdict is: its kind, the numbers behind it and the code changes it recommends.
+
+How a verdict is reached lives in ``sofa_top.analysis.verdicts``; which change fixes which
+bottleneck in ``sofa_top.optimizers.advice``. This module only holds the shapes they share with
+the hub, the store (a verdict marker is ``Verdict.as_json`` in an event's data), replay, the
+reports and the TUI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+VerdictKind = Literal[
+    "input-bound",
+    "compute-bound",
+    "python-overhead",
+    "gpu-underutilized",
+    "memory-pressure",
+    "idle",
+    "unknown",
+]
+VERDICT_KINDS: tuple[VerdictKind, ...] = get_args(VerdictKind)
+Severity = Literal["", "high", "moderate"]
+# The optimizer toggle a recommendation can be tried with (compare's configuration names).
+ToggleName = Literal["prefetch", "xla", "depth-first"]
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    text: str  # a concrete code change
+    toggle: ToggleName | None = None  # the optimizer toggle that tries it
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    kind: VerdictKind
+    confidence: float  # 0..1
+    headline: str  # one line a person reads first
+    evidence: Mapping[str, object] = field(default_factory=dict)
+    recommendations: tuple[Recommendation, ...] = ()
+    severity: Severity = ""  # "high" / "moderate" for input-bound
+
+    def as_json(self) -> dict[str, object]:
+        """The ``verdict`` object of ``record --json`` (and of a stored verdict marker)."""
+        return {
+            "kind": self.kind,
+            "confidence": round(self.confidence, 2),
+            "headline": self.headline,
+            "severity": self.severity,
+            "evidence": dict(self.evidence),
+            "recommendations": [r.text for r in self.recommendations],
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, object], headline: str = "") -> Verdict:
+        """The inverse of ``as_json`` (for markers read back from a session file); a field
+        that is missing or of the wrong type takes its neutral value."""
+        recs = d.get("recommendations")
+        evidence = d.get("evidence")
+        conf = d.get("confidence")
+        sev = d.get("severity")
+        severity: Severity = "high" if sev == "high" else "moderate" if sev == "moderate" else ""
+        return cls(
+            kind=verdict_kind(d.get("kind")),
+            confidence=float(conf) if isinstance(conf, int | float) else 0.0,
+            headline=str(d.get("headline") or headline),
+            evidence=dict(evidence) if isinstance(evidence, dict) else {},
+            recommendations=tuple(Recommendation(str(t)) for t in recs)
+            if isinstance(recs, list)
+            else (),
+            severity=severity,
+        )
+
+
+def verdict_kind(value: object) -> VerdictKind:
+    """``value`` as a verdict kind; anything this version does not know is ``unknown``."""
+    for kind in VERDICT_KINDS:
+        if value == kind:
+            return kind
+    return "unknown"
