@@ -24,11 +24,21 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sofa_top.optimizers.compare import CompareResult, ConfigResult, run_compare
-from sofa_top.optimizers.headroom import usable_cores
+from sofa_top.agent.toggles import OptimizeSpec, PrefetchOptions
+from sofa_top.optimizers.compare import (
+    CompareEvent,
+    CompareResult,
+    ConfigResult,
+    RunStarted,
+    SearchLevelStarted,
+    run_compare,
+)
+from sofa_top.optimizers.compare.text import progress_line
+from sofa_top.optimizers.probes import usable_cores
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = ("tf-cpu", "tf-latency", "torch-cpu", "torch-latency")
@@ -45,23 +55,23 @@ def _load() -> str:
 def summarize(shape: str, r: CompareResult, cores: int) -> dict[str, Any]:
     """The numbers this benchmark reports for one shape, with its goal checked."""
     base, pre = _run(r, "baseline"), _run(r, "prefetch")
-    bmed = base.throughput["median"]
+    bmed = base.throughput.median
     rates = [o.rate for o in pre.outcomes if o.rate is not None]
     spread = [min(rates) / bmed, max(rates) / bmed] if rates and bmed else [None, None]
     out: dict[str, Any] = {
         "shape": shape,
         "cause": r.diagnosis.cause if r.diagnosis else None,
-        "chosen": r.search.get("chosen"),
+        "chosen": r.search.chosen if r.search else None,
         "search": [
-            (lv["parallelism"], lv["throughput"], lv["memory"], lv["rss"])
-            for lv in r.search.get("levels", [])
+            (lv.parallelism, lv.throughput, lv.memory, lv.rss)
+            for lv in (r.search.levels if r.search else ())
         ],
-        "stop": r.search.get("stop"),
-        "baseline": base.throughput,
-        "prefetch": pre.throughput,
+        "stop": r.search.stop if r.search else None,
+        "baseline": asdict(base.throughput),
+        "prefetch": asdict(pre.throughput),
         "speedup": pre.speedup,
         "speedup_spread": spread,
-        "headroom": pre.headroom,
+        "headroom": asdict(pre.headroom),
         "flags": {c.config: c.flags for c in r.runs if c.flags},
     }
     if shape.endswith("latency"):
@@ -69,10 +79,10 @@ def summarize(shape: str, r: CompareResult, cores: int) -> dict[str, Any]:
         out["goal"] = f">= 5x with parallelism > {cores}: {'met' if ok else 'NOT met'}"
     else:
         candidates = [c for c in r.runs if c.config.startswith("prefetch")]
-        best = max(candidates, key=lambda c: c.throughput["median"] or 0)
-        est = pre.headroom.get("throughput")
-        err = None if not est or not best.throughput["median"] else est / best.throughput["median"]
-        out["best_setting"] = {"config": best.config, "throughput": best.throughput}
+        best = max(candidates, key=lambda c: c.throughput.median or 0)
+        est = pre.headroom.throughput
+        err = None if not est or not best.throughput.median else est / best.throughput.median
+        out["best_setting"] = {"config": best.config, "throughput": asdict(best.throughput)}
         out["headroom_vs_best"] = err
         ok = pre.parallelism == cores and err is not None and abs(err - 1) <= 0.15
         out["goal"] = (
@@ -110,10 +120,10 @@ def _print(s: dict[str, Any]) -> None:
     print(f"  goal: {s['goal']}", flush=True)
 
 
-def _progress(line: str) -> None:
+def _progress(event: CompareEvent) -> None:
     # results, the diagnosis and the search's end; not the session paths
-    if line.startswith(("  ", "search:", "diagnosis")):
-        print(f"    {line.strip()}", flush=True)
+    if not isinstance(event, RunStarted | SearchLevelStarted):
+        print(f"    {progress_line(event).strip()}", flush=True)
 
 
 def main() -> int:
@@ -131,9 +141,9 @@ def main() -> int:
         workload = ROOT / "tests" / "workloads" / f"input_shapes_{framework}.py"
         cmd = [sys.executable, str(workload), "--shape", kind, "--seconds", "600"]
         configs = ["baseline", "prefetch"]
-        extra: dict[str, dict[str, Any]] = {}
+        extra: dict[str, OptimizeSpec] = {}
         if kind == "cpu":
-            extra["prefetch-2x"] = {"prefetch": {"parallelism": 2 * cores}}
+            extra["prefetch-2x"] = OptimizeSpec(prefetch=PrefetchOptions(parallelism=2 * cores))
             configs.append("prefetch-2x")
         print(f"\n{shape} ({cores} cores, {_load()})\n  cmd: {' '.join(cmd)}", flush=True)
         r = run_compare(

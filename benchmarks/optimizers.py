@@ -23,7 +23,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sofa_top.agent.toggles import OptimizeSpec
 from sofa_top.optimizers.compare import CompareResult, run_compare
+from sofa_top.optimizers.compare.text import progress_line
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -32,14 +34,14 @@ PY = sys.executable
 def _line(r: CompareResult, config: str) -> str:
     c = next(x for x in r.runs if x.config == config)
     t = c.throughput
-    if t["median"] is None:
+    if t.median is None:
         return f"  {config:>14}: failed {c.errors}"
     sp = "-" if c.speedup is None else f"{c.speedup:.2f}x"
     comp = "-" if c.compile_s is None else f"{c.compile_s:.1f}"
     return (
-        f"  {config:>14}: {t['median']:8.1f} {t['unit']} (min {t['min']:.1f}, max {t['max']:.1f})"
+        f"  {config:>14}: {t.median:8.1f} {t.unit} (min {t.min or 0:.1f}, max {t.max or 0:.1f})"
         f"  speedup {sp}  compile_s {comp}  applied {c.applied} flags {c.flags}"
-        f"  parallelism {c.parallelism}  headroom: {c.headroom.get('text') or '-'}"
+        f"  parallelism {c.parallelism}  headroom: {c.headroom.text or '-'}"
     )
 
 
@@ -56,20 +58,21 @@ def main() -> int:
 
     def bench(key: str, title: str, cmd: list[str], configs: dict[str, dict[str, Any]]) -> None:
         print(f"\n{title}\n  cmd: {' '.join(cmd)}", flush=True)
+        specs = {name: OptimizeSpec.from_json(c)[0] for name, c in configs.items()}
         r = run_compare(
             cmd,
             list(configs),
             repeats=a.repeats,
             steps=a.steps,
             warmup_steps=a.warmup_steps,
-            optimize=configs,
-            on_progress=lambda m: print("   ", m, file=sys.stderr, flush=True),
+            optimize=specs,
+            on_progress=lambda e: print("   ", progress_line(e), file=sys.stderr, flush=True),
         )
         d = r.diagnosis
         if d is not None:
             print(f"  diagnosis: {d.cause} input ({d.input_cpu_cores} cores busy while waited on)")
         if r.search:
-            print(f"  search: chosen {r.search.get('chosen')} ({r.search.get('stop')})")
+            print(f"  search: chosen {r.search.chosen} ({r.search.stop})")
         for c in configs:
             print(_line(r, c), flush=True)
         results[key] = r.to_json()

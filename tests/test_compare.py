@@ -9,13 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sofa_top.optimizers.compare import (
-    CompareResult,
-    add_compare_parser,
-    compare_main,
-    render_compare,
-    run_compare,
-)
+from sofa_top.cli.compare import add_compare_parser, compare_main, render_compare
+from sofa_top.optimizers.compare import RunStarted, run_compare
 
 # Input wait depends on the settings the agent received: "prefetch" makes input 3x faster.
 SYNTH = """
@@ -50,17 +45,17 @@ def test_interleaved_runs_known_speedup_and_flags(synth: list[str], tmp_path: Pa
         repeats=2,
         steps=30,
         warmup_steps=3,
-        on_progress=lambda m: m.startswith("run") and order.append(m.split()[2].rstrip(":")),
+        on_progress=lambda e: isinstance(e, RunStarted) and order.append(e.config),
         out_dir=tmp_path / "out",
     )  # fmt: skip
     assert order == ["baseline", "prefetch", "xla"] * 2  # A B C A B C
     runs = {c.config: c for c in r.runs}
     base, pre, xla = runs["baseline"], runs["prefetch"], runs["xla"]
     # 16 ms vs 8 ms steps of 4 samples: 250 vs 500 samples/s, a 2x speedup
-    assert base.throughput["unit"] == "samples/s"
-    assert 200 < base.throughput["median"] < 260
+    assert base.throughput.unit == "samples/s"
+    assert 200 < (base.throughput.median or 0) < 260
     assert 1.7 < (pre.speedup or 0) < 2.1
-    assert base.throughput["min"] <= base.throughput["median"] <= base.throughput["max"]
+    assert (base.throughput.min or 0) <= base.throughput.median <= (base.throughput.max or 0)
     assert base.speedup == pytest.approx(1.0)
     assert len(pre.sessions) == 2 and all(Path(s).is_file() for s in pre.sessions)
     assert base.verdict == "input-bound"
@@ -72,12 +67,13 @@ def test_interleaved_runs_known_speedup_and_flags(synth: list[str], tmp_path: Pa
     # the baseline sleeps for its input: a latency cause, so prefetch was searched, and the
     # search stopped at its first level since a stdlib loop has nothing to parallelize
     assert r.diagnosis is not None and r.diagnosis.cause == "latency"
-    assert [lv["parallelism"] for lv in r.search["levels"]] == [r.diagnosis.cores]
-    assert "did not apply" in r.search["stop"] and r.search["chosen"] is None
-    assert pre.parallelism is None and pre.optimize == {"prefetch": True}
+    assert r.search is not None
+    assert [lv.parallelism for lv in r.search.levels] == [r.diagnosis.cores]
+    assert "did not apply" in r.search.stop and r.search.chosen is None
+    assert pre.parallelism is None and pre.optimize.to_json() == {"prefetch": True}
     # 12 ms input + 4 ms compute: at 1 parallel input the bound is 1/12 ms, 333 samples/s
-    assert base.headroom["bound"] == "latency" and base.headroom["unit"] == "samples/s"
-    assert 0.6 < base.headroom["fraction_reached"] < 0.9
+    assert base.headroom.bound == "latency" and base.headroom.unit == "samples/s"
+    assert 0.6 < (base.headroom.fraction_reached or 0) < 0.9
     render_compare(r)
 
 
@@ -145,4 +141,3 @@ def test_compare_json_schema(
     assert d["search"]["chosen"] == 3 and d["search"]["levels"] == []
     assert [r["parallelism"] for r in d["runs"]] == [None, 3]
     assert d["runs"][1]["optimize"] == {"prefetch": {"parallelism": 3}}
-    assert isinstance(CompareResult, type)

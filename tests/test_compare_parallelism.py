@@ -18,20 +18,17 @@ from typing import Any
 import pytest
 from conftest import WORKLOADS, log_lines
 
+from sofa_top.agent.toggles import OptimizeSpec
 from sofa_top.optimizers.compare import (
     ConfigResult,
-    RunOutcome,
-    _record_one,
+    SearchLevelStarted,
     analyze_session,
+    record_one,
     run_compare,
 )
-from sofa_top.optimizers.headroom import (
-    Diagnosis,
-    InputStats,
-    headroom,
-    headroom_line,
-    search_parallelism,
-)
+from sofa_top.optimizers.headroom import Diagnosis, Headroom, headroom, headroom_line
+from sofa_top.optimizers.measures import InputStats, RunOutcome, Throughput
+from sofa_top.optimizers.search import search_parallelism
 
 CORES = len(os.sched_getaffinity(0))
 LOSS = re.compile(r"loss=(\S+)")
@@ -48,16 +45,18 @@ def _losses(session: str) -> list[float]:
 
 def _run(tmp_path: Path, cmd: list[str], opt: dict[str, Any], steps: int) -> RunOutcome:
     path = tmp_path / "run.sofa"
-    memory = _record_one(cmd, opt, path, "parallelism-test", steps, None, 3, timeout_s=150.0)
-    return analyze_session(path, 3, steps, opt, memory)
+    spec, problems = OptimizeSpec.from_json(opt)
+    assert not problems
+    memory = record_one(cmd, spec, path, "parallelism-test", steps, None, 3, timeout_s=150.0)
+    return analyze_session(path, 3, steps, spec, memory)
 
 
 def _sane_headroom(cr: ConfigResult) -> None:
     h = cr.headroom
-    assert h["throughput"] is not None and h["throughput"] > 0, h
-    assert 0 < h["fraction_reached"] <= 1.5, h
-    assert h["unit"] == cr.throughput["unit"] == "samples/s"
-    assert h["bound"] in ("compute", "cores", "latency")
+    assert h.throughput is not None and h.throughput > 0, h
+    assert h.fraction_reached is not None and 0 < h.fraction_reached <= 1.5, h
+    assert h.unit == cr.throughput.unit == "samples/s"
+    assert h.bound in ("compute", "cores", "latency")
 
 
 # -- the agent's option, for real ---------------------------------------------------------------
@@ -68,7 +67,7 @@ def test_torch_parallelism_sets_workers_above_the_cores(tmp_path: Path) -> None:
     n = CORES + 2
     out = _run(tmp_path, _cmd("torch", "latency"), {"prefetch": {"parallelism": n}}, steps=25)
     assert out.failed is None, out.failed
-    assert out.applied == ["prefetch"], out.not_applied
+    assert out.applied == ("prefetch",), out.not_applied
     assert any(f"DataLoader(num_workers={n}, persistent_workers=True" in w for w in out.where)
     assert out.parallelism == n  # from the optimize event's data
     losses = _losses(out.session)
@@ -83,7 +82,7 @@ def test_tf_parallelism_overrides_autotune_and_sizes_the_pool(tmp_path: Path) ->
     cmd = _cmd("tf", "latency", "--autotune")
     out = _run(tmp_path, cmd, {"prefetch": {"parallelism": n}}, steps=25)
     assert out.failed is None, out.failed
-    assert out.applied == ["prefetch"], out.not_applied
+    assert out.applied == ("prefetch",), out.not_applied
     assert f"tf.data: map(num_parallel_calls={n})" in out.where
     assert f"tf.data: private_threadpool_size={n} at iteration" in out.where
     assert out.parallelism == n
@@ -96,26 +95,28 @@ def test_tf_parallelism_overrides_autotune_and_sizes_the_pool(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_torch_latency_search_goes_past_the_cores_and_stops(tmp_path: Path) -> None:
-    lines: list[str] = []
+    events: list[object] = []
     r = run_compare(
         _cmd("torch", "latency"), ["baseline", "prefetch"], repeats=1, steps=20,
-        warmup_steps=3, on_progress=lines.append, out_dir=tmp_path, search_levels=4,
+        warmup_steps=3, on_progress=events.append, out_dir=tmp_path, search_levels=4,
     )  # fmt: skip
     assert r.diagnosis is not None and r.diagnosis.cause == "latency", r.diagnosis
     assert r.diagnosis.cores == CORES
-    levels = [lv["parallelism"] for lv in r.search["levels"]]
+    assert r.search is not None
+    levels = [lv.parallelism for lv in r.search.levels]
     assert levels[0] == CORES and levels == sorted(levels) and len(levels) <= 4
-    chosen = r.search["chosen"]
+    chosen = r.search.chosen
     assert isinstance(chosen, int) and chosen > CORES, r.search
-    assert r.search["stop"], r.search
+    assert r.search.stop, r.search
     runs = {c.config: c for c in r.runs}
     pre = runs["prefetch"]
-    assert pre.parallelism == chosen and pre.optimize == {"prefetch": {"parallelism": chosen}}
+    assert pre.parallelism == chosen
+    assert pre.optimize.to_json() == {"prefetch": {"parallelism": chosen}}
     assert any(f"num_workers={chosen}," in w for w in pre.where)
     for cr in r.runs:
         _sane_headroom(cr)
     assert "run-failed" not in pre.flags and "non-finite-loss" not in pre.flags
-    assert any(line.startswith("search parallelism") for line in lines)
+    assert any(isinstance(e, SearchLevelStarted) for e in events)
     d = json.loads(json.dumps(r.to_json()))
     assert d["search"]["chosen"] == chosen and d["diagnosis"]["cause"] == "latency"
     assert [x["parallelism"] for x in d["runs"]] == [None, chosen]
@@ -129,14 +130,15 @@ def test_torch_cpu_shape_stays_at_the_core_count(tmp_path: Path) -> None:
         out_dir=tmp_path,
     )  # fmt: skip
     assert r.diagnosis is not None and r.diagnosis.cause == "cpu", r.diagnosis
-    assert r.search["levels"] == [] and r.search["chosen"] == CORES
+    assert r.search is not None and r.search.levels == () and r.search.chosen == CORES
     pre = next(c for c in r.runs if c.config == "prefetch")
     assert pre.parallelism == CORES
     assert any(f"num_workers={CORES}," in w for w in pre.where)
     for cr in r.runs:
         _sane_headroom(cr)
-    assert pre.headroom["bound"] in ("cores", "compute")  # never a latency bound
-    assert "of what" in headroom_line(pre) or "compute-only" in headroom_line(pre)
+    assert pre.headroom.bound in ("cores", "compute")  # never a latency bound
+    line = headroom_line(pre.speedup, pre.headroom)
+    assert "of what" in line or "compute-only" in line
 
 
 # -- the search's rules and the headroom model, on made-up numbers ------------------------------
@@ -158,7 +160,7 @@ def _measure(rates: dict[int, float], memory: dict[int, int] | None = None) -> A
         tried.append(p)
         mem = (memory or {}).get(p, 310_000_000)
         return RunOutcome(
-            f"p{p}", rates[p], "samples/s", None, None, ["prefetch"], [], [], False, None,
+            f"p{p}", rates[p], "samples/s", None, None, ("prefetch",), (), (), False, None,
             parallelism=p, memory=mem, rss=mem,
         )  # fmt: skip
 
@@ -170,57 +172,49 @@ def test_search_stops_when_throughput_stops_improving() -> None:
     m = _measure({2: 450.0, 4: 900.0, 8: 1600.0, 16: 1700.0, 32: 9e9})
     s = search_parallelism(_diag("latency"), m, ram=16 * 2**30)
     assert m.tried == [2, 4, 8, 16]  # 16 is under 10% better than 8: stop, keep 8
-    assert s["chosen"] == 8 and "less than 10% better than 8" in s["stop"]
-    assert [lv["throughput"] for lv in s["levels"]] == [450.0, 900.0, 1600.0, 1700.0]
+    assert s.chosen == 8 and "less than 10% better than 8" in s.stop
+    assert [lv.throughput for lv in s.levels] == [450.0, 900.0, 1600.0, 1700.0]
 
 
 def test_search_stops_on_memory() -> None:
     mem = {2: 350_000_000, 4: 450_000_000, 8: 650_000_000}
     m = _measure({2: 450.0, 4: 900.0, 8: 1600.0}, mem)
     s = search_parallelism(_diag("latency"), m, ram=16 * 2**30)
-    assert m.tried == [2, 4, 8] and s["chosen"] == 4  # 650 MB > 2 x 300 MB: 8 is out
-    assert "memory 2.2x" in s["stop"]
+    assert m.tried == [2, 4, 8] and s.chosen == 4  # 650 MB > 2 x 300 MB: 8 is out
+    assert "memory 2.2x" in s.stop
     # projected past half the RAM: the next level is never started
     m = _measure({2: 450.0, 4: 900.0, 8: 1600.0}, mem)
     s = search_parallelism(_diag("mixed"), m, ram=700_000_000)  # 4 projects to 400 MB
-    assert m.tried == [2] and s["chosen"] == 2 and "half the RAM" in s["stop"]
+    assert m.tried == [2] and s.chosen == 2 and "half the RAM" in s.stop
 
 
 def test_search_cpu_cause_and_no_cause_run_nothing() -> None:
     m = _measure({})
-    assert search_parallelism(_diag("cpu"), m)["chosen"] == 2
-    assert search_parallelism(_diag(None), m)["chosen"] is None
+    assert search_parallelism(_diag("cpu"), m).chosen == 2
+    assert search_parallelism(_diag(None), m).chosen is None
     assert m.tried == []
 
 
 def test_headroom_model() -> None:
     d = _diag("latency")
     # bounds in steps/s: compute 500, 2 cores / 4 ms = 500, latency 16 / 32 ms = 500 at P=16
-    cr = ConfigResult("prefetch", {"prefetch": {"parallelism": 4}}, applied=["prefetch"])
-    cr.parallelism = 4
-    cr.throughput = {"median": 800.0, "unit": "samples/s"}
-    cr.speedup = 3.2
-    h = headroom(cr, d)
-    assert h["bound"] == "latency" and h["throughput"] == pytest.approx(4 / 0.032 * 8)
-    assert h["fraction_reached"] == pytest.approx(0.8)
-    assert headroom_line(cr) == "3.20x"  # no headroom yet
-    cr.headroom = h
-    assert headroom_line(cr) == "3.20x — at 80% of what parallelism 4 allows"
-    cpu = ConfigResult("prefetch", {}, applied=["prefetch"])
-    cpu.parallelism = 2
-    cpu.throughput = {"median": 3000.0, "unit": "samples/s"}
-    h = headroom(cpu, _diag("cpu", compute_s=0.001))  # compute 1000/s, cores 500/s
-    assert h["bound"] == "cores" and h["throughput"] == pytest.approx(4000.0)
-    assert h["text"] == "at 75% of what 2 cores allow"
-    assert headroom(cpu, None)["throughput"] is None
+    tp = Throughput(800.0, 800.0, 800.0, "samples/s")
+    h = headroom([], tp, 4, True, d)
+    assert h.bound == "latency" and h.throughput == pytest.approx(4 / 0.032 * 8)
+    assert h.fraction_reached == pytest.approx(0.8)
+    assert headroom_line(3.2, Headroom.unknown("samples/s")) == "3.20x"  # no headroom yet
+    assert headroom_line(3.2, h) == "3.20x — at 80% of what parallelism 4 allows"
+    tp = Throughput(3000.0, 3000.0, 3000.0, "samples/s")
+    h = headroom([], tp, 2, True, _diag("cpu", compute_s=0.001))  # compute 1000/s, cores 500/s
+    assert h.bound == "cores" and h.throughput == pytest.approx(4000.0)
+    assert h.text == "at 75% of what 2 cores allow"
+    assert headroom([], tp, 2, True, None).throughput is None
     # its own runs: 6 ms CPU per step (parallel costs more than serial), 0.5 core taken by
     # other processes: 1.5 / 6 ms = 250 steps/s
     stats = InputStats(0.001, 0.0, 0.004, 0.006, cores_busy=1.4, others_cores=0.5)
-    cpu.outcomes = [
-        RunOutcome("s", 1800.0, "samples/s", None, None, [], [], [], False, None, input=stats)
-    ]
-    cpu.throughput = {"median": 1800.0, "unit": "samples/s"}
-    h = headroom(cpu, _diag("cpu", compute_s=0.001))
-    assert h["free_cores"] == pytest.approx(1.5) and h["cpu_per_step_s"] == 0.006
-    assert h["throughput"] == pytest.approx(2000.0) and h["fraction_reached"] == pytest.approx(0.9)
-    assert h["text"] == "at 90% of what 2 cores allow (0.5 of them busy elsewhere)"
+    runs = [RunOutcome("s", 1800.0, "samples/s", None, None, (), (), (), False, None, input=stats)]
+    tp = Throughput(1800.0, 1800.0, 1800.0, "samples/s")
+    h = headroom(runs, tp, 2, True, _diag("cpu", compute_s=0.001))
+    assert h.free_cores == pytest.approx(1.5) and h.cpu_per_step_s == 0.006
+    assert h.throughput == pytest.approx(2000.0) and h.fraction_reached == pytest.approx(0.9)
+    assert h.text == "at 90% of what 2 cores allow (0.5 of them busy elsewhere)"

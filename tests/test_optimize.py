@@ -13,7 +13,14 @@ from conftest import log_lines
 
 from sofa_top.agent import optimize
 from sofa_top.agent.settings import parse_settings
-from sofa_top.optimizers.compare import RunOutcome, _record_one, analyze_session
+from sofa_top.agent.toggles import (
+    OptimizeSpec,
+    PrefetchOptions,
+    hook_name,
+    toggle_of_hook,
+)
+from sofa_top.optimizers.compare import analyze_session, record_one
+from sofa_top.optimizers.measures import RunOutcome
 
 WORKLOADS = Path(__file__).parent / "workloads"
 LOSS = re.compile(r"loss (\S+)")
@@ -21,8 +28,10 @@ LOSS = re.compile(r"loss (\S+)")
 
 def _run(tmp_path: Path, cmd: list[str], opt: dict[str, Any], steps: int = 8) -> RunOutcome:
     path = tmp_path / "run.sofa"
-    _record_one(cmd, opt, path, "opt-test", steps, None, 2, timeout_s=150.0)
-    return analyze_session(path, 2, steps, opt)
+    spec, problems = OptimizeSpec.from_json(opt)
+    assert not problems, problems
+    record_one(cmd, spec, path, "opt-test", steps, None, 2, timeout_s=150.0)
+    return analyze_session(path, 2, steps, spec)
 
 
 def _losses(session: str) -> list[float]:
@@ -31,14 +40,21 @@ def _losses(session: str) -> list[float]:
 
 def test_settings_carry_optimize() -> None:
     s = parse_settings('{"optimize": {"xla": true, "prefetch": {"workers": 3}}}')
-    assert s.optimize == {"xla": True, "prefetch": {"workers": 3}}
+    assert s.optimize == OptimizeSpec(xla=True, prefetch=PrefetchOptions(workers=3))
+    assert s.optimize.to_json() == {"xla": True, "prefetch": {"workers": 3}}
     assert not s.problems
-    assert optimize.hook_name("depth_first") == "opt:depth-first"
+    assert hook_name("depth_first") == "opt:depth-first"
+    assert toggle_of_hook("opt:depth-first") == "depth_first"
+    assert toggle_of_hook("tf-eager") is None
     assert optimize.default_workers() >= 2
     s = parse_settings('{"optimize": {"prefetch": {"parallelism": 16}}}')
-    assert optimize.parallelism_of(s.optimize["prefetch"]) == 16
-    for bad in (0, -1, True, 2.5, "8", None):
-        assert optimize.parallelism_of({"parallelism": bad}) is None
+    assert s.optimize.parallelism == 16
+    for bad in (0, -1, True, 2.5, "8"):
+        spec, problems = OptimizeSpec.from_json({"prefetch": {"parallelism": bad}})
+        assert spec.parallelism is None and problems, bad
+    spec, problems = OptimizeSpec.from_json({"prefetch": True, "turbo": True})
+    assert spec == OptimizeSpec(prefetch=PrefetchOptions()) and spec.to_json() == {"prefetch": True}
+    assert problems == ("optimize: unknown toggle 'turbo' ignored",)
 
 
 def test_xla_without_framework_is_reported_not_applied(tmp_path: Path) -> None:
@@ -46,7 +62,7 @@ def test_xla_without_framework_is_reported_not_applied(tmp_path: Path) -> None:
     out = _run(tmp_path, cmd, {"xla": True, "depth_first": True}, steps=8)
     assert out.failed is None
     assert out.rate is not None and out.rate > 0
-    assert out.applied == []
+    assert out.applied == ()
     reasons = dict(out.not_applied)
     assert "never imported tensorflow or torch" in reasons["xla"]
     assert "torch.compile" in reasons["depth_first"]  # mutually exclusive, said so up front
@@ -71,7 +87,7 @@ def test_torch_dataloader_workers_apply_and_loss_stays_finite(tmp_path: Path) ->
     cmd = [sys.executable, "-m", "sofa_top.demos.torch_input_bound", "--batch-size", "8"]
     out = _run(tmp_path, cmd, {"prefetch": {"workers": 2}}, steps=60)
     assert out.failed is None, out.failed
-    assert out.applied == ["prefetch"], out.not_applied
+    assert out.applied == ("prefetch",), out.not_applied
     assert any("num_workers=2, persistent_workers=True" in w for w in out.where)
     losses = _losses(out.session)
     assert losses and all(math.isfinite(v) for v in losses)
@@ -82,7 +98,7 @@ def test_torch_depth_first_applies(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "sofa_top.demos.torch_input_bound", "--batch-size", "8"]
     out = _run(tmp_path, cmd, {"depth_first": True}, steps=60)
     assert out.failed is None, out.failed
-    assert out.applied == ["depth_first"], out.not_applied
+    assert out.applied == ("depth_first",), out.not_applied
     assert any("depth_first(Sequential)" in w for w in out.where)
     losses = _losses(out.session)
     assert losses and all(math.isfinite(v) for v in losses)
@@ -93,7 +109,7 @@ def test_torch_compile_applies_and_reports_compile_time(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "sofa_top.demos.torch_input_bound", "--batch-size", "8"]
     out = _run(tmp_path, cmd, {"xla": True, "depth_first": True}, steps=60)
     assert out.failed is None, out.failed
-    assert out.applied == ["xla"], out.not_applied
+    assert out.applied == ("xla",), out.not_applied
     assert "torch.compile" in dict(out.not_applied)["depth_first"]
     assert any("Sequential.compile()" in w for w in out.where)
     assert out.compile_s is not None and out.compile_s > 0

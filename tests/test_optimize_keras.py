@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import log_lines
 
-from sofa_top.optimizers.compare import _record_one, analyze_session
+from sofa_top.agent.toggles import OptimizeSpec
+from sofa_top.optimizers.compare import analyze_session, record_one
 
 WORKLOADS = Path(__file__).parent / "workloads"
 
@@ -25,8 +26,10 @@ def test_keras_fit_gets_jit_compile(tmp_path: Path, xla: bool) -> None:
     cmd = [sys.executable, str(WORKLOADS / "keras_fit_plain.py"), "--epochs", "3"]
     opt = {"xla": True} if xla else {}
     path = tmp_path / "run.sofa"
-    _record_one(cmd, opt, path, "keras-xla", None, None, 2, timeout_s=150.0)  # to its exit
-    out = analyze_session(path, 2, None, opt)
+    spec, problems = OptimizeSpec.from_json(opt)
+    assert not problems, problems
+    record_one(cmd, spec, path, "keras-xla", None, None, 2, timeout_s=150.0)  # to its exit
+    out = analyze_session(path, 2, None, spec)
     assert out.failed is None, out.failed
     logs = log_lines(out.session)
     assert f"JIT_COMPILE={xla}" in logs, logs
@@ -36,4 +39,4 @@ def test_keras_fit_gets_jit_compile(tmp_path: Path, xla: bool) -> None:
         assert "xla" in out.applied, out.not_applied
         assert any("compile(jit_compile=True)" in w for w in out.where), out.where
     else:
-        assert out.applied == [] and out.where == []
+        assert out.applied == () and out.where == ()

@@ -14,22 +14,29 @@ from textual.pilot import Pilot
 from textual.widgets import Button, Checkbox, Input, ProgressBar, Static
 from tui_fakes import CMDLINE, T0, FakeSource, compute_bound_verdict, launch_snapshot, make_snapshot
 
+from sofa_top.agent.toggles import OptimizeSpec, PrefetchOptions
 from sofa_top.model.snapshot import Snapshot
 from sofa_top.optimizers.compare import (
     CompareResult,
     ConfigResult,
+    Diagnosed,
     OnProgress,
-    RunOutcome,
+    RunFinished,
+    RunStarted,
+    SearchLevelFinished,
+    SearchLevelStarted,
     changes_for,
+    plan,
 )
-from sofa_top.optimizers.headroom import Diagnosis
+from sofa_top.optimizers.headroom import Diagnosis, Headroom
+from sofa_top.optimizers.measures import RunOutcome, Throughput
+from sofa_top.optimizers.search import SearchResult
 from sofa_top.tui.app import DashboardApp
 from sofa_top.tui.optimizer_screen import (
     ATTACH_MESSAGE,
     SCREEN_NAME,
     OptimizerScreen,
     open_optimizer,
-    plan,
 )
 
 SIZE = (100, 30)
@@ -45,9 +52,9 @@ def fake_result(cmd: Sequence[str], configs: Sequence[str], repeats: int) -> Com
     for c in configs:
         rates = RATES.get(c, (380.0, 372.0, 391.0))[:repeats]
         sessions = [f"{OUT}/compare-20231114-221320-{c}-{i + 1}.sofa" for i in range(repeats)]
-        toggles = {"prefetch": ["prefetch"], "xla": ["xla"]}.get(c, [])
+        toggles: list[Any] = {"prefetch": ["prefetch"], "xla": ["xla"]}.get(c, [])
         outcomes = [
-            RunOutcome(s, r, "samples/s", 0.4, "input-bound", toggles, [], [], False, None)
+            RunOutcome(s, r, "samples/s", 0.4, "input-bound", tuple(toggles), (), (), False, None)
             for s, r in zip(sessions, rates, strict=True)
         ]
         med = sorted(rates)[len(rates) // 2]
@@ -55,10 +62,10 @@ def fake_result(cmd: Sequence[str], configs: Sequence[str], repeats: int) -> Com
         runs.append(
             ConfigResult(
                 config=c,
-                optimize={"prefetch": True} if c == "prefetch" else {},
+                optimize=OptimizeSpec(prefetch=PrefetchOptions()) if c == "prefetch"
+                else OptimizeSpec(),
                 applied=toggles,
-                throughput={"median": med, "min": min(rates), "max": max(rates),
-                            "unit": "samples/s"},
+                throughput=Throughput(med, min(rates), max(rates), "samples/s"),
                 speedup=med / base,
                 verdict="compute-bound" if c == "prefetch" else "input-bound",
                 compile_s=None if c != "xla" else 12.5,
@@ -66,16 +73,14 @@ def fake_result(cmd: Sequence[str], configs: Sequence[str], repeats: int) -> Com
                 where=[TF_WHERE] if c == "prefetch" else [],
                 sessions=sessions,
                 parallelism=2 if c == "prefetch" else None,
-                headroom={"throughput": 682.0, "fraction_reached": med / 682.0,
-                          "unit": "samples/s", "bound": "cores", "cores": 2,
-                          "parallelism": 2 if c == "prefetch" else 1,
-                          "text": f"at {med / 682.0:.0%} of what 2 cores allow"},
+                headroom=Headroom(682.0, med / 682.0, "samples/s", "cores", 2,
+                                  2 if c == "prefetch" else 1, None, None,
+                                  f"at {med / 682.0:.0%} of what 2 cores allow"),
                 outcomes=outcomes,
             )
         )  # fmt: skip
     diag = Diagnosis("cpu", 0.74, 0.98, 1, 2, 0.0021, 0.0075, 0.0117, 4.0, 300_000_000, None)
-    search = {"cause": "cpu", "levels": [], "chosen": 2, "stop": "cpu-bound input: parallelism "
-              "stays at the core count"}  # fmt: skip
+    search = SearchResult("cpu", 2, "cpu-bound input: parallelism stays at the core count")
     result = CompareResult(
         list(cmd), repeats, 50, None, 5, runs, "prefetch", [], diagnosis=diag, search=search
     )
@@ -101,19 +106,19 @@ class FakeRunner:
         on_progress: OnProgress | None = None,
         out_dir: str | Path | None = None,
         timeout_s: float = 600.0,
-        optimize: dict[str, dict[str, Any]] | None = None,
+        optimize: Any = None,
     ) -> CompareResult:
         self.calls.append(
             {"cmd": list(cmd), "configs": list(configs), "repeats": repeats, "steps": steps,
              "out_dir": out_dir, "optimize": optimize}
         )  # fmt: skip
         self.threads.append(threading.get_ident())
-        say = on_progress or (lambda _m: None)
+        say = on_progress or (lambda _e: None)
         result = fake_result(cmd, configs, repeats)
         for i in range(repeats):
             for run in result.runs:
-                say(f"run {i + 1}/{repeats} {run.config}: {run.sessions[i]}")
-                say(f"  {run.config}: {run.outcomes[i].rate:.2f} samples/s")
+                say(RunStarted(run.config, i + 1, repeats, run.sessions[i]))
+                say(RunFinished(run.config, i + 1, run.outcomes[i]))
         return result
 
 
@@ -165,7 +170,7 @@ def test_plan() -> None:
     assert plan(["prefetch"]) == (["baseline", "prefetch"], {})
     assert plan(["xla", "prefetch"]) == (
         ["baseline", "prefetch", "xla", "prefetch+xla"],
-        {"prefetch+xla": {"prefetch": True, "xla": True}},
+        {"prefetch+xla": OptimizeSpec(xla=True, prefetch=PrefetchOptions())},
     )
     assert plan(["prefetch", "xla", "depth-first"])[0][-1] == "all"
 
@@ -255,26 +260,30 @@ async def test_run_fills_table_highlights_best_and_shows_changes() -> None:
 
 
 @run_async
-async def test_live_rows_fill_in_from_progress_lines() -> None:
+async def test_live_rows_fill_in_from_progress_events() -> None:
+    def outcome(rate: float | None, failed: str | None = None) -> RunOutcome:
+        return RunOutcome("/tmp/x.sofa", rate, "samples/s", None, None, (), (), (), False, failed)
+
     app = dashboard(launch_snapshot())
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_panel(app, pilot)
         screen.configs = ["baseline", "prefetch"]
         screen.total_runs = 4
-        screen._report("run 1/2 baseline: /tmp/a.sofa")
+        screen._report(RunStarted("baseline", 1, 2, "/tmp/a.sofa"))
         await settle(pilot)
         assert "running" in plain(screen, "#opt-table")
-        screen._report("  baseline: 400.00 samples/s")
-        screen._report("diagnosis: input cause latency")
-        screen._report("search parallelism 4: /tmp/s.sofa")
+        screen._report(RunFinished("baseline", 1, outcome(400.0)))
+        screen._report(Diagnosed(None))
+        screen._report(SearchLevelStarted(4, "/tmp/s.sofa"))
         await settle(pilot)
         assert "search parallelism 4" in plain(screen, "#opt-current")
-        screen._report("  search p=4: 910.00 samples/s")
+        assert "/tmp/s.sofa" not in plain(screen, "#opt-current")
+        screen._report(SearchLevelFinished(4, outcome(910.0)))
         await settle(pilot)
         assert "search p=4: 910.00 samples/s" in plain(screen, "#opt-current")
         assert screen.done_runs == 1  # search runs are not the table's runs
-        screen._report("run 1/2 prefetch: /tmp/b.sofa")
-        screen._report("  prefetch: -  FAILED: exit code 1")
+        screen._report(RunStarted("prefetch", 1, 2, "/tmp/b.sofa"))
+        screen._report(RunFinished("prefetch", 1, outcome(None, "exit code 1")))
         await settle(pilot)
         table = plain(screen, "#opt-table")
         assert "400.0 (400.0-400.0) samples/s" in table
@@ -374,10 +383,10 @@ async def test_real_compare_from_the_panel(tmp_path: Path, monkeypatch: Any) -> 
         assert result is not None, plain(screen, "#opt-status")
         assert [r.config for r in result.runs] == ["baseline", "prefetch"]
         base, pre = result.runs
-        assert base.throughput["median"] and base.throughput["median"] > 0
+        assert base.throughput.median and base.throughput.median > 0
         assert pre.not_applied and "prefetch" in dict(pre.not_applied)
         for r in result.runs:
             assert all(Path(s).is_file() for s in r.sessions)  # each run is a session
         table = plain(screen, "#opt-table")
-        assert f"{base.throughput['median']:.1f}" in table
+        assert f"{base.throughput.median:.1f}" in table
         assert "not applied" in table or "toggle-not-applied" in table

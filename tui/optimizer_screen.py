@@ -1,17 +1,16 @@
 """The ``o`` screen: re-run the launched command under optimizer toggles and compare throughput.
 
 The comparison itself is ``sofa_top.optimizers.compare.run_compare`` (every run is a real
-session file); it runs in a thread worker and reports progress lines, which this screen turns
-into a progress bar and a table that fills in as the runs finish. The final ``CompareResult``
-then replaces the live rows, highlights the best configuration and lists the code changes that
-reproduce it.
+session file); it runs in a thread worker and reports typed progress events, which this screen
+turns into a progress bar and a table that fills in as the runs finish. The final
+``CompareResult`` then replaces the live rows, highlights the best configuration and lists the
+code changes that reproduce it.
 """
 
 from __future__ import annotations
 
-import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,15 +28,21 @@ from textual.screen import Screen
 from textual.validation import Number
 from textual.widgets import Button, Checkbox, Footer, Input, Label, ProgressBar, Static
 
+from sofa_top.agent.toggles import OptimizeSpec
 from sofa_top.model.snapshot import Snapshot, TargetInfo
 from sofa_top.model.verdict import Verdict
 from sofa_top.optimizers.compare import (
+    CompareEvent,
     CompareResult,
     ConfigResult,
     OnProgress,
-    diagnosis_lines,
+    RunFinished,
+    RunStarted,
+    SearchLevelStarted,
+    plan,
     run_compare,
 )
+from sofa_top.optimizers.compare.text import diagnosis_lines, progress_line
 from sofa_top.optimizers.headroom import headroom_line, headroom_short
 from sofa_top.tui.formatting import cmdline_text, truncate
 
@@ -47,21 +52,16 @@ EXCLUSIVE_NOTE = (
     "depth-first and torch.compile are mutually exclusive: a run with both reports "
     "depth-first skipped"
 )
-# toggle (verdict recommendations, CLI config names) -> settings["optimize"] key, checkbox label
-TOGGLES: tuple[tuple[str, str, str], ...] = (
-    ("prefetch", "prefetch", "prefetch + parallelism"),
-    ("xla", "xla", "XLA / torch.compile"),
-    ("depth-first", "depth_first", "depth-first (BrainSlug)"),
+# toggle (verdict recommendations, compare's configuration names), checkbox label
+TOGGLES: tuple[tuple[str, str], ...] = (
+    ("prefetch", "prefetch + parallelism"),
+    ("xla", "XLA / torch.compile"),
+    ("depth-first", "depth-first (BrainSlug)"),
 )
 DEFAULT_REPEATS = 3
 DEFAULT_STEPS = 50
 MAX_REPEATS = 20
 MAX_STEPS = 100_000
-_RUN_LINE = re.compile(r"^run (\d+)/(\d+) (\S+): (.*)$")
-_RESULT_LINE = re.compile(r"^  (\S+): (?:-|([0-9.eE+-]+) (\S+))(?:  FAILED: (.*))?$")
-_SEARCH_LINE = re.compile(
-    r"^\s*(diagnosis: .*|search parallelism \d+|search p=\d+: .*?|search: .*?)(?::\s+/.*)?$"
-)
 
 
 class Runner(Protocol):
@@ -78,16 +78,16 @@ class Runner(Protocol):
         on_progress: OnProgress | None = ...,
         out_dir: str | Path | None = ...,
         timeout_s: float = ...,
-        optimize: dict[str, dict[str, Any]] | None = ...,
+        optimize: Mapping[str, OptimizeSpec] | None = ...,
     ) -> CompareResult: ...
 
 
 class CompareProgress(Message):
-    """One ``on_progress`` line from the worker thread."""
+    """One ``on_progress`` event from the worker thread."""
 
-    def __init__(self, line: str) -> None:
+    def __init__(self, event: CompareEvent) -> None:
         super().__init__()
-        self.line = line
+        self.event = event
 
 
 class CompareDone(Message):
@@ -101,28 +101,12 @@ class CompareDone(Message):
 
 @dataclass
 class LiveRow:
-    """What the progress lines told about one configuration so far."""
+    """What the progress events told about one configuration so far."""
 
     rates: list[float] = field(default_factory=list)
     unit: str = ""
     failures: int = 0
     running: bool = False
-
-
-def plan(selected: Sequence[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
-    """The configurations to run for the ticked toggles, and the extra ones ``run_compare``
-    needs: baseline, one per toggle, and (two or more ticked) their combination."""
-    ticked = [t for t, _key, _label in TOGGLES if t in selected]
-    configs = ["baseline", *ticked]
-    extra: dict[str, dict[str, Any]] = {}
-    if len(ticked) == len(TOGGLES):
-        configs.append("all")
-    elif len(ticked) > 1:
-        name = "+".join(ticked)
-        keys = {t: k for t, k, _label in TOGGLES}
-        extra[name] = {keys[t]: True for t in ticked}
-        configs.append(name)
-    return configs, extra
 
 
 def _fmt(v: float | None, spec: str = ".2f") -> str:
@@ -169,9 +153,9 @@ def results_table(
             compile_ = ["-" if r.compile_s is None else f"{r.compile_s:.1f}s"] if compiled else []
             t.add_row(
                 f"★ {r.config}" if best else f"  {r.config}",
-                _throughput(tp.get("median"), tp.get("min"), tp.get("max"), tp.get("unit", "")),
+                _throughput(tp.median, tp.min, tp.max, tp.unit),
                 sp,
-                headroom_short(r),
+                headroom_short(r.headroom),
                 r.verdict or "-",
                 *compile_,
                 applied,
@@ -205,7 +189,12 @@ def winner_text(result: CompareResult) -> RenderableType:
         parts.append(Text("best: baseline: no optimizer toggle was faster", style="bold"))
     else:
         best_run = next(r for r in result.runs if r.config == result.best)
-        parts.append(Text(f"best: {result.best}: {headroom_line(best_run)}", style="bold"))
+        parts.append(
+            Text(
+                f"best: {result.best}: {headroom_line(best_run.speedup, best_run.headroom)}",
+                style="bold",
+            )
+        )
         parts.append(Text("code changes that reproduce it:"))
         if not result.changes:
             parts.append(Text("  (no code change identified: see the applied column)"))
@@ -268,7 +257,7 @@ class OptimizerScreen(Screen[None]):
         self.done_runs = 0
         self.total_runs = 0
         wanted = {r.toggle for r in (verdict.recommendations if verdict else ()) if r.toggle}
-        self.preselected = {t for t, _key, _label in TOGGLES if t in wanted}
+        self.preselected = {t for t, _label in TOGGLES if t in wanted}
 
     @property
     def can_run(self) -> bool:
@@ -281,7 +270,7 @@ class OptimizerScreen(Screen[None]):
             cmd = cmdline_text(self.target.cmdline, self.target.name)
         yield Static(Text(truncate(f"Optimizer · {cmd}", 200)), id="opt-title")
         with Horizontal(id="opt-toggles"):
-            for toggle, _key, label in TOGGLES:
+            for toggle, label in TOGGLES:
                 yield Checkbox(label, toggle in self.preselected, id=f"opt-{toggle}", compact=True)
         yield Static(EXCLUSIVE_NOTE, id="opt-note")
         with Horizontal(id="opt-form"):
@@ -320,7 +309,7 @@ class OptimizerScreen(Screen[None]):
 
     def selected(self) -> list[str]:
         """The ticked toggles, in TOGGLES order."""
-        return [t for t, _k, _l in TOGGLES if self.query_one(f"#opt-{t}", Checkbox).value]
+        return [t for t, _label in TOGGLES if self.query_one(f"#opt-{t}", Checkbox).value]
 
     @on(Checkbox.Changed)
     def _toggled(self) -> None:
@@ -401,7 +390,7 @@ class OptimizerScreen(Screen[None]):
         configs: list[str],
         repeats: int,
         steps: int,
-        extra: dict[str, dict[str, Any]],
+        extra: dict[str, OptimizeSpec],
     ) -> None:
         # Launches the workload again and again: never on the UI thread.
         try:
@@ -424,44 +413,36 @@ class OptimizerScreen(Screen[None]):
             return
         self.post_message(CompareDone(result))
 
-    def _report(self, line: str) -> None:
+    def _report(self, event: CompareEvent) -> None:
         """``on_progress``, called on the worker thread: post_message is thread-safe."""
-        self.post_message(CompareProgress(line))
+        self.post_message(CompareProgress(event))
 
     @on(CompareProgress)
     def _progress(self, message: CompareProgress) -> None:
-        line = message.line
-        s = _SEARCH_LINE.match(line)
-        if s:  # the baseline's diagnosis and the parallelism search, before the other runs
-            self.query_one("#opt-current", Static).update(Text(s.group(1)))
-            return
-        m = _RUN_LINE.match(line)
-        if m:
-            config = m.group(3)
-            self.live.setdefault(config, LiveRow())
+        event = message.event
+        if isinstance(event, RunStarted):
+            self.live.setdefault(event.config, LiveRow())
             for name, row in self.live.items():
-                row.running = name == config
+                row.running = name == event.config
             self.query_one("#opt-current", Static).update(
-                Text(f"run {m.group(1)}/{m.group(2)} {config}  ({self.done_runs + 1} of "
-                     f"{self.total_runs})")
+                Text(f"run {event.repeat}/{event.repeats} {event.config}  "
+                     f"({self.done_runs + 1} of {self.total_runs})")
             )  # fmt: skip
             self._draw_table()
-            return
-        m = _RESULT_LINE.match(line)
-        if m:
-            row = self.live.setdefault(m.group(1), LiveRow())
+        elif isinstance(event, RunFinished):
+            row = self.live.setdefault(event.config, LiveRow())
             row.running = False
-            if m.group(2) is not None:
-                try:
-                    row.rates.append(float(m.group(2)))
-                    row.unit = m.group(3) or row.unit
-                except ValueError:
-                    pass
-            if m.group(4):
+            if event.outcome.rate is not None:
+                row.rates.append(event.outcome.rate)
+                row.unit = event.outcome.unit
+            if event.outcome.failed:
                 row.failures += 1
             self.done_runs += 1
             self.query_one("#opt-progress", ProgressBar).update(progress=self.done_runs)
             self._draw_table()
+        else:
+            # the baseline's diagnosis and the parallelism search, before the other runs
+            self.query_one("#opt-current", Static).update(Text(_search_text(event)))
 
     @on(CompareDone)
     def _done(self, message: CompareDone) -> None:
@@ -499,6 +480,13 @@ class OptimizerScreen(Screen[None]):
     def action_close(self) -> None:
         """Back to the dashboard (a running comparison carries on; o shows it again)."""
         self.app.pop_screen()
+
+
+def _search_text(event: CompareEvent) -> str:
+    """The current-activity line for the diagnosis and search events (no session paths)."""
+    if isinstance(event, SearchLevelStarted):
+        return f"search parallelism {event.parallelism}"
+    return progress_line(event).strip()
 
 
 def _dashboard_target(app: App[Any]) -> tuple[TargetInfo | None, Verdict | None]:

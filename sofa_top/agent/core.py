@@ -300,7 +300,7 @@ class Agent:
             "hooks_applied": self._applied.copy(),
             "hooks_skipped": [[h, r] for h, r in self._skipped.copy().items()],
             "dropped": self.dropped,
-            "optimize": self.settings.optimize,
+            "optimize": self.settings.optimize.to_json(),
             "settings_problems": list(self.settings.problems),
         }
 
@@ -575,7 +575,7 @@ def start(environ: dict[str, str] | None = None) -> Agent | None:
         conn = None
     agent = AGENT = Agent(settings, conn)
     installers = {} if conn is None else _installers()
-    if settings.optimize:  # the optimizer's toggles apply with or without telemetry
+    if settings.optimize.toggles():  # the toggles apply with or without telemetry
         from sofa_top.agent import optimize
 
         optimize.add_installers(agent, installers)

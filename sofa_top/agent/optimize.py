@@ -50,34 +50,12 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from sofa_top.agent.toggles import XLA_FLAGS, OptimizeSpec, PrefetchOptions, Toggle, hook_name
+
 if TYPE_CHECKING:
     from sofa_top.agent.core import Agent, Installer
 
-TOGGLES = ("xla", "prefetch", "depth_first")
-XLA_FLAGS = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
 _WAITING = "requested, but the workload never imported tensorflow or torch"
-
-
-def hook_name(toggle: str) -> str:
-    """The name a toggle is reported under in the agent's hooks_applied / hooks_skipped."""
-    return "opt:" + toggle.replace("_", "-")
-
-
-def _opts(value: object) -> dict[str, Any] | None:
-    """A toggle's options: ``True`` -> ``{}``, an object -> itself, anything else -> off."""
-    if value is True:
-        return {}
-    if isinstance(value, dict):
-        return value
-    return None
-
-
-def parallelism_of(opts: dict[str, Any]) -> int | None:
-    """The ``parallelism`` option when it is a positive integer, else None."""
-    n = opts.get("parallelism")
-    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-        return n
-    return None
 
 
 def default_workers() -> int:
@@ -93,12 +71,12 @@ class _State:
     """What the installers share; one process has one agent."""
 
     agent: Agent | None = None
-    wanted: dict[str, dict[str, Any]] = {}
+    wanted: OptimizeSpec = OptimizeSpec()
     where: dict[str, list[str]] = {}
     top_module_hook: Any = None
 
 
-def _applied(toggle: str, where: str, **data: Any) -> None:
+def _applied(toggle: Toggle, where: str, **data: Any) -> None:
     """Report that ``toggle`` changed something (``where``), once per distinct place."""
     agent = _State.agent
     places = _State.where.setdefault(toggle, [])
@@ -113,7 +91,7 @@ def _applied(toggle: str, where: str, **data: Any) -> None:
     )
 
 
-def _skipped(toggle: str, reason: str) -> None:
+def _skipped(toggle: Toggle, reason: str) -> None:
     agent = _State.agent
     if agent is None or _State.where.get(toggle):
         return  # applied somewhere already: a miss elsewhere does not undo it
@@ -125,7 +103,7 @@ def _skipped(toggle: str, reason: str) -> None:
     )
 
 
-def _guard(toggle: str, fn: Callable[[Agent, ModuleType], None]) -> Installer:
+def _guard(toggle: Toggle, fn: Callable[[Agent, ModuleType], None]) -> Installer:
     def install(agent: Agent, module: ModuleType) -> None:
         try:
             fn(agent, module)
@@ -171,10 +149,10 @@ def _install_tf_data(agent: Agent, module: ModuleType) -> None:
     cls = getattr(module, "DatasetV2", None)
     if cls is None:
         raise RuntimeError("tf.data DatasetV2 not found")
-    opts = _State.wanted["prefetch"]
-    nondet = opts.get("deterministic") is False
+    opts = _State.wanted.prefetch or PrefetchOptions()
+    nondet = opts.deterministic is False
     autotune = -1  # tf.data.AUTOTUNE
-    n = parallelism_of(opts)
+    n = opts.parallelism
     extra = {} if n is None else {"parallelism": n}
 
     def raise_to_n(current: object) -> bool:
@@ -254,9 +232,9 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
     cls = getattr(module, "DataLoader", None)
     if cls is None:
         raise RuntimeError("torch DataLoader not found")
-    opts = _State.wanted["prefetch"]
-    n = parallelism_of(opts)
-    workers = n or parallelism_of({"parallelism": opts.get("workers")}) or default_workers()
+    opts = _State.wanted.prefetch or PrefetchOptions()
+    n = opts.parallelism
+    workers = n or opts.workers or default_workers()
     extra = {} if n is None else {"parallelism": n}
     orig = cls.__init__
 
@@ -273,7 +251,7 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
 
                 a["num_workers"] = workers
                 a["persistent_workers"] = True
-                pf = a.get("prefetch_factor") or int(opts.get("prefetch_factor", 4))
+                pf = a.get("prefetch_factor") or opts.prefetch_factor or 4
                 a["prefetch_factor"] = pf
                 pin = bool(torch.cuda.is_available())
                 if pin:
@@ -340,12 +318,12 @@ def _time_first_compiled_call(module: Any) -> None:
 
 def _on_top_module(module: Any) -> None:
     name = type(module).__name__
-    if "xla" in _State.wanted:
+    if _State.wanted.xla:
         module.compile()
         _time_first_compiled_call(module)
         _applied("xla", f"torch: {name}.compile() (torch.compile in place)")
-    if "depth_first" in _State.wanted:
-        if "xla" in _State.wanted:
+    if _State.wanted.depth_first:
+        if _State.wanted.xla:
             _skipped("depth_first", "mutually exclusive with torch.compile (xla requested)")
         else:
             _load_depth_first()(module)
@@ -370,8 +348,8 @@ def _install_torch_modules(agent: Agent, module: ModuleType) -> None:
         try:
             _on_top_module(mod)
         except Exception as e:
-            for t in ("xla", "depth_first"):
-                if t in _State.wanted:
+            for t in _State.wanted.toggles():
+                if t != "prefetch":
                     _skipped(t, f"on {type(mod).__name__}: {e!r}")
         return None
 
@@ -383,32 +361,34 @@ def _install_torch_modules(agent: Agent, module: ModuleType) -> None:
 
 def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Installer]]]) -> None:
     """Register the requested toggles' installers (after the agent's own, so they wrap them)."""
-    raw = agent.settings.optimize
-    wanted = {t: o for t in TOGGLES if (o := _opts(raw.get(t))) is not None}
+    wanted = agent.settings.optimize
     _State.agent = agent
     _State.wanted = wanted
     _State.where = {}
-    for key in raw:
-        if key not in TOGGLES:
-            agent.event("optimize", f"unknown optimizer toggle {key!r} ignored", {"toggle": key})
-    for t in wanted:
+    for problem in agent.settings.problems:
+        if problem.startswith("optimize:"):
+            agent.event("optimize", problem, {"toggle": None})
+    for t in wanted.toggles():
         agent.hook_skipped(hook_name(t), _WAITING)
-    if "xla" in wanted and "depth_first" in wanted:
+    if wanted.xla and wanted.depth_first:
         agent.hook_skipped(
             hook_name("depth_first"), "mutually exclusive with torch.compile (xla requested)"
         )
-    if "xla" in wanted:
+    if wanted.xla:
         os.environ.setdefault("TF_XLA_FLAGS", XLA_FLAGS)
 
-    def add(name: str, toggle: str, fn: Callable[[Agent, ModuleType], None]) -> None:
+    def add(name: str, toggle: Toggle, fn: Callable[[Agent, ModuleType], None]) -> None:
         installers[name] = [*installers.get(name, ()), (hook_name(toggle), _guard(toggle, fn))]
 
-    if "xla" in wanted:
+    if wanted.xla:
         add("tensorflow", "xla", _install_tf_jit)
         add("keras.src.trainers.trainer", "xla", _install_keras_jit)
-    if "prefetch" in wanted:
+    if wanted.prefetch is not None:
         add("tensorflow.python.data.ops.dataset_ops", "prefetch", _install_tf_data)
         add("torch.utils.data.dataloader", "prefetch", _install_dataloader)
-    if "xla" in wanted or "depth_first" in wanted:
-        toggle = "xla" if "xla" in wanted else "depth_first"
-        add("torch.nn.modules.module", toggle, _install_torch_modules)
+    if wanted.xla or wanted.depth_first:
+        add(
+            "torch.nn.modules.module",
+            "xla" if wanted.xla else "depth_first",
+            _install_torch_modules,
+        )

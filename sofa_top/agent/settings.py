@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from sofa_top.agent.toggles import OptimizeSpec
+
 ENV_SOCKET = "SOFA_TOP_SOCKET"
 ENV_SETTINGS = "SOFA_TOP_AGENT_SETTINGS"
 
@@ -23,7 +25,7 @@ class AgentSettings:
     exit_flush_s: float = 1.0  # the most the workload's exit waits for the last frames
     pipeline_interval_s: float = 5.0  # how often tf.data runtime stats are re-read
     disabled_hooks: tuple[str, ...] = ()
-    optimize: dict[str, Any] = field(default_factory=dict)  # reserved for the optimizer
+    optimize: OptimizeSpec = field(default_factory=OptimizeSpec)  # the optimizer's toggles
     problems: tuple[str, ...] = ()  # what was wrong with the JSON (reported, never fatal)
 
     def to_json(self) -> dict[str, Any]:
@@ -36,7 +38,7 @@ class AgentSettings:
             "exit_flush_s": self.exit_flush_s,
             "pipeline_interval_s": self.pipeline_interval_s,
             "disabled_hooks": list(self.disabled_hooks),
-            "optimize": dict(self.optimize),
+            "optimize": self.optimize.to_json(),
         }
 
 
@@ -86,10 +88,8 @@ def parse_settings(text: str | None) -> AgentSettings:
             else:
                 problems.append("disabled_hooks: expected a list of hook names")
         elif key == "optimize":
-            if isinstance(value, dict):
-                values[key] = value
-            else:
-                problems.append("optimize: expected an object")
+            values[key], bad = OptimizeSpec.from_json(value)
+            problems.extend(bad)
         else:
             problems.append(f"unknown setting {key!r}")
     return AgentSettings(**values, problems=tuple(problems))

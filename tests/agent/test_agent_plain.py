@@ -64,13 +64,13 @@ def test_plain_loop_fraction_matches_the_workloads_own(
 def test_optimize_settings_are_parsed_and_reported() -> None:
     run = run_with_agent(
         workload_cmd(PLAIN, "--steps", "3", "--input-ms", "1", "--compute-ms", "1"),
-        settings={"optimize": {"prefetch": 4}, "flush_interval_s": 0.05},
+        settings={"optimize": {"prefetch": {"parallelism": 4}}, "flush_interval_s": 0.05},
     )
     assert run.returncode == 0, run.summary()
     (hello,) = run.events("agent-connected")
     settings = hello.data["settings"]
     assert isinstance(settings, dict)
-    assert settings["optimize"] == {"prefetch": 4}
+    assert settings["optimize"] == {"prefetch": {"parallelism": 4}}
     assert settings["flush_interval_s"] == 0.05
 
 

@@ -19,6 +19,7 @@ from sofa_top.agent import protocol
 from sofa_top.agent.launch_env import INJECT_DIR, agent_env
 from sofa_top.agent.protocol import MAX_FRAME, FrameError, FrameReader, encode
 from sofa_top.agent.settings import AgentSettings, parse_settings
+from sofa_top.agent.toggles import OptimizeSpec, PrefetchOptions
 from sofa_top.collectors.agent import convert_frame
 from sofa_top.model.samples import AgentInfo, Event, PipelineSample, StepSample
 
@@ -150,13 +151,19 @@ def test_settings_defaults_and_problems() -> None:
     )
     assert s.queue_max == 5
     assert s.flush_interval_s == 0.5
-    assert s.optimize == {"prefetch": 2}
+    # a malformed toggle is left out and listed, like any other setting
+    assert s.optimize == OptimizeSpec()
+    assert any("prefetch" in p for p in s.problems)
     assert s.disabled_hooks == ("keras-fit", "nope")
     assert s.send_timeout_s == AgentSettings().send_timeout_s
     assert any("bogus" in p for p in s.problems)
     assert any("nope" in p for p in s.problems)
     assert any("send_timeout_s" in p for p in s.problems)
-    clean = AgentSettings(queue_max=5, disabled_hooks=("keras-fit",), optimize={"a": [1]})
+    clean = AgentSettings(
+        queue_max=5,
+        disabled_hooks=("keras-fit",),
+        optimize=OptimizeSpec(xla=True, prefetch=PrefetchOptions(parallelism=8)),
+    )
     assert parse_settings(json.dumps(clean.to_json())) == clean
 
 

@@ -1,0 +1,181 @@
+"""Read one optimizer run back from its session file: throughput, compile time, verdict,
+toggles applied, loss health and the input numbers the headroom model needs."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sofa_top.agent.toggles import OptimizeSpec, Toggle, toggle_of_hook
+from sofa_top.model.samples import Event, StepSample
+from sofa_top.optimizers.measures import InputStats, Points, RunOutcome, Unit, input_stats
+from sofa_top.optimizers.probes import affinity
+from sofa_top.recording.store import SessionReader
+
+_LOSS_BAD = re.compile(r"loss\W{0,3}[^\n]{0,40}?\b(nan|-?inf(inity)?)\b", re.IGNORECASE)
+
+
+@dataclass
+class _Stored:
+    """What a run's session file holds that the analysis reads."""
+
+    steps: list[StepSample]
+    agent_events: list[Event]
+    opt_events: list[Event]
+    logs: list[Event]
+    meta: dict[str, Any]
+    cpu_points: Points
+    core_points: list[Points]
+    rss: list[float] = field(default_factory=list)
+
+
+def _read(path: Path) -> _Stored:
+    reader = SessionReader(path)
+    try:
+        names = set(reader.series_names())
+        return _Stored(
+            steps=reader.steps(),
+            agent_events=reader.events("agent"),
+            opt_events=reader.events("optimize"),
+            logs=reader.events("log"),
+            meta=reader.meta(),
+            cpu_points=reader.points("tree.cpu"),
+            core_points=[
+                reader.points(f"sys.cpu.{i}") for i in affinity() if f"sys.cpu.{i}" in names
+            ],
+            rss=[v for _ts, v, _e in reader.points("tree.rss") if v is not None],
+        )
+    finally:
+        reader.close()
+
+
+@dataclass
+class _Steady:
+    rate: float | None = None
+    unit: Unit = "steps/s"
+    compile_s: float | None = None
+    batch: float | None = None
+    stats: InputStats | None = None
+    failed: str | None = None
+
+
+def _steady(stored: _Stored, warmup: int, steps: int | None) -> _Steady:
+    """Throughput over the steps after the warm-up, of the busiest step source."""
+    counts: dict[tuple[str, int], int] = {}
+    for s in stored.steps:
+        counts[(s.source, s.pid)] = counts.get((s.source, s.pid), 0) + 1
+    if not counts:
+        return _Steady(failed="no steps recorded (is the loop visible to the agent?)")
+    key = max(counts, key=lambda k: counts[k])
+    main = sorted((s for s in stored.steps if (s.source, s.pid) == key), key=lambda s: s.step)
+    warm, steady = main[:warmup], main[warmup:]
+    if steps is not None:
+        steady = steady[:steps]
+    if not steady:
+        return _Steady(failed="no steps after warm-up")
+    out = _Steady()
+    span = steady[-1].ts - steady[0].start
+    bs = [s.batch_size for s in steady if s.batch_size]
+    if span > 0:
+        out.rate = len(steady) / span
+        if bs and len(bs) == len(steady):
+            out.rate, out.unit = sum(bs) / span, "samples/s"
+    med = statistics.median(s.duration_s for s in steady)
+    out.compile_s = sum(max(0.0, s.duration_s - med) for s in warm)
+    out.batch = statistics.median(bs) if bs else None
+    out.stats = input_stats(steady, stored.cpu_points, stored.core_points)
+    return out
+
+
+def _exit_failure(meta: dict[str, Any]) -> str | None:
+    """A workload that failed by itself (not stopped by compare's SIGTERM)."""
+    exit_code = meta.get("exit_code")
+    end_reason = str(meta.get("end_reason") or "")
+    if (
+        isinstance(exit_code, int)
+        and exit_code not in (0, -15, 143)
+        and ("target exited" in end_reason or exit_code > 0)
+    ):
+        return f"exit code {exit_code}"
+    return None
+
+
+def _toggles(
+    stored: _Stored, spec: OptimizeSpec
+) -> tuple[tuple[Toggle, ...], tuple[tuple[Toggle, str], ...]]:
+    """Which toggles applied, and why the others did not, from the agent's last report."""
+    if not stored.agent_events:
+        why = "no agent report (the agent did not start)"
+        return (), tuple((t, why) for t in spec.toggles())
+    info = stored.agent_events[-1].data  # the main process's last report
+    hooks = info.get("hooks_applied")
+    skipped = info.get("hooks_skipped")
+    applied = [
+        t for h in (hooks if isinstance(hooks, list) else []) if (t := toggle_of_hook(str(h)))
+    ]
+    not_applied = [
+        (t, str(pair[1]))
+        for pair in (skipped if isinstance(skipped, list) else [])
+        if isinstance(pair, list | tuple) and len(pair) == 2 and (t := toggle_of_hook(str(pair[0])))
+    ]
+    return tuple(applied), tuple(not_applied)
+
+
+def _verdict(path: Path) -> tuple[str | None, dict[str, Any]]:
+    from sofa_top.recording.report import session_summary
+
+    try:
+        v = session_summary(path).get("verdict")
+    except Exception:
+        return None, {}
+    if not isinstance(v, dict):
+        return None, {}
+    kind = v.get("kind")
+    return (str(kind) if kind else None), dict(v.get("evidence") or {})
+
+
+def _compile_s(steady: float | None, opt_events: Sequence[Event]) -> float | None:
+    """The warm-up's excess over the steady steps, or the compile time the agent timed."""
+    out = steady
+    for e in opt_events:
+        cs = e.data.get("compile_s")
+        if isinstance(cs, (int, float)):
+            out = max(out or 0.0, float(cs))
+    return out
+
+
+def analyze_session(
+    path: str | Path,
+    warmup: int,
+    steps: int | None,
+    spec: OptimizeSpec,
+    memory: int | None = None,
+) -> RunOutcome:
+    """One run's ``RunOutcome``; ``memory``: its peak tree PSS (``record_one``'s result)."""
+    stored = _read(Path(path))
+    st = _steady(stored, warmup, steps)
+    applied, not_applied = _toggles(stored, spec)
+    verdict, evidence = _verdict(Path(path))
+    par = [int(v) for e in stored.opt_events if isinstance(v := e.data.get("parallelism"), int)]
+    return RunOutcome(
+        session=str(path),
+        rate=st.rate,
+        unit=st.unit,
+        compile_s=_compile_s(st.compile_s, stored.opt_events),
+        verdict=verdict,
+        applied=applied,
+        not_applied=not_applied,
+        where=tuple(str(e.data["where"]) for e in stored.opt_events if e.data.get("where")),
+        nonfinite_loss=any(_LOSS_BAD.search(e.message) for e in stored.logs),
+        failed=st.failed or _exit_failure(stored.meta),
+        parallelism=max(par) if par else None,
+        memory=memory,
+        rss=int(max(stored.rss)) if stored.rss else None,
+        batch_size=st.batch,
+        input=st.stats,
+        evidence=evidence,
+    )

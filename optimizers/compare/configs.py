@@ -1,0 +1,56 @@
+"""The configurations ``compare`` knows: each is the set of toggles a run asks the agent for."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from sofa_top.agent.toggles import OptimizeSpec, PrefetchOptions, Toggle, toggle_name, toggle_of
+from sofa_top.model.errors import UserError
+
+CONFIGS: dict[str, OptimizeSpec] = {
+    "baseline": OptimizeSpec(),
+    "prefetch": OptimizeSpec(prefetch=PrefetchOptions()),
+    "xla": OptimizeSpec(xla=True),
+    "depth-first": OptimizeSpec(depth_first=True),
+    "all": OptimizeSpec(xla=True, prefetch=PrefetchOptions(), depth_first=True),
+}
+DEFAULT_CONFIGS = ("baseline", "prefetch", "xla", "depth-first", "all")
+ORDER: tuple[Toggle, ...] = ("prefetch", "xla", "depth_first")  # as configurations are listed
+
+
+def config_table(extra: Mapping[str, OptimizeSpec] | None = None) -> dict[str, OptimizeSpec]:
+    """The known configurations plus ``extra`` ones (which may override them)."""
+    return {**CONFIGS, **(extra or {})}
+
+
+def check_configs(configs: Sequence[str], table: Mapping[str, OptimizeSpec]) -> None:
+    """One clear line for a configuration nobody defined."""
+    for c in configs:
+        if c not in table:
+            raise UserError(f"unknown configuration {c!r} (known: {', '.join(table)})")
+
+
+def spec_of(toggles: Sequence[Toggle]) -> OptimizeSpec:
+    """The spec that turns on ``toggles`` with their defaults."""
+    return OptimizeSpec(
+        xla="xla" in toggles,
+        prefetch=PrefetchOptions() if "prefetch" in toggles else None,
+        depth_first="depth_first" in toggles,
+    )
+
+
+def plan(names: Sequence[str]) -> tuple[list[str], dict[str, OptimizeSpec]]:
+    """The configurations to run for the chosen toggles (``prefetch``, ``xla``,
+    ``depth-first``), and the extra ones to define: baseline, one per toggle, and (two or more
+    chosen) their combination, named ``all`` when it is every toggle."""
+    chosen = [t for t in (toggle_of(n) for n in names) if t is not None]
+    ordered = [t for t in ORDER if t in chosen]
+    configs = ["baseline", *(toggle_name(t) for t in ordered)]
+    extra: dict[str, OptimizeSpec] = {}
+    if len(ordered) == len(ORDER):
+        configs.append("all")
+    elif len(ordered) > 1:
+        name = "+".join(toggle_name(t) for t in ordered)
+        extra[name] = spec_of(ordered)
+        configs.append(name)
+    return configs, extra

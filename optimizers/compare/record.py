@@ -1,0 +1,93 @@
+"""Record one optimizer run: launch the command headless under the agent with a spec, and stop
+it once it has run enough steps."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from sofa_top.agent.toggles import OptimizeSpec
+from sofa_top.launch import LaunchRequest, Run, Sampling, open_launch
+from sofa_top.optimizers.probes import tree_memory
+
+# tree.cpu over short measured windows (headroom's CPU per step); no stacks: they cost CPU
+SAMPLING = Sampling(interval_s=0.2, stack_rate_hz=1.0, stacks=False)
+FLUSH_GRACE_S = 0.3  # the agent flushes every 0.1 s: the last steps arrive within this
+
+
+def _steps_done(run: Run) -> int:
+    """Steps of the busiest step source so far (one loop's clock, not a sum over processes)."""
+    by_source: dict[tuple[str, int], int] = {}
+    for s in run.session.steps():
+        key = (s.source, s.pid)
+        by_source[key] = max(by_source.get(key, 0), s.step + 1)
+    return max(by_source.values(), default=0)
+
+
+class _PeakMemory:
+    """The workload tree's peak PSS, sampled about once a second."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.peak: int | None = None
+        self._next = time.monotonic() + 0.5
+
+    def sample(self, force: bool = False) -> None:
+        if self.pid is None or (not force and time.monotonic() < self._next):
+            return
+        m = tree_memory(self.pid)
+        self.peak = max(self.peak or 0, m or 0) or None
+        self._next = time.monotonic() + 1.0
+
+
+def record_one(
+    cmd: Sequence[str],
+    spec: OptimizeSpec,
+    path: Path,
+    name: str,
+    target_steps: int | None,
+    seconds: float | None,
+    warmup: int,
+    timeout_s: float,
+) -> int | None:
+    """Launch ``cmd`` with ``spec`` and stop it after ``warmup`` + ``target_steps`` steps (or
+    ``seconds`` past the warm-up, or its exit, or ``timeout_s``). Returns the tree's peak PSS."""
+    run = open_launch(
+        LaunchRequest(
+            cmd=tuple(cmd),
+            mode="record",
+            name=name,
+            output=str(path),
+            sampling=SAMPLING,
+            settings={"optimize": spec.to_json()},
+        )
+    )
+    session = run.session
+    session.start()
+    memory = _PeakMemory(run.popen.pid if run.popen is not None else None)
+    t_end = time.monotonic() + timeout_s
+    warm_at: float | None = None
+    reason = "timeout"
+    while time.monotonic() < t_end:
+        memory.sample()
+        if session.done or session.target_exited:
+            reason = "target exited"
+            break
+        session.wait(0.1)
+        n = _steps_done(run)
+        if target_steps is not None and n >= warmup + target_steps:
+            reason = "enough steps"
+            break
+        if seconds is not None and n >= warmup:
+            warm_at = warm_at or time.monotonic()
+            if time.monotonic() - warm_at >= seconds:
+                reason = "enough time"
+                break
+    time.sleep(FLUSH_GRACE_S)
+    memory.sample(force=True)
+    finisher = threading.Thread(target=run.finish, args=(reason,), daemon=True)
+    finisher.start()
+    finisher.join(60.0)
+    return memory.peak

@@ -1,0 +1,94 @@
+"""What ``compare`` returns: per configuration the runs, their throughput, speedup, flags and
+headroom, and for the whole comparison the winner and the code changes that reproduce it.
+
+``CompareResult.to_json`` is ``compare --json`` (schema 2; the JSON schema is
+``compare.schema.json`` beside this file)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from sofa_top.agent.toggles import OptimizeSpec, Toggle
+from sofa_top.optimizers.headroom import Diagnosis, Headroom
+from sofa_top.optimizers.measures import RunOutcome, Throughput
+from sofa_top.optimizers.search import SearchResult
+
+SCHEMA_VERSION = 2
+Flag = Literal["toggle-not-applied", "slower-than-baseline", "non-finite-loss", "run-failed"]
+
+
+@dataclass
+class ConfigResult:
+    """One configuration over its repeats (``outcomes``, in run order)."""
+
+    config: str
+    optimize: OptimizeSpec
+    outcomes: list[RunOutcome] = field(default_factory=list)
+    applied: list[Toggle] = field(default_factory=list)
+    not_applied: list[tuple[Toggle, str]] = field(default_factory=list)
+    throughput: Throughput = field(default_factory=lambda: Throughput(None, None, None, "steps/s"))
+    speedup: float | None = None
+    verdict: str | None = None
+    compile_s: float | None = None
+    flags: list[Flag] = field(default_factory=list)
+    where: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    sessions: list[str] = field(default_factory=list)
+    parallelism: int | None = None
+    headroom: Headroom = field(default_factory=lambda: Headroom.unknown("steps/s"))
+
+    def to_json(self) -> dict[str, Any]:
+        """One entry of ``runs`` in ``compare --json``."""
+        return {
+            "config": self.config,
+            "optimize": self.optimize.to_json(),
+            "applied": list(self.applied),
+            "not_applied": [[t, why] for t, why in self.not_applied],
+            "throughput": asdict(self.throughput),
+            "speedup": self.speedup,
+            "verdict": self.verdict,
+            "compile_s": self.compile_s,
+            "flags": list(self.flags),
+            "where": list(self.where),
+            "errors": list(self.errors),
+            "sessions": list(self.sessions),
+            "parallelism": self.parallelism,
+            "headroom": asdict(self.headroom),
+        }
+
+
+@dataclass
+class CompareResult:
+    """The whole comparison."""
+
+    cmd: list[str]
+    repeats: int
+    steps: int | None
+    seconds: float | None
+    warmup_steps: int
+    runs: list[ConfigResult]
+    best: str | None
+    changes: list[str]
+    diagnosis: Diagnosis | None = None
+    search: SearchResult | None = None
+
+    def run(self, config: str | None) -> ConfigResult | None:
+        """The result of ``config`` (None when it was not run)."""
+        return next((r for r in self.runs if r.config == config), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """``compare --json``."""
+        return {
+            "schema": SCHEMA_VERSION,
+            "cmd": self.cmd,
+            "repeats": self.repeats,
+            "steps": self.steps,
+            "seconds": self.seconds,
+            "warmup_steps": self.warmup_steps,
+            "runs": [r.to_json() for r in self.runs],
+            "best": self.best,
+            "changes": self.changes,
+            "diagnosis": None if self.diagnosis is None else self.diagnosis.to_json(),
+            "search": {} if self.search is None else self.search.to_json(),
+        }

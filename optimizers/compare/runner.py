@@ -1,0 +1,186 @@
+"""``run_compare``: re-run a command under optimizer configurations and compare throughput.
+
+Each configuration (``baseline``, one per toggle, ``all``) is an ``OptimizeSpec`` the in-process
+agent applies. Every run is a real session file (launch mode, headless, no stack sampling); it is
+stopped once ``warmup_steps`` + ``steps`` steps are recorded (or ``seconds`` after the warm-up
+steps). Repeats are interleaved (A B C A B C ...) so that slow drift of the machine cancels out.
+Throughput is measured on the agent's steps after the warm-up ones: steps/s, or samples/s when
+the batch size is known.
+
+Input causes. The first baseline run is diagnosed before the others run: its verdict's
+``input_cause`` (cpu / latency / mixed) picks the prefetch parallelism (``search``). CPU-bound
+input stays at the core count. Input that waits (latency, mixed) is measured at cores x 1, 2, 4,
+8, 16 (one run each, prefetch configuration) until a level is less than 10% better than the best
+so far, the tree's memory (PSS: forked workers share pages that a sum of RSS counts once per
+worker) passes 2x the baseline's, or the next level would pass half the RAM. ``parallelism``
+skips the search.
+
+Headroom (``headroom``), per configuration, from the baseline's measured steps: compute-only
+rate 1 / median(step - input wait); CPU bound free cores / CPU-seconds per step; for
+latency/mixed causes, the latency bound P / input time per step. The headroom is the smallest of
+them, in the run's unit; ``fraction_reached`` is the run's median throughput over it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sofa_top.agent.toggles import OptimizeSpec
+from sofa_top.model.errors import UserError
+from sofa_top.optimizers.compare.analyze import analyze_session
+from sofa_top.optimizers.compare.configs import DEFAULT_CONFIGS, check_configs, config_table
+from sofa_top.optimizers.compare.progress import (
+    CompareEvent,
+    Diagnosed,
+    OnProgress,
+    RunFinished,
+    RunStarted,
+    SearchFinished,
+    SearchLevelFinished,
+    SearchLevelStarted,
+)
+from sofa_top.optimizers.compare.record import record_one
+from sofa_top.optimizers.compare.results import CompareResult, ConfigResult
+from sofa_top.optimizers.compare.summary import best_config, changes_for, summarize
+from sofa_top.optimizers.headroom import diagnose
+from sofa_top.optimizers.measures import RunOutcome, median
+from sofa_top.optimizers.probes import ram_total, usable_cores
+from sofa_top.optimizers.search import SEARCH_LEVELS, SearchResult, given, search_parallelism
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How each run is recorded, shared by every configuration."""
+
+    cmd: tuple[str, ...]
+    steps: int | None
+    seconds: float | None
+    warmup: int
+    timeout_s: float
+    out_dir: Path
+    stamp: str
+
+    def record(self, name: str, spec: OptimizeSpec, path: Path) -> RunOutcome:
+        """One run, recorded and analyzed; a failure to run is an outcome, not an error."""
+        try:
+            memory = record_one(
+                self.cmd, spec, path, f"compare-{name}", self.steps, self.seconds, self.warmup,
+                self.timeout_s,
+            )  # fmt: skip
+            return analyze_session(path, self.warmup, self.steps, spec, memory)
+        except UserError:
+            raise
+        except Exception as e:
+            return RunOutcome.failure(str(path), repr(e))
+
+
+def _check(cmd: Sequence[str], steps: int | None, seconds: float | None, p: int | None) -> None:
+    if not cmd:
+        raise UserError("compare needs a command: sofa-top compare -- python train.py")
+    if (steps is None) == (seconds is None):
+        raise UserError("compare needs exactly one of steps or seconds")
+    if p is not None and p < 1:
+        raise UserError("--parallelism must be at least 1")
+
+
+def run_compare(
+    cmd: Sequence[str],
+    configs: Sequence[str] = DEFAULT_CONFIGS,
+    repeats: int = 3,
+    steps: int | None = 50,
+    seconds: float | None = None,
+    warmup_steps: int = 5,
+    on_progress: OnProgress | None = None,
+    out_dir: str | Path | None = None,
+    timeout_s: float = 600.0,
+    optimize: Mapping[str, OptimizeSpec] | None = None,
+    parallelism: int | None = None,
+    search: bool = True,
+    search_levels: int = SEARCH_LEVELS,
+) -> CompareResult:
+    """Run ``cmd`` under each configuration, ``repeats`` times interleaved; compare throughput.
+
+    ``optimize`` maps extra (or overriding) configuration names to their specs. The first
+    baseline run is diagnosed before the others: prefetch configurations without a parallelism
+    of their own get the one the search picks (``search``), or ``parallelism`` when given; the
+    search tries at most ``search_levels`` levels."""
+    _check(cmd, steps, seconds, parallelism)
+    table = config_table(optimize)
+    check_configs(configs, table)
+    base = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="sofa-top-compare-"))
+    base.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    plan = _Plan(tuple(cmd), steps, seconds, warmup_steps, timeout_s, base, stamp)
+    say: OnProgress = on_progress or _quiet
+    results = {c: ConfigResult(c, table[c]) for c in configs}
+
+    def run(c: str, i: int) -> None:
+        path = base / f"compare-{plan.stamp}-{c}-{i + 1}.sofa"
+        say(RunStarted(c, i + 1, repeats, str(path)))
+        out = plan.record(c, results[c].optimize, path)
+        results[c].outcomes.append(out)
+        say(RunFinished(c, i + 1, out))
+
+    searched = [c for c in configs if table[c].wants_search()]
+    found: SearchResult | None = None
+    first_done = False
+    if searched and parallelism is not None:
+        found = given(parallelism)
+    elif searched and search and "baseline" in results:
+        run("baseline", 0)
+        first_done = True
+        found = _search(plan, results["baseline"], table[searched[0]], say, search_levels)
+    if found is not None and found.chosen is not None:
+        for c in searched:
+            results[c].optimize = results[c].optimize.with_parallelism(found.chosen)
+    for i in range(repeats):
+        for c in configs:
+            if not (i == 0 and c == "baseline" and first_done):
+                run(c, i)
+    return _result(plan, repeats, results, found)
+
+
+def _search(
+    plan: _Plan, baseline: ConfigResult, prefetch: OptimizeSpec, say: OnProgress, levels: int
+) -> SearchResult | None:
+    """Diagnose the first baseline run and, for input that waits, search the parallelism."""
+    diag = diagnose(baseline.outcomes, usable_cores())
+    say(Diagnosed(diag))
+    if diag is None:
+        return None
+
+    def measure(p: int) -> RunOutcome:
+        path = plan.out_dir / f"compare-{plan.stamp}-search-p{p}.sofa"
+        say(SearchLevelStarted(p, str(path)))
+        out = plan.record(f"search-p{p}", prefetch.with_parallelism(p), path)
+        say(SearchLevelFinished(p, out))
+        return out
+
+    found = search_parallelism(diag, measure, ram_total(), levels)
+    say(SearchFinished(found))
+    return found
+
+
+def _result(
+    plan: _Plan, repeats: int, results: dict[str, ConfigResult], found: SearchResult | None
+) -> CompareResult:
+    base_runs = results["baseline"].outcomes if "baseline" in results else []
+    baseline = median([o.rate for o in base_runs if o.rate is not None])
+    diag = diagnose(base_runs, usable_cores()) if "baseline" in results else None
+    for cr in results.values():
+        summarize(cr, baseline, diag)
+    runs = list(results.values())
+    result = CompareResult(
+        list(plan.cmd), repeats, plan.steps, plan.seconds, plan.warmup, runs, best_config(runs),
+        [], diagnosis=diag, search=found,
+    )  # fmt: skip
+    result.changes = changes_for(result, result.best)
+    return result
+
+
+def _quiet(_event: CompareEvent) -> None:
+    pass

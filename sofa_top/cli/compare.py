@@ -1,0 +1,141 @@
+"""``sofa-top compare``: its flags, and the comparison rendered as text (a rich table)."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from sofa_top.model.errors import UserError
+from sofa_top.optimizers.compare import (
+    CONFIGS,
+    DEFAULT_CONFIGS,
+    CompareEvent,
+    CompareResult,
+    run_compare,
+)
+from sofa_top.optimizers.compare.text import diagnosis_lines, fmt, headroom_cell, progress_line
+from sofa_top.optimizers.headroom import headroom_line
+
+# Written to a file or a pipe, the table must not be cut to the 80 columns rich assumes there.
+PIPE_WIDTH = 200
+
+
+def add_compare_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add the ``compare`` subcommand to ``build_parser``'s subparsers."""
+    c: argparse.ArgumentParser = sub.add_parser(
+        "compare",
+        help="re-run CMD under optimizer configurations and compare throughput",
+        usage="sofa-top compare [--configs LIST] [--repeats N] [--steps K | --seconds S] "
+        "[--parallelism N] [--json] -- CMD [ARGS...]",
+    )
+    c.add_argument(
+        "--configs",
+        default=",".join(DEFAULT_CONFIGS),
+        help=f"comma-separated, from {', '.join(CONFIGS)} (default: all of them)",
+    )
+    c.add_argument("--repeats", type=int, default=3, metavar="N", help="runs per config (3)")
+    g = c.add_mutually_exclusive_group()
+    g.add_argument("--steps", type=int, metavar="K", help="measured steps per run (default 50)")
+    g.add_argument("--seconds", type=float, metavar="S", help="measured seconds per run")
+    c.add_argument("--warmup-steps", type=int, default=5, metavar="W", help="excluded steps (5)")
+    c.add_argument(
+        "--parallelism",
+        type=int,
+        metavar="N",
+        help="prefetch parallelism (tf.data calls and pool, DataLoader workers); default: "
+        "from the baseline's diagnosis, searched when the input waits",
+    )
+    c.add_argument("--json", action="store_true", help="print the JSON result on stdout")
+    c.add_argument("-o", "--output-dir", metavar="DIR", help="where the session files go")
+    return c
+
+
+def _print_progress(event: CompareEvent) -> None:
+    print(progress_line(event), file=sys.stderr, flush=True)
+
+
+def compare_main(args: argparse.Namespace) -> int:
+    """Run ``sofa-top compare`` (``args.cmd`` holds the command after ``--``)."""
+    cmd = list(getattr(args, "cmd", []) or [])
+    if not cmd:
+        raise UserError("compare needs a command: sofa-top compare -- python train.py")
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    if args.repeats < 1 or (args.steps is not None and args.steps < 1):
+        raise UserError("--repeats and --steps must be at least 1")
+    steps = args.steps if args.steps is not None or args.seconds is not None else 50
+    out_dir = args.output_dir
+    if out_dir is None:
+        from sofa_top.recording.paths import sessions_dir
+
+        out_dir = sessions_dir()
+    result = run_compare(
+        cmd,
+        configs,
+        repeats=args.repeats,
+        steps=steps,
+        seconds=args.seconds,
+        warmup_steps=max(0, args.warmup_steps),
+        on_progress=_print_progress,
+        out_dir=out_dir,
+        parallelism=getattr(args, "parallelism", None),
+    )
+    if args.json:
+        import json
+
+        json.dump(result.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render_compare(result)
+    return 0
+
+
+def _console() -> Console:
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=max(PIPE_WIDTH, shutil.get_terminal_size((PIPE_WIDTH, 24)).columns))
+
+
+def compare_table(result: CompareResult) -> Table:
+    """The comparison as a rich table: one row per configuration."""
+    t = Table(title=f"sofa-top compare ({result.repeats} repeat(s), interleaved)")
+    for col in ("config", "throughput (median, min-max)", "speedup", "compile s", "verdict"):
+        t.add_column(col, justify="right" if col in ("speedup", "compile s") else "left")
+    t.add_column("headroom", overflow="fold")
+    t.add_column("applied / flags", overflow="fold")
+    for r in result.runs:
+        tp = r.throughput
+        thr = f"{fmt(tp.median)} ({fmt(tp.min)}-{fmt(tp.max)}) {tp.unit}"
+        notes = ", ".join(r.applied) or "-"
+        if r.not_applied:
+            notes += "; not applied: " + "; ".join(f"{t_}: {why}" for t_, why in r.not_applied)
+        if r.flags:
+            notes += f" [{', '.join(r.flags)}]"
+        if r.parallelism is not None:
+            notes += f" (parallelism {r.parallelism})"
+        name = f"[bold]{r.config}[/bold]" if r.config == result.best else r.config
+        sp = "-" if r.speedup is None else f"{r.speedup:.2f}x"
+        t.add_row(name, thr, sp, fmt(r.compile_s, ".1f"), r.verdict or "-", headroom_cell(r), notes)
+    return t
+
+
+def render_compare(result: CompareResult, console: Console | None = None) -> None:
+    """The table, the diagnosis, the winner and the code changes that reproduce it."""
+    console = console or _console()
+    console.print(compare_table(result))
+    for line in diagnosis_lines(result):
+        console.print(line, highlight=False)
+    best = result.run(result.best)
+    if best is not None:
+        console.print(
+            f"best: [bold]{result.best}[/bold]: {headroom_line(best.speedup, best.headroom)}"
+        )
+    for c in result.changes:
+        console.print(f"  - {c}", highlight=False)
+    for r in result.runs:
+        for e in r.errors:
+            console.print(f"[red]{r.config}: {e}[/red]")

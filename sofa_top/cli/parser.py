@@ -1,0 +1,136 @@
+"""The ``sofa-top`` argument parser: every command and flag (the frozen interface)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+from sofa_top import __version__
+from sofa_top.cli.compare import add_compare_parser
+from sofa_top.launch import DEFAULT_INTERVAL_S, DEFAULT_STACK_RATE_HZ, Sampling
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and exit 2), not a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"sofa-top: error: {message} (see '{self.prog} --help')\n")
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
+    return v
+
+
+def pid(text: str) -> int:
+    """An argparse type: a process id."""
+    try:
+        v = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a PID: {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"not a PID: {text!r}")
+    return v
+
+
+def sampling_of(args: argparse.Namespace) -> Sampling:
+    """The ``--interval`` / ``--stack-rate`` / ``--no-stacks`` flags as a ``Sampling``."""
+    return Sampling(
+        interval_s=args.interval, stack_rate_hz=args.stack_rate, stacks=not args.no_stacks
+    )
+
+
+def _sampling(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--interval",
+        type=positive_float,
+        default=DEFAULT_INTERVAL_S,
+        metavar="S",
+        help=f"process/system sampling interval in seconds (default {DEFAULT_INTERVAL_S})",
+    )
+    sp.add_argument(
+        "--stack-rate",
+        type=positive_float,
+        default=DEFAULT_STACK_RATE_HZ,
+        metavar="HZ",
+        help="Python stack sampling rate; adapts down to stay within a CPU budget "
+        f"(default {DEFAULT_STACK_RATE_HZ:g})",
+    )
+    sp.add_argument(
+        "--no-stacks", action="store_true", help="do not sample Python stacks (no py-spy)"
+    )
+    sp.add_argument("-o", "--output", metavar="FILE", help="session file to write")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with all of sofa-top's commands."""
+    p = Parser(prog="sofa-top", description="Live terminal profiler for deep-learning workloads.")
+    p.add_argument("--version", action="version", version=f"sofa-top {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    a = sub.add_parser("attach", help="attach to a running process and open the live dashboard")
+    a.add_argument("pid", type=pid, metavar="PID")
+    _sampling(a)
+
+    r = sub.add_parser(
+        "record",
+        help="record headless (no screen): --pid PID, or -- CMD to launch",
+        usage="sofa-top record (--pid PID | -- CMD [ARGS...]) [options]",
+    )
+    r.add_argument("--pid", type=pid, metavar="PID")
+    r.add_argument("--duration", type=positive_float, metavar="S", help="stop after S seconds")
+    r.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    _sampling(r)
+
+    la = sub.add_parser(
+        "launch",
+        help="start CMD with the in-process agent and open the dashboard",
+        usage="sofa-top launch [--name N] [-o FILE] -- CMD [ARGS...]",
+    )
+    la.add_argument("--name", help="session name (default: the command)")
+    _sampling(la)
+
+    d = sub.add_parser("demo", help="run a bundled input-bound workload under sofa-top")
+    d.add_argument("framework", nargs="?", choices=("tf", "torch"), default="tf")
+    d.add_argument("--seconds", type=positive_float, metavar="S", help="stop the demo after S s")
+    d.add_argument(
+        "--storage-ms",
+        type=float,
+        metavar="MS",
+        help="simulated per-file storage latency (default 4; 0: a CPU-bound input stage)",
+    )
+    _sampling(d)
+
+    e = sub.add_parser(
+        "export", help="export a session for Perfetto, chrome://tracing or speedscope"
+    )
+    e.add_argument("session", metavar="SESSION", help="session file, name, or 'last'")
+    e.add_argument(
+        "--format", "-f", choices=("perfetto", "chrome", "speedscope"), default="perfetto"
+    )
+    e.add_argument(
+        "-o", "--output", metavar="OUT", help="output file (default: beside the session)"
+    )
+
+    rp = sub.add_parser("replay", help="open a saved session read-only with a time cursor")
+    rp.add_argument("session", metavar="SESSION", help="session file, name, or 'last'")
+
+    ss = sub.add_parser("sessions", help="list saved sessions")
+    ss.add_argument("--json", action="store_true", help="machine-readable list")
+    ss.add_argument(
+        "--prune",
+        type=positive_float,
+        metavar="DAYS",
+        help="delete sessions older than DAYS (asks first)",
+    )
+    ss.add_argument("--yes", action="store_true", help="with --prune: do not ask")
+
+    sub.add_parser("doctor", help="check what sofa-top can see on this machine")
+    add_compare_parser(sub)
+    return p

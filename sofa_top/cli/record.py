@@ -1,0 +1,78 @@
+"""``sofa-top record``: the headless twin of the dashboard."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+
+from sofa_top.cli.failures import thread_failures
+from sofa_top.cli.parser import sampling_of
+from sofa_top.launch import AttachRequest, LaunchRequest, open_attach, open_launch
+from sofa_top.model.errors import UserError
+
+
+def record(args: argparse.Namespace) -> int:
+    """Record until ``--duration``, the target's exit or Ctrl-C/SIGTERM/SIGHUP; then print the
+    summary (``--json``: the machine-readable one)."""
+    if (args.pid is None) == (not args.cmd):
+        raise UserError("record needs either --pid PID or -- CMD [ARGS...] (not both)")
+    sampling = sampling_of(args)
+    if args.cmd:
+        req = LaunchRequest(
+            cmd=tuple(args.cmd), mode="record", output=args.output, sampling=sampling
+        )
+        run = open_launch(req)
+    else:
+        run = open_attach(
+            AttachRequest(pid=args.pid, mode="record", output=args.output, sampling=sampling)
+        )
+    session = run.session
+    stop_reason: list[str] = []
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop_reason.append(signal.Signals(signum).name)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    session.start()
+    deadline = time.monotonic() + args.duration if args.duration else None
+    if not args.json:
+        what = f"PID {session.target.pid}"
+        print(f"recording {what} to {session.session_path} (Ctrl-C stops)", file=sys.stderr)
+    while not session.done and not stop_reason:
+        if deadline is not None and time.monotonic() >= deadline:
+            stop_reason.append("duration reached")
+            break
+        session.wait(0.2)  # short waits keep signal handling responsive
+    # Neither asked to stop nor the target's exit: sofa-top itself failed (a full disk, ...).
+    failed = not stop_reason and not session.target_exited
+    reason = stop_reason[0] if stop_reason else "recording failed" if failed else "target exited"
+    left_running = None
+    if failed and run.popen is not None and run.popen.poll() is None:
+        # sofa-top failing is no reason to stop the user's workload: it runs on, unwatched.
+        left_running, run.popen = run.popen.pid, None
+    finisher = threading.Thread(target=run.finish, args=(reason,), daemon=True)
+    finisher.start()
+    finisher.join(30.0)
+    from sofa_top.recording.report import render_summary, session_summary
+
+    summary = session_summary(session.session_path)
+    if args.json:
+        json.dump(summary, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render_summary(summary)
+    if failed:
+        running = f"; the workload (PID {left_running}) keeps running" if left_running else ""
+        print(
+            f"sofa-top: recording stopped early ({thread_failures(session)}); "
+            f"{session.session_path} keeps what was recorded until then{running}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

@@ -1,0 +1,97 @@
+"""The commands on saved sessions: ``export``, ``replay`` and ``sessions``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sofa_top.model.errors import UserError
+
+
+def resolve_session(text: str) -> Path:
+    """A session given as a path, a file name in the sessions directory, or ``last``."""
+    from sofa_top.recording.paths import sessions_dir
+
+    path = Path(text).expanduser()
+    if path.is_file():
+        return path
+    root = sessions_dir()
+    if text == "last":
+        candidates = sorted(root.glob("*.sofa"), key=lambda p: p.stat().st_mtime)
+        if not candidates:
+            raise UserError(f"no saved sessions in {root}")
+        return candidates[-1]
+    matches = sorted(root.glob(f"{text}*.sofa")) if "/" not in text else []
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise UserError(f"'{text}' matches {len(matches)} sessions; give more of the name")
+    raise UserError(f"no such session: {text}")
+
+
+def check_intact(path: Path) -> None:
+    """Refuse a session file that is not a session, or has damaged pages."""
+    from sofa_top.recording.store import SessionReader
+
+    reader = SessionReader(path)
+    try:
+        reader.check_intact()
+    finally:
+        reader.close()
+
+
+def export(args: argparse.Namespace) -> int:
+    """``sofa-top export SESSION``."""
+    from sofa_top.export import export_session
+
+    out = Path(args.output).expanduser() if args.output else None
+    path = resolve_session(args.session)
+    check_intact(path)
+    result = export_session(path, args.format, out)
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"{result.path} ({args.format}, {result.events} events, {result.seconds:.2f} s)")
+    return 0
+
+
+def replay(args: argparse.Namespace) -> int:
+    """``sofa-top replay SESSION``."""
+    return replay_path(args.session)
+
+
+def replay_path(session: str) -> int:
+    """Open the dashboard read-only on a saved session."""
+    from sofa_top.recording.replay import ReplaySource
+    from sofa_top.tui.app import run_dashboard
+
+    path = resolve_session(session)
+    check_intact(path)
+    run_dashboard(ReplaySource(path))
+    return 0
+
+
+def sessions(args: argparse.Namespace) -> int:
+    """``sofa-top sessions [--json] [--prune DAYS [--yes]]``."""
+    from sofa_top.recording.catalogue import list_sessions, prune, render_sessions, sessions_json
+
+    if args.prune is not None:
+
+        def confirm(question: str) -> bool:
+            if args.yes:
+                return True
+            if not sys.stdin.isatty():
+                raise UserError("--prune asks for confirmation: run it in a terminal or add --yes")
+            return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+        n = prune(args.prune, confirm)
+        print(f"deleted {n} session(s)")
+        return 0
+    found = list_sessions()
+    if args.json:
+        json.dump(sessions_json(found), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render_sessions(found)
+    return 0

@@ -1,0 +1,85 @@
+"""The commands that open the live dashboard: ``attach``, ``launch``, ``demo`` and the home
+screen (``sofa-top`` alone)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from sofa_top.cli.failures import failed, thread_failures
+from sofa_top.cli.parser import sampling_of
+from sofa_top.launch import AttachRequest, LaunchRequest, Run, Sampling, open_attach, open_launch
+from sofa_top.model.errors import UserError
+
+
+def attach(args: argparse.Namespace) -> int:
+    """``sofa-top attach PID``."""
+    req = AttachRequest(pid=args.pid, output=args.output, sampling=sampling_of(args))
+    return dashboard(open_attach(req))
+
+
+def launch(args: argparse.Namespace) -> int:
+    """``sofa-top launch -- CMD``."""
+    if not args.cmd:
+        raise UserError("launch needs a command: sofa-top launch -- python train.py")
+    req = LaunchRequest(
+        cmd=tuple(args.cmd), name=args.name, output=args.output, sampling=sampling_of(args)
+    )
+    return dashboard(open_launch(req))
+
+
+def demo(args: argparse.Namespace) -> int:
+    """``sofa-top demo [tf|torch]``: a bundled input-bound workload under the dashboard."""
+    from sofa_top.demos import DEMOS
+
+    cmd = [sys.executable, str(DEMOS[args.framework])]
+    if args.seconds:
+        cmd += ["--seconds", str(args.seconds)]
+    if args.storage_ms is not None:
+        if args.storage_ms < 0:
+            raise UserError("--storage-ms must be 0 or more")
+        # no storage latency: decode harder, so the input stage stays the bottleneck on CPU
+        iters = {"tf": "40", "torch": "12"}[args.framework] if args.storage_ms == 0 else None
+        cmd += ["--storage-ms", str(args.storage_ms)]
+        cmd += ["--decode-iters", iters] if iters else []
+    req = LaunchRequest(
+        cmd=tuple(cmd),
+        name=f"demo-{args.framework}",
+        output=args.output,
+        sampling=sampling_of(args),
+    )
+    return dashboard(open_launch(req))
+
+
+def dashboard(run: Run) -> int:
+    """Show ``run`` in the dashboard until the user quits; then stop it and say where it is."""
+    from sofa_top.tui.app import run_dashboard
+
+    try:
+        path = run_dashboard(run)
+    finally:
+        run.finish("user quit")
+    print(f"session saved: {path or run.session.session_path}")
+    if failed(run.session):
+        print(
+            f"sofa-top: recording stopped early ({thread_failures(run.session)})", file=sys.stderr
+        )
+        return 1
+    return 0
+
+
+def home() -> int:
+    """``sofa-top`` alone: pick a process to attach to, type a command to launch, or replay."""
+    from sofa_top.cli.saved import replay_path
+    from sofa_top.tui.home import run_home
+
+    choice = run_home()
+    if choice is None:
+        return 0
+    if choice.action == "attach" and choice.pid is not None:
+        return dashboard(open_attach(AttachRequest(pid=choice.pid, sampling=Sampling())))
+    if choice.action == "launch" and choice.argv:
+        return dashboard(open_launch(LaunchRequest(cmd=tuple(choice.argv))))
+    if choice.action == "replay" and choice.path is not None:
+        return replay_path(str(choice.path))
+    return 0

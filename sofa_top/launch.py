@@ -1,0 +1,204 @@
+"""Open a recording on a target: launch a command under the in-process agent, or attach to a
+running PID. The CLI, ``compare`` and the TUI all come through here.
+
+A request says what to watch and how (``LaunchRequest``, ``AttachRequest``); ``open_launch`` /
+``open_attach`` build the collectors, the session file and the hub and return a ``Run``, which
+is a ``SnapshotSource`` (``start`` / ``stop``) plus, in launch mode, the workload's process.
+Nothing starts collecting until ``Run.start``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from sofa_top.agent.launch_env import agent_env
+from sofa_top.collectors.agent import AgentCollector, AgentServer
+from sofa_top.collectors.base import Collector
+from sofa_top.collectors.gpu import GpuCollector
+from sofa_top.collectors.logs import LogCollector
+from sofa_top.collectors.process import ProcessCollector, describe_pid
+from sofa_top.model.errors import UserError
+from sofa_top.model.snapshot import TargetInfo
+from sofa_top.model.source import OnSnapshot
+from sofa_top.recording.hub import Session, session_file
+from sofa_top.recording.store import SessionStore
+
+DEFAULT_INTERVAL_S = 0.1
+DEFAULT_STACK_RATE_HZ = 100.0
+Mode = Literal["launch", "attach", "record"]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How often the collectors sample."""
+
+    interval_s: float = DEFAULT_INTERVAL_S  # process/system
+    stack_rate_hz: float = DEFAULT_STACK_RATE_HZ  # py-spy (adapts down to a CPU budget)
+    stacks: bool = True  # False: no py-spy at all
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Start ``cmd`` as a child with the agent injected and record it."""
+
+    cmd: tuple[str, ...]
+    mode: Mode = "launch"
+    name: str | None = None  # session name (default: the command's basename)
+    output: str | None = None  # session file (default: a fresh one in the sessions directory)
+    sampling: Sampling = Sampling()
+    # the agent's settings (``sofa_top.agent.settings``), e.g. {"optimize": spec.to_json()}
+    settings: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AttachRequest:
+    """Record a process that is already running."""
+
+    pid: int
+    mode: Mode = "attach"
+    output: str | None = None
+    sampling: Sampling = Sampling()
+
+
+class Run:
+    """A session plus, in launch mode, the workload sofa-top started and its agent server."""
+
+    def __init__(
+        self,
+        session: Session,
+        popen: subprocess.Popen[bytes] | None = None,
+        server: AgentServer | None = None,
+        output_dir: Path | None = None,
+    ) -> None:
+        self.session = session
+        self.popen = popen
+        self.server = server
+        self.output_dir = output_dir
+        self.session_path = session.session_path
+        self.target = session.target
+
+    def start(self, on_snapshot: OnSnapshot | None = None) -> None:
+        """SnapshotSource: start the session."""
+        self.session.start(on_snapshot)
+
+    def stop(self) -> None:
+        """SnapshotSource: the user quit the dashboard (and confirmed stopping a launch)."""
+        self.finish("user quit")
+
+    def finish(self, reason: str) -> None:
+        """Stop the workload sofa-top launched (if still running), then the session."""
+        if self.popen is not None and self.popen.poll() is None:
+            # The session ends for the user's reason (q, Ctrl-C, SIGTERM), not "target exited":
+            # the workload exits below because sofa-top stops it.
+            self.session.end_reason = self.session.end_reason or reason
+            terminate_workload(self.popen)
+            # Let the process collector see the exit, so the session records its code.
+            self.session.wait(2.0)
+        self.session.stop(reason)
+        if self.server is not None:
+            self.server.close()
+        if self.output_dir is not None:
+            # The session holds the (bounded) output now.
+            shutil.rmtree(self.output_dir, ignore_errors=True)
+
+
+def terminate_workload(popen: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    """SIGTERM the workload's process group, then SIGKILL it after ``grace_s``."""
+    if popen.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(popen.pid, signal.SIGTERM)
+    try:
+        popen.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(popen.pid, signal.SIGKILL)
+        popen.wait()
+
+
+def _collectors(
+    sampling: Sampling, pid: int, popen: subprocess.Popen[bytes] | None
+) -> list[Collector]:
+    process = ProcessCollector(pid, interval=sampling.interval_s, popen=popen)
+    collectors: list[Collector] = [process, GpuCollector(process.tree_pids)]
+    if sampling.stacks:
+        from sofa_top.collectors.stacks import StackCollector
+
+        collectors.append(StackCollector(pid, rate_hz=sampling.stack_rate_hz))
+    return collectors
+
+
+def open_attach(req: AttachRequest) -> Run:
+    """A session on the running process ``req.pid`` (raises UserError for a bad PID)."""
+    info = describe_pid(req.pid)
+    target = TargetInfo(pid=info.pid, name=info.name, cmdline=info.cmdline or (info.name,))
+    store = SessionStore(session_file(req.output, f"{target.name}-{target.pid}"))
+    return Run(Session(target, _collectors(req.sampling, target.pid, None), store, mode=req.mode))
+
+
+def open_launch(req: LaunchRequest) -> Run:
+    """Start ``req.cmd`` with the agent and a session on it (raises UserError when the command
+    cannot start or the session cannot be recorded: then nothing is left running)."""
+    cmd = list(req.cmd)
+    if not cmd:
+        raise UserError("launch needs a command: sofa-top launch -- python train.py")
+    name = req.name or os.path.basename(cmd[0])
+    path = session_file(req.output, name)
+    # The session file first: a command must never start (only to be stopped again) because
+    # sofa-top then finds that it cannot record.
+    store = SessionStore(path)
+    try:
+        server = AgentServer()
+    except UserError:
+        discard(store)
+        raise
+    settings = dict(req.settings)
+    env = {**os.environ, **agent_env(server.socket_path, settings)}
+    # Files, not pipes: if sofa-top dies, the workload's next print must not get SIGPIPE.
+    out_dir = Path(tempfile.mkdtemp(prefix="sofa-top-output-"))
+    outputs = {"stdout": out_dir / "stdout.log", "stderr": out_dir / "stderr.log"}
+    try:
+        popen = _start(cmd, outputs, env)
+    except OSError as exc:
+        server.close()
+        shutil.rmtree(out_dir, ignore_errors=True)
+        discard(store)
+        if isinstance(exc, FileNotFoundError):
+            raise UserError(f"command not found: {cmd[0]}") from None
+        raise UserError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
+    target = TargetInfo(pid=popen.pid, name=name, cmdline=tuple(cmd), launched=True)
+    collectors = _collectors(req.sampling, popen.pid, popen)
+    collectors += [AgentCollector(server), LogCollector(outputs)]
+    session = Session(target, collectors, store, mode=req.mode, extra_meta={"settings": settings})
+    return Run(session, popen, server, out_dir)
+
+
+def _start(
+    cmd: Sequence[str], outputs: Mapping[str, Path], env: Mapping[str, str]
+) -> subprocess.Popen[bytes]:
+    with outputs["stdout"].open("wb") as out, outputs["stderr"].open("wb") as err:
+        # A new session: the terminal's Ctrl-C reaches sofa-top, which decides what to stop.
+        return subprocess.Popen(
+            list(cmd),
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env=dict(env),
+            start_new_session=True,
+        )
+
+
+def discard(store: SessionStore) -> None:
+    """Close and delete a session file that never recorded anything."""
+    store.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{store.path}{suffix}").unlink(missing_ok=True)
