@@ -283,6 +283,7 @@ def convert_frame(frame: dict[str, Any], pid: int) -> list[Sample]:
         ]
     if kind == "event":
         told = _str(frame, "kind")
+        data = {"pid": pid, **_data(frame, "data")}
         event = event_kind(told)
         if event is None:  # an agent newer than this sofa-top: keep what it said, as data
             return [
@@ -298,7 +299,7 @@ def convert_frame(frame: dict[str, Any], pid: int) -> list[Sample]:
                 ts=_num(frame, "t"),
                 kind=event,
                 message=_str(frame, "message", ""),
-                data={"pid": pid, **_data(frame, "data")},
+                data=data,
             )
         ]
     if kind == "hello":

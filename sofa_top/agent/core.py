@@ -26,11 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from sofa_top.agent import protocol
 from sofa_top.agent.settings import (
-    ENV_SETTINGS,
-    ENV_SOCKET,
     HOOK_NAMES,
     AgentSettings,
-    parse_settings,
 )
 from sofa_top.agent.transport import Connection
 
@@ -540,48 +537,5 @@ class PostImportHooks(importlib.abc.MetaPathFinder):
                 self._agent.hook_skipped(hook, f"install failed: {e!r}")
 
 
-def _installers() -> dict[str, Sequence[tuple[str, Installer]]]:
-    from sofa_top.agent import hooks_tf, hooks_torch
-
-    return {
-        "tensorflow.python.data.ops.iterator_ops": [("tf-eager", hooks_tf.install_eager)],
-        "tensorflow.python.data.ops.dataset_ops": [("tf-data-pipeline", hooks_tf.install_pipeline)],
-        "keras.src.backend.tensorflow.trainer": [("keras-fit", hooks_tf.install_keras)],
-        "keras.src.callbacks.callback_list": [("keras-fit", hooks_tf.install_keras_epochs)],
-        "torch.utils.data.dataloader": [("torch-dataloader", hooks_torch.install_dataloader)],
-        "torch.optim.optimizer": [("torch-optimizer", hooks_torch.install_optimizer)],
-    }
-
-
+# The agent of this process, once ``sofa_top.agent.boot.start`` made one.
 AGENT: Agent | None = None
-
-
-def start(environ: dict[str, str] | None = None) -> Agent | None:
-    """Start the agent if the launcher asked for one (``SOFA_TOP_SOCKET`` set); idempotent."""
-    global AGENT
-    if AGENT is not None:
-        return AGENT
-    env = os.environ if environ is None else environ
-    path = env.get(ENV_SOCKET)
-    if not path:
-        return None
-    settings = parse_settings(env.get(ENV_SETTINGS))
-    try:
-        conn: Connection | None = Connection(
-            path, settings.connect_timeout_s, settings.send_timeout_s
-        )
-    except OSError as e:
-        log_once(f"cannot reach sofa-top at {path} ({e.strerror or e}); running without telemetry")
-        conn = None
-    agent = AGENT = Agent(settings, conn)
-    installers = {} if conn is None else _installers()
-    if settings.optimize.toggles():  # the toggles apply with or without telemetry
-        from sofa_top.agent import optimize
-
-        optimize.add_installers(agent, installers)
-    if installers:
-        PostImportHooks(agent, installers).install()
-    if conn is None:
-        return agent
-    agent.start_thread()
-    return agent

@@ -79,9 +79,9 @@ def _start() -> None:
         return
     try:
         _make_importable()
-        from sofa_top.agent import core
+        from sofa_top.agent import boot
 
-        core.start()
+        boot.start()
     except Exception as e:
         with contextlib.suppress(Exception):
             sys.stderr.write(
