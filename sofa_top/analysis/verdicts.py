@@ -29,11 +29,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from sofa_top.model.samples import GpuSample, PipelineSample, StepSample, SystemSample
 from sofa_top.model.snapshot import StackSummary
 from sofa_top.model.units import Percent
-from sofa_top.model.verdict import Recommendation, Verdict
+from sofa_top.model.verdict import InputCause, InputCauseKind, Verdict
+from sofa_top.optimizers import advice
 
 HIGH_INPUT_FRACTION = 0.20  # XProf: "highly input-bound"
 MODERATE_INPUT_FRACTION = 0.05  # XProf: "moderately input-bound"
@@ -64,21 +66,6 @@ class Evidence:
     child_cpu: Percent | None = None  # % of one core used by the tree less the target itself
 
 
-@dataclass(frozen=True, slots=True)
-class InputCause:
-    """Why the input stage is slow: ``cpu``, ``latency`` or ``mixed``, with its numbers."""
-
-    cause: str
-    cpu_cores: float  # cores busy producing input while the loop waits
-    usable_cores: int  # min(cores, the stage's parallelism)
-    parallelism: int | None  # the input stage's parallelism, when known
-    source: str  # "agent" (CPU during each wait) or "tree" (the tree's CPU, no agent)
-
-    @property
-    def utilization(self) -> float:
-        return self.cpu_cores / max(1, self.usable_cores)
-
-
 def input_parallelism(p: PipelineSample | None) -> int | None:
     """The input stage's parallelism: DataLoader workers, the widest tf.data map/interleave."""
     if p is None:
@@ -96,6 +83,7 @@ def input_cause(ev: Evidence) -> InputCause | None:
     measured = [s for s in ev.steps if s.wait_cpu_s is not None and s.input_wait_s > 0]
     wait = sum(s.input_wait_s for s in measured)
     child = max(0.0, ev.child_cpu or 0.0) / 100.0
+    source: Literal["agent", "tree"]
     if wait > 0:
         busy = sum(s.wait_cpu_s or 0.0 for s in measured) / wait + child
         source = "agent"
@@ -110,113 +98,10 @@ def input_cause(ev: Evidence) -> InputCause | None:
     # pipeline known at all, assume the common serial loop.
     usable = min(cores, par) if par is not None else cores if ev.pipeline is not None else 1
     util = busy / usable
-    cause = "cpu" if util >= INPUT_CPU_BUSY else "latency" if util <= INPUT_CPU_IDLE else "mixed"
+    cause: InputCauseKind = (
+        "cpu" if util >= INPUT_CPU_BUSY else "latency" if util <= INPUT_CPU_IDLE else "mixed"
+    )
     return InputCause(cause, busy, usable, par, source)
-
-
-def _pipeline_recommendations(p: PipelineSample | None, fw: str) -> list[Recommendation]:
-    recs: list[Recommendation] = []
-    if p is not None and p.framework == "tf.data":
-        kinds = {s.kind for s in p.stages}
-        for s in p.stages:
-            if s.kind in ("map", "interleave") and (s.parallelism or 1) <= 1:
-                recs.append(
-                    Recommendation(
-                        f"{s.kind}: num_parallel_calls=tf.data.AUTOTUNE "
-                        f"(stage {s.name} runs serially)",
-                        "prefetch",
-                    )
-                )
-        if "prefetch" not in kinds:
-            recs.append(Recommendation("add .prefetch(tf.data.AUTOTUNE) after batch()", "prefetch"))
-    elif p is not None and p.framework == "torch":
-        workers = next((s.parallelism for s in p.stages if s.kind == "source"), None)
-        if not workers:
-            recs.append(
-                Recommendation(
-                    "DataLoader(num_workers=2, persistent_workers=True) "
-                    "(it loads in the main process)",
-                    "prefetch",
-                )
-            )
-    if not recs:
-        if fw == "tensorflow":
-            recs = [
-                Recommendation("map: num_parallel_calls=tf.data.AUTOTUNE", "prefetch"),
-                Recommendation("add .prefetch(tf.data.AUTOTUNE) after batch()", "prefetch"),
-            ]
-        elif fw == "torch":
-            recs = [
-                Recommendation("DataLoader(num_workers=2, persistent_workers=True)", "prefetch")
-            ]
-        else:
-            recs = [
-                Recommendation(
-                    "overlap input with compute: prefetch batches in the "
-                    "background and parallelize preprocessing",
-                    "prefetch",
-                )
-            ]
-    return recs
-
-
-def _cause_recommendations(
-    cause: InputCause, p: PipelineSample | None, fw: str, cores: int
-) -> list[Recommendation]:
-    """What to change for the cause; the prefetch toggle's own advice comes first."""
-    recs = _pipeline_recommendations(p, fw)
-    if cause.cause == "latency":
-        wide = max(16, 4 * cores)
-        if fw == "tensorflow":
-            recs = [
-                Recommendation(
-                    f"the input stage waits on I/O, not CPU: raise parallelism past the "
-                    f"{cores} cores: map(f, num_parallel_calls={wide}) and "
-                    f"options.threading.private_threadpool_size={wide} (AUTOTUNE stops at "
-                    "the core count)",
-                    "prefetch",
-                ),
-                *recs,
-            ]
-        elif fw == "torch":
-            recs = [
-                Recommendation(
-                    f"the input stage waits on I/O, not CPU: DataLoader(num_workers={wide}, "
-                    f"persistent_workers=True): workers that mostly wait can outnumber the "
-                    f"{cores} cores",
-                    "prefetch",
-                ),
-            ]
-        else:
-            recs = [
-                Recommendation(
-                    f"the input stage waits on I/O: overlap more reads than the {cores} cores "
-                    "(threads or async I/O), or read fewer, larger files",
-                    "prefetch",
-                ),
-                *recs,
-            ]
-        recs.append(Recommendation("or keep the data closer: a local copy or cache of the files"))
-    elif cause.cause == "cpu":
-        if cause.usable_cores >= cores:
-            recs = [
-                Recommendation(
-                    f"preprocessing already keeps the {cores} cores busy: more parallelism "
-                    "cannot help here"
-                )
-            ]
-        recs += [
-            Recommendation(
-                "cache after the expensive step (ds.map(f).cache()) or preprocess offline, once"
-            ),
-            Recommendation("lighter decoding/augmentation (smaller images, cheaper ops)"),
-            Recommendation(
-                "more cores for input: a tf.data service, or DataLoader workers on more hosts"
-                if fw != "torch"
-                else "more cores for input: DataLoader workers on more hosts"
-            ),
-        ]
-    return recs
 
 
 def _cause_text(c: InputCause) -> str:
@@ -279,12 +164,7 @@ def judge(ev: Evidence) -> Verdict:
                 0.8,
                 f"memory-pressure: {used:.0%} of RAM in use; swapping slows every step",
                 {**base, "memory_used_fraction": round(used, 3)},
-                (
-                    Recommendation(
-                        "lower the batch size or the DataLoader "
-                        "prefetch_factor / tf.data buffer sizes"
-                    ),
-                ),
+                advice.memory_pressure_recommendations(),
             )
     if len(ev.steps) >= MIN_STEPS:
         return _judge_steps(ev, fw, base)
@@ -301,7 +181,7 @@ def judge(ev: Evidence) -> Verdict:
         0.0,
         "unknown: no step telemetry and no stack samples yet",
         base,
-        (Recommendation("run it under `sofa-top launch -- CMD` for exact per-step input wait"),),
+        advice.launch_recommendations(),
     )
 
 
@@ -321,13 +201,13 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         high = frac >= HIGH_INPUT_FRACTION
         where = f" in stage {evidence['bottleneck_stage']}" if evidence["bottleneck_stage"] else ""
         headline = f"input-bound: {frac:.0%} of each step waits for input{where}"
-        recs = _pipeline_recommendations(ev.pipeline, fw)
+        recs = advice.pipeline_recommendations(ev.pipeline, fw)
         cause = input_cause(ev)
         if cause is not None:
             cores = max(1, ev.cpu_count)
             evidence.update(_cause_evidence(cause, ev.system))
             headline += f"; {_cause_text(cause)}"
-            recs = _cause_recommendations(cause, ev.pipeline, fw, cores)
+            recs = advice.input_recommendations(cause, ev.pipeline, fw, cores)
         return Verdict(
             "input-bound",
             conf if high else conf * 0.8,
@@ -343,36 +223,15 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
             conf * 0.8,
             f"gpu-underutilized: compute-bound on the host, GPU at {gpu:.0f}%",
             evidence,
-            (Recommendation("move the model and batches to the GPU, raise the batch size"),),
+            advice.gpu_recommendations(),
         )
     return Verdict(
         "compute-bound",
         conf,
         f"compute-bound: only {frac:.0%} of each step waits for input",
         evidence,
-        _compute_recommendations(fw),
+        advice.compute_recommendations(fw),
     )
-
-
-def _compute_recommendations(fw: str) -> tuple[Recommendation, ...]:
-    if fw == "tensorflow":
-        return (
-            Recommendation(
-                "compile the step with XLA: model.compile(jit_compile=True) or "
-                "@tf.function(jit_compile=True)",
-                "xla",
-            ),
-        )
-    if fw == "torch":
-        return (
-            Recommendation("model.compile() (torch.compile)", "xla"),
-            Recommendation(
-                "run memory-bound layer chains depth-first: "
-                "model = sofa_top.optimizers.depth_first(model)",
-                "depth-first",
-            ),
-        )
-    return ()
 
 
 def _split(s: StackSummary, klass: str) -> float:
@@ -406,13 +265,13 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
     files = " ".join(f.filename for f in s.functions[:40])
     if inp >= STACK_INPUT_FRACTION:
         headline = f"input-bound: the training thread waits for input in {inp:.0%} of samples"
-        recs = _pipeline_recommendations(None, fw)
+        recs = advice.pipeline_recommendations(None, fw)
         cause = input_cause(ev)
         if cause is not None:
             cores = max(1, ev.cpu_count)
             evidence.update(_cause_evidence(cause, ev.system))
             headline += f"; {_cause_text(cause)}"
-            recs = _cause_recommendations(cause, None, fw, cores)
+            recs = advice.input_recommendations(cause, None, fw, cores)
         return Verdict("input-bound", 0.6, headline, evidence, tuple(recs), severity="high")
     if "keras" in files and "trainer" in files:
         # Keras fit pulls batches inside a compiled function: the stacks cannot see the wait.
@@ -422,11 +281,7 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
             "unknown: Keras fit reads its input inside a compiled step, invisible "
             "to stack sampling",
             evidence,
-            (
-                Recommendation(
-                    "run it under `sofa-top launch -- CMD` for exact per-step input wait"
-                ),
-            ),
+            advice.launch_recommendations(),
         )
     if comp >= STACK_DOMINANT:
         return Verdict(
@@ -434,7 +289,7 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
             0.6,
             f"compute-bound: {comp:.0%} of the training thread's samples in framework compute",
             evidence,
-            _compute_recommendations(fw),
+            advice.compute_recommendations(fw),
         )
     if py >= STACK_DOMINANT:
         return Verdict(
@@ -442,14 +297,14 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
             0.6,
             f"python-overhead: {py:.0%} of samples in plain Python code",
             evidence,
-            (Recommendation("move the hot Python function into vectorized framework ops"),),
+            advice.python_recommendations(),
         )
     return Verdict(
         "unknown",
         0.2,
         "unknown: the stacks show no dominant activity",
         evidence,
-        (Recommendation("run it under `sofa-top launch -- CMD` for exact per-step input wait"),),
+        advice.launch_recommendations(),
     )
 
 

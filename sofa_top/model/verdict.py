@@ -25,6 +25,7 @@ VERDICT_KINDS: tuple[VerdictKind, ...] = get_args(VerdictKind)
 Severity = Literal["", "high", "moderate"]
 # The optimizer toggle a recommendation can be tried with (compare's configuration names).
 ToggleName = Literal["prefetch", "xla", "depth-first"]
+InputCauseKind = Literal["cpu", "latency", "mixed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,3 +81,21 @@ def verdict_kind(value: object) -> VerdictKind:
         if value == kind:
             return kind
     return "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class InputCause:
+    """Why the input stage is slow: ``cpu``, ``latency`` or ``mixed``, with its numbers."""
+
+    cause: InputCauseKind
+    cpu_cores: float  # cores busy producing input while the loop waits
+    usable_cores: int  # min(cores, the stage's parallelism)
+    parallelism: int | None  # the input stage's parallelism, when known
+    source: Literal[
+        "agent", "tree"
+    ]  # "agent" (CPU during each wait) or "tree" (the tree's CPU, no agent)
+
+    @property
+    def utilization(self) -> float:
+        """The share of its usable cores the input stage kept busy."""
+        return self.cpu_cores / max(1, self.usable_cores)
