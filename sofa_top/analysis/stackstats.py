@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from sofa_top.model.samples import STACK_CLASSES, StackClass, StackCount, StackWindow
 from sofa_top.model.snapshot import FunctionStat, StackSummary, ThreadStat
@@ -139,3 +140,26 @@ def summarize(
         rate_hz=rate if rate is not None else windows[-1].rate_hz,
         sampler_cpu=_weighted_mean((d, w.sampler_cpu) for d, w in durations),
     )
+
+
+def summarize_by_thread(
+    windows: list[StackWindow],
+) -> tuple[StackSummary | None, dict[int, StackSummary]]:
+    """The summary of ``windows`` and one per thread (tid), for the live hub and replay."""
+    summary = summarize(windows) if windows else None
+    by_thread: dict[int, StackSummary] = {}
+    if summary is None:
+        return None, by_thread
+    # Group once (O(samples)) rather than filter per thread: a torch process has ~150 threads.
+    per_tid: dict[int, list[StackWindow]] = {}
+    for w in windows:
+        groups: dict[int, list[StackCount]] = {}
+        for c in w.stacks:
+            groups.setdefault(c.tid, []).append(c)
+        for tid, counts in groups.items():
+            per_tid.setdefault(tid, []).append(replace(w, stacks=tuple(counts)))
+    for tid, ws in per_tid.items():
+        s = summarize(ws)
+        if s is not None:
+            by_thread[tid] = s
+    return summary, by_thread

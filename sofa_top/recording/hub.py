@@ -17,12 +17,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sofa_top import __version__
-from sofa_top.analysis.stackstats import summarize
+from sofa_top.analysis.stackstats import summarize, summarize_by_thread
 from sofa_top.analysis.verdicts import WINDOW_S, Evidence, judge
 from sofa_top.collectors.base import BACKPRESSURE, Collector
 from sofa_top.model.samples import (
@@ -32,7 +31,6 @@ from sofa_top.model.samples import (
     PipelineSample,
     ProcessSample,
     Sample,
-    StackCount,
     StackWindow,
     StepSample,
     SystemSample,
@@ -41,7 +39,7 @@ from sofa_top.model.snapshot import LOG_LINES, Snapshot, StackSummary, TargetInf
 from sofa_top.model.source import OnSnapshot
 from sofa_top.model.verdict import Verdict
 from sofa_top.recording.rings import Rings
-from sofa_top.recording.series import RateState, points_of
+from sofa_top.recording.series import SeriesPoint
 from sofa_top.recording.store import SessionStore
 
 COMMIT_EVERY_S = 0.5  # the promise is "at least once a second"; half leaves margin
@@ -85,7 +83,6 @@ class Session:
         self.failure: str | None = None  # why recording stopped early, when sofa-top failed
         # UI-side state, touched only by the hub thread.
         self._rings = Rings()
-        self._rates: RateState = {}
         self._process: ProcessSample | None = None
         self._system: SystemSample | None = None
         self._gpu: GpuSample | None = None
@@ -197,9 +194,7 @@ class Session:
         while True:
             batch = self._drain(timeout=0.05)
             if batch:
-                self.store.write(batch)
-                for s in batch:
-                    self._absorb(s)
+                self._record(batch)
             if time.monotonic() - self.store.last_commit >= COMMIT_EVERY_S:
                 self.store.commit()
             if (
@@ -215,10 +210,7 @@ class Session:
                 # Collectors are stopped (or stopping): take what they left, then finish.
                 for t in self._threads:
                     t.join(timeout=3.0)
-                rest = self._drain(timeout=0)
-                self.store.write(rest)
-                for s in rest:
-                    self._absorb(s)
+                self._record(self._drain(timeout=0))
                 break
             now = time.monotonic()
             if now >= next_snapshot:
@@ -235,8 +227,13 @@ class Session:
             pass
         return out
 
-    def _absorb(self, s: Sample) -> None:
-        for name, value, _err in points_of(s, self._rates):
+    def _record(self, batch: list[Sample]) -> None:
+        """Store a batch, then take it into the UI state (with the points the store derived)."""
+        for s, points in zip(batch, self.store.write(batch), strict=True):
+            self._absorb(s, points)
+
+    def _absorb(self, s: Sample, points: list[SeriesPoint]) -> None:
+        for name, value, _err in points:
             self._rings.add(name, s.ts, value)
         if isinstance(s, ProcessSample):
             self._process = s
@@ -290,22 +287,7 @@ class Session:
         recent = [w for w in self._windows if w.ts_end >= now - STACK_SUMMARY_S] or list(
             self._windows
         )[-1:]
-        summary: StackSummary | None = summarize(recent) if recent else None
-        by_thread: dict[int, StackSummary] = {}
-        if summary is not None:
-            # Group once (O(samples)) rather than filter per thread (O(threads x samples)):
-            # a torch process easily has 150 threads.
-            per_tid: dict[int, list[StackWindow]] = {}
-            for w in recent:
-                groups: dict[int, list[StackCount]] = {}
-                for c in w.stacks:
-                    groups.setdefault(c.tid, []).append(c)
-                for tid, counts in groups.items():
-                    per_tid.setdefault(tid, []).append(replace(w, stacks=tuple(counts)))
-            for tid, windows in per_tid.items():
-                ts = summarize(windows)
-                if ts is not None:
-                    by_thread[tid] = ts
+        summary, by_thread = summarize_by_thread(recent)
         verdict = self._judge(now, summary, by_thread)
         return Snapshot(
             ts=now,

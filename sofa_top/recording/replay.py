@@ -22,11 +22,10 @@ import contextlib
 import math
 import sqlite3
 import threading
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sofa_top.analysis.stackstats import summarize
+from sofa_top.analysis.stackstats import summarize_by_thread
 from sofa_top.model.errors import UserError
 from sofa_top.model.samples import (
     Event,
@@ -34,11 +33,9 @@ from sofa_top.model.samples import (
     GpuSample,
     ProcessSample,
     ProcInfo,
-    StackCount,
-    StackWindow,
     SystemSample,
 )
-from sofa_top.model.snapshot import LOG_LINES, Snapshot, StackSummary, TargetInfo
+from sofa_top.model.snapshot import LOG_LINES, Snapshot, TargetInfo
 from sofa_top.model.source import OnSnapshot, SnapshotSource
 from sofa_top.model.verdict import Verdict
 from sofa_top.recording.rings import HISTORY_S
@@ -189,7 +186,7 @@ class ReplaySource:
             verdict_ev = r.last_event(MARKER_KIND, ts)
             events = r.events_before(ts, EVENTS_KEPT, HIDDEN_EVENT_KINDS)
             steps = r.steps_before(ts, STEPS_KEPT)
-        summary, by_thread = _summaries(windows)
+        summary, by_thread = summarize_by_thread(windows)
         exit_code = _exit_code(exit_ev)
         started = meta.get("started")
         return Snapshot(
@@ -398,26 +395,3 @@ def _gpu_at(r: SessionReader, ts: float, names: list[str]) -> GpuSample | None:
     if not devices:
         return None
     return GpuSample(ts=latest, status="ok", devices=tuple(devices))
-
-
-def _summaries(
-    windows: list[StackWindow],
-) -> tuple[StackSummary | None, dict[int, StackSummary]]:
-    """The stacks summary and the per-thread ones, as the live hub builds them."""
-    summary = summarize(windows) if windows else None
-    by_thread: dict[int, StackSummary] = {}
-    if summary is None:
-        return None, by_thread
-    # Group once (O(samples)) rather than filter per thread: a torch process has ~150 threads.
-    per_tid: dict[int, list[StackWindow]] = {}
-    for w in windows:
-        groups: dict[int, list[StackCount]] = {}
-        for c in w.stacks:
-            groups.setdefault(c.tid, []).append(c)
-        for tid, counts in groups.items():
-            per_tid.setdefault(tid, []).append(replace(w, stacks=tuple(counts)))
-    for tid, ws in per_tid.items():
-        s = summarize(ws)
-        if s is not None:
-            by_thread[tid] = s
-    return summary, by_thread

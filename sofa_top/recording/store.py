@@ -52,7 +52,7 @@ from sofa_top.model.samples import (
     event_kind,
     stage_kind,
 )
-from sofa_top.recording.series import RateState, points_of, unit_of
+from sofa_top.recording.series import RateState, SeriesPoint, points_of, unit_of
 
 SCHEMA_VERSION = 2
 
@@ -125,11 +125,13 @@ class SessionStore:
             [(k, json.dumps(v)) for k, v in values.items()],
         )
 
-    def write(self, samples: Iterable[Sample]) -> None:
-        """Append samples inside the open transaction (``commit`` makes them durable)."""
+    def write(self, samples: Iterable[Sample]) -> list[list[SeriesPoint]]:
+        """Append samples inside the open transaction (``commit`` makes them durable).
+
+        Returns each sample's series points (``series.points_of``, derived here once: the hub
+        feeds the same points to its rings)."""
         self._begin()
-        for s in samples:
-            self._write_one(s)
+        return [self._write_one(s) for s in samples]
 
     def _series_id(self, name: str) -> int:
         sid = self._series.get(name)
@@ -150,7 +152,7 @@ class SessionStore:
             self._stacks[frames] = sid
         return sid
 
-    def _write_one(self, s: Sample) -> None:
+    def _write_one(self, s: Sample) -> list[SeriesPoint]:
         db = self._db
         pts = points_of(s, self._rates)
         if pts:
@@ -213,6 +215,7 @@ class SessionStore:
             self._event(s.ts, "pipeline", s.framework, asdict(s))
         elif isinstance(s, AgentInfo):
             self._event(s.ts, "agent", f"agent in pid {s.pid}", asdict(s))
+        return pts
 
     def _event(self, ts: float, kind: str, message: str, data: dict[str, Any]) -> None:
         self._db.execute(
