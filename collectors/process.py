@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import subprocess
 import threading
 import time
@@ -30,6 +29,7 @@ from typing import Any
 import psutil
 
 from sofa_top.collectors.base import Emit
+from sofa_top.collectors.discovery import is_python_process
 from sofa_top.model.errors import UserError
 from sofa_top.model.samples import Event, ProcessSample, ProcInfo, SystemSample
 from sofa_top.model.units import Bytes, Percent, Pid, Seconds, Timestamp
@@ -37,7 +37,6 @@ from sofa_top.model.units import Bytes, Percent, Pid, Seconds, Timestamp
 EXIT_CODE_WAIT_S = 10.0  # how long to wait for a launched target's exit code once it looks gone
 _PF_KTHREAD = 0x00200000  # task flag in /proc/<pid>/stat that marks kernel threads
 _SWAP_REFRESH: Seconds = 1.0
-_PYTHON_EXE = re.compile(r"^(python|pypy)[\d.]*[a-z]*$")
 
 # Roles derived from what the process is, best effort (see _role_for).
 ROLE_TARGET = "target"
@@ -517,29 +516,6 @@ def _is_kernel_thread(pid: Pid) -> bool:
     except (IndexError, ValueError):
         return False
     return bool(flags & _PF_KTHREAD)
-
-
-def is_python_process(pid: Pid) -> bool | None:
-    """Whether ``pid`` runs a Python interpreter (py-spy can read its stacks); None when that
-    cannot be told (gone, or permission denied)."""
-    try:
-        exe = str(psutil.Process(pid).exe())
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
-    base = os.path.basename(exe.removesuffix(" (deleted)"))
-    if _PYTHON_EXE.match(base):
-        return True
-    # Embedded interpreters (uwsgi, custom launchers) map libpython.
-    try:
-        with open(f"/proc/{pid}/maps", "rb") as f:
-            for line in f:
-                if b"libpython" in line:
-                    return True
-    except FileNotFoundError:
-        return None if not os.path.isdir("/proc") else False
-    except OSError:
-        return None
-    return False
 
 
 def describe_pid(pid: Pid) -> PidInfo:

@@ -14,6 +14,7 @@ import pytest
 
 from sofa_top.cli import doctor
 from sofa_top.cli.doctor import Check, check_data_dir, check_import, check_stacks, check_terminal
+from sofa_top.collectors.stacks import find_pyspy
 from sofa_top.recording import paths
 
 ROOT = os.geteuid() == 0
@@ -137,7 +138,7 @@ def test_exit_semantics_required_failure() -> None:
 @pytest.mark.skipif(not ROOT, reason="needs root to drop to another user")
 def test_ptrace_denied_is_reported_with_a_fix() -> None:
     """The real thing: py-spy as user nobody against a root-owned Python process."""
-    py_spy = paths.py_spy_path()
+    py_spy = find_pyspy()
     assert py_spy is not None
     target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -215,7 +216,7 @@ def test_data_dir_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 def test_py_spy_found_next_to_the_interpreter_first(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "")
-    assert paths.py_spy_path() == str(Path(sys.executable).parent / "py-spy")
+    assert find_pyspy() == str(Path(sys.executable).parent / "py-spy")
 
 
 def test_main_prints_the_report_and_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
+from sofa_top.collectors.discovery import is_python_process
 from sofa_top.collectors.process import (
     ROLE_CHILD,
     ROLE_DATALOADER,
@@ -25,7 +26,6 @@ from sofa_top.collectors.process import (
     ROLE_TARGET,
     ProcessCollector,
     describe_pid,
-    is_python_process,
 )
 from sofa_top.model.errors import UserError
 from sofa_top.model.samples import Event, ProcessSample, ProcInfo, Sample, SystemSample

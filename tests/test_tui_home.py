@@ -12,18 +12,9 @@ from pathlib import Path
 from test_tui_pilot import run_async, wait_for
 from textual.pilot import Pilot
 
+from sofa_top.collectors.discovery import PyProc, PythonProcessScanner, is_python, sort_processes
 from sofa_top.recording.catalogue import SessionInfo
-from sofa_top.tui.home import (
-    NONE_KEY,
-    HomeApp,
-    HomeChoice,
-    PyProc,
-    PythonProcessScanner,
-    is_python,
-    parse_command,
-    run_home,
-    sort_processes,
-)
+from sofa_top.tui.home import NONE_KEY, HomeApp, HomeChoice, parse_command, run_home
 
 T0 = 1_700_000_000.0
 GIB = 1024**3

@@ -4,9 +4,6 @@ command to launch, or open a recorded session. ``run_home()`` returns the choice
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
 import shlex
 import threading
 import time
@@ -15,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-import psutil
 from rich.style import Style
 from rich.text import Text
 from textual import on, work
@@ -25,13 +21,13 @@ from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Input, Static
 
+from sofa_top.collectors.discovery import PyProc, PythonProcessScanner, sort_processes
 from sofa_top.tui.formatting import cmdline_text, human_bytes, percent, truncate
 
 if TYPE_CHECKING:
     from sofa_top.recording.catalogue import SessionInfo
 
 REFRESH_S = 2.0
-FIRST_SAMPLE_S = 0.5  # CPU % needs two readings; the first scan waits this long between them
 MAX_SESSIONS = 100
 NONE_KEY = "-"  # the row key of a "nothing here" placeholder row
 
@@ -43,8 +39,6 @@ KIND_STYLES = {
     "compute-bound": Style(color="#5faf5f"),
     "python-overhead": Style(color="#5f87d7"),
 }
-
-_PYTHON = re.compile(r"^(?:python|pypy|ipython)\d*(?:\.\d+)*[a-z]?(?:-dbg)?$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,27 +66,8 @@ class HomeChoice:
         return cls("replay", path=path)
 
 
-@dataclass(frozen=True, slots=True)
-class PyProc:
-    """One Python process as the picker lists it."""
-
-    pid: int
-    name: str
-    cmdline: tuple[str, ...]
-    cpu_percent: float | None  # None until two readings exist
-    rss: int | None
-    gpu_mem: int | None = None  # None: unknown (no NVIDIA GPU, or not on one)
-    user: str = ""
-
-
 ProcessScan = Callable[[], list[PyProc]]
 SessionList = Callable[[], "list[SessionInfo]"]
-
-
-def is_python(name: str, cmdline: Sequence[str], exe: str = "") -> bool:
-    """True for a Python interpreter, by process name, executable or argv[0]."""
-    candidates = (name, os.path.basename(exe), os.path.basename(cmdline[0]) if cmdline else "")
-    return any(_PYTHON.match(c) for c in candidates if c)
 
 
 def parse_command(text: str) -> list[str]:
@@ -101,93 +76,6 @@ def parse_command(text: str) -> list[str]:
     if not argv:
         raise ValueError("type a command, e.g. python train.py")
     return argv
-
-
-class GpuMemory:
-    """GPU memory per pid from NVML; gives up for good the first time NVML is unavailable."""
-
-    def __init__(self) -> None:
-        self._backend: object | None = None
-        self._failed = False
-
-    def __call__(self) -> dict[int, int]:
-        if self._failed:
-            return {}
-        try:
-            from sofa_top.collectors.gpu import PynvmlBackend
-
-            backend = self._backend
-            if not isinstance(backend, PynvmlBackend):
-                backend = PynvmlBackend()
-                backend.init()
-                self._backend = backend
-            used: dict[int, int] = {}
-            for index in range(backend.device_count()):
-                handle = backend.handle(index)
-                for proc in [
-                    *backend.compute_processes(handle),
-                    *backend.graphics_processes(handle),
-                ]:
-                    if proc.used_memory is not None:
-                        used[proc.pid] = used.get(proc.pid, 0) + proc.used_memory
-            return used
-        except Exception:  # no pynvml, no driver, no GPU: the column just says "-"
-            self._failed = True
-            return {}
-
-
-class PythonProcessScanner:
-    """Lists the Python processes of this machine, busiest first (call it off the UI thread)."""
-
-    def __init__(self, *, gpu: Callable[[], dict[int, int]] | None = None) -> None:
-        # cpu_percent() measures since the previous call on the same Process object: keep them.
-        self._procs: dict[int, psutil.Process] = {}
-        self._gpu = gpu if gpu is not None else GpuMemory()
-        self._own = os.getpid()
-
-    def __call__(self) -> list[PyProc]:
-        found: dict[int, tuple[psutil.Process, str, tuple[str, ...], str]] = {}
-        for proc in psutil.process_iter(["name", "cmdline", "exe", "username"]):
-            if proc.pid == self._own:
-                continue
-            info = proc.info
-            name = str(info.get("name") or "")
-            cmdline = tuple(str(a) for a in info.get("cmdline") or ())
-            if not is_python(name, cmdline, str(info.get("exe") or "")):
-                continue
-            cached = self._procs.get(proc.pid)
-            # Process equality includes the start time: a reused pid is a new process.
-            keep = cached if cached is not None and cached == proc else proc
-            found[proc.pid] = (keep, name, cmdline, str(info.get("username") or ""))
-        fresh = [p for p, *_ in found.values() if p.pid not in self._procs]
-        for proc in fresh:
-            with contextlib.suppress(psutil.Error):
-                proc.cpu_percent(None)
-        if fresh and not self._procs:
-            time.sleep(FIRST_SAMPLE_S)  # the very first scan: give CPU % something to measure
-            fresh = []
-        self._procs = {pid: p for pid, (p, *_) in found.items()}
-        gpu = self._gpu()
-        new = {p.pid for p in fresh}
-        rows: list[PyProc] = []
-        for pid, (proc, name, cmdline, user) in found.items():
-            try:
-                cpu = None if pid in new else proc.cpu_percent(None)
-                rss = proc.memory_info().rss
-            except psutil.NoSuchProcess:
-                continue
-            except psutil.Error:
-                cpu, rss = None, None
-            rows.append(PyProc(pid, name, cmdline, cpu, rss, gpu.get(pid), user))
-        return sort_processes(rows)
-
-
-def sort_processes(rows: Sequence[PyProc]) -> list[PyProc]:
-    """Busiest first; unknown CPU after known, then by memory."""
-    return sorted(
-        rows,
-        key=lambda p: (p.cpu_percent is None, -(p.cpu_percent or 0.0), -(p.rss or 0), p.pid),
-    )
 
 
 def _default_sessions() -> list[SessionInfo]:

@@ -33,6 +33,7 @@ import psutil
 
 from sofa_top.collectors.gpu import probe_gpus
 from sofa_top.collectors.process import ProcessCollector
+from sofa_top.collectors.stacks import find_pyspy
 from sofa_top.model.samples import GpuSample, ProcessSample
 from sofa_top.recording import paths
 
@@ -367,7 +368,7 @@ def check_data_dir() -> Check:
 def run_doctor(
     timeout: float = 20.0,
     *,
-    find_py_spy: Callable[[], str | None] = paths.py_spy_path,
+    find_py_spy: Callable[[], str | None] = find_pyspy,
     frameworks: Sequence[str] = ("torch", "tensorflow"),
 ) -> tuple[list[Check], bool]:
     """Run every check; returns them in display order and whether sofa-top can attach."""

@@ -1,10 +1,8 @@
-"""Where sofa-top keeps its data, and where it finds py-spy. Pure: nothing is created here."""
+"""Where sofa-top keeps its data. Pure: nothing is created here."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import sys
 from pathlib import Path
 
 
@@ -23,14 +21,3 @@ def data_dir() -> Path:
 def sessions_dir() -> Path:
     """Recorded sessions: data_dir()/sessions."""
     return data_dir() / "sessions"
-
-
-def py_spy_path() -> str | None:
-    """The py-spy executable: next to sys.executable first (the one installed with sofa-top in
-    its virtualenv, which need not be on PATH), then on PATH."""
-    # Not resolving symlinks on purpose: a venv's python links into the base interpreter's
-    # directory, but py-spy was installed into the venv's bin.
-    beside = Path(sys.executable).parent / "py-spy"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("py-spy")

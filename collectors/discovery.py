@@ -1,0 +1,148 @@
+"""Finding the Python processes of this machine: the one rule for "is this Python", and the
+scan the home screen lists (busiest first, with GPU memory where NVML says)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import psutil
+
+from sofa_top.model.units import Pid
+
+# python, python3.11, pythonw, python3-dbg, ipython, pypy3 ...
+_PYTHON = re.compile(r"^(?:i?python|pypy)\d*(?:\.\d+)*[a-z]*(?:-dbg)?$", re.IGNORECASE)
+FIRST_SAMPLE_S = 0.5  # CPU % needs two readings; the first scan waits this long between them
+
+
+def is_python(name: str, cmdline: Sequence[str] = (), exe: str = "") -> bool:
+    """True for a Python interpreter, by process name, executable or argv[0]."""
+    exe = exe.removesuffix(" (deleted)")
+    candidates = (name, os.path.basename(exe), os.path.basename(cmdline[0]) if cmdline else "")
+    return any(_PYTHON.match(c) for c in candidates if c)
+
+
+def is_python_process(pid: Pid) -> bool | None:
+    """Whether ``pid`` runs a Python interpreter (py-spy can read its stacks); None when that
+    cannot be told (gone, or permission denied)."""
+    try:
+        exe = str(psutil.Process(pid).exe())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+    if is_python("", (), exe):
+        return True
+    # Embedded interpreters (uwsgi, custom launchers) map libpython.
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            for line in f:
+                if b"libpython" in line:
+                    return True
+    except FileNotFoundError:
+        return None if not os.path.isdir("/proc") else False
+    except OSError:
+        return None
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class PyProc:
+    """One Python process as the picker lists it."""
+
+    pid: int
+    name: str
+    cmdline: tuple[str, ...]
+    cpu_percent: float | None  # None until two readings exist
+    rss: int | None
+    gpu_mem: int | None = None  # None: unknown (no NVIDIA GPU, or not on one)
+    user: str = ""
+
+
+class GpuMemory:
+    """GPU memory per pid from NVML; gives up for good the first time NVML is unavailable."""
+
+    def __init__(self) -> None:
+        self._backend: object | None = None
+        self._failed = False
+
+    def __call__(self) -> dict[int, int]:
+        if self._failed:
+            return {}
+        try:
+            from sofa_top.collectors.gpu import PynvmlBackend
+
+            backend = self._backend
+            if not isinstance(backend, PynvmlBackend):
+                backend = PynvmlBackend()
+                backend.init()
+                self._backend = backend
+            used: dict[int, int] = {}
+            for index in range(backend.device_count()):
+                handle = backend.handle(index)
+                for proc in [
+                    *backend.compute_processes(handle),
+                    *backend.graphics_processes(handle),
+                ]:
+                    if proc.used_memory is not None:
+                        used[proc.pid] = used.get(proc.pid, 0) + proc.used_memory
+            return used
+        except Exception:  # no pynvml, no driver, no GPU: the column just says "-"
+            self._failed = True
+            return {}
+
+
+class PythonProcessScanner:
+    """Lists the Python processes of this machine, busiest first (call it off the UI thread)."""
+
+    def __init__(self, *, gpu: Callable[[], dict[int, int]] | None = None) -> None:
+        # cpu_percent() measures since the previous call on the same Process object: keep them.
+        self._procs: dict[int, psutil.Process] = {}
+        self._gpu = gpu if gpu is not None else GpuMemory()
+        self._own = os.getpid()
+
+    def __call__(self) -> list[PyProc]:
+        found: dict[int, tuple[psutil.Process, str, tuple[str, ...], str]] = {}
+        for proc in psutil.process_iter(["name", "cmdline", "exe", "username"]):
+            if proc.pid == self._own:
+                continue
+            info = proc.info
+            name = str(info.get("name") or "")
+            cmdline = tuple(str(a) for a in info.get("cmdline") or ())
+            if not is_python(name, cmdline, str(info.get("exe") or "")):
+                continue
+            cached = self._procs.get(proc.pid)
+            # Process equality includes the start time: a reused pid is a new process.
+            keep = cached if cached is not None and cached == proc else proc
+            found[proc.pid] = (keep, name, cmdline, str(info.get("username") or ""))
+        fresh = [p for p, *_ in found.values() if p.pid not in self._procs]
+        for proc in fresh:
+            with contextlib.suppress(psutil.Error):
+                proc.cpu_percent(None)
+        if fresh and not self._procs:
+            time.sleep(FIRST_SAMPLE_S)  # the very first scan: give CPU % something to measure
+            fresh = []
+        self._procs = {pid: p for pid, (p, *_) in found.items()}
+        gpu = self._gpu()
+        new = {p.pid for p in fresh}
+        rows: list[PyProc] = []
+        for pid, (proc, name, cmdline, user) in found.items():
+            try:
+                cpu = None if pid in new else proc.cpu_percent(None)
+                rss = proc.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+            except psutil.Error:
+                cpu, rss = None, None
+            rows.append(PyProc(pid, name, cmdline, cpu, rss, gpu.get(pid), user))
+        return sort_processes(rows)
+
+
+def sort_processes(rows: Sequence[PyProc]) -> list[PyProc]:
+    """Busiest first; unknown CPU after known, then by memory."""
+    return sorted(
+        rows,
+        key=lambda p: (p.cpu_percent is None, -(p.cpu_percent or 0.0), -(p.rss or 0), p.pid),
+    )
