@@ -16,8 +16,7 @@ from textual.events import Resize
 from textual.geometry import Size
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Static, TabbedContent, TabPane
-from textual.widgets._tabbed_content import ContentTabs
+from textual.widgets import Footer, Static, TabbedContent, TabPane, Tabs
 
 from sofa_top.model.snapshot import Snapshot, TargetInfo
 from sofa_top.model.source import SnapshotSource
@@ -196,7 +195,7 @@ class DashboardApp(App[str]):
     def on_mount(self) -> None:
         # Tabs switch with 1/2/3 or a click; a focusable tab strip would add a stop to the
         # tab-key cycle between panes.
-        self.views.query_one(ContentTabs).can_focus = False
+        self.views.query_one(Tabs).can_focus = False
         self.set_class(self.replay, "-replay")
         if self.replay:
             self.title = f"{self.title} replay"

@@ -67,7 +67,8 @@ class LineCachedWidget(Widget):
                 return strips
         # What Widget._render_content does, without touching the widget's own render cache.
         self._line_strips = None
-        visual = visualize(self, self.render(), markup=self._render_markup)
+        # markup as Widget's default (these widgets render Text, where markup does not apply)
+        visual = visualize(self, self.render(), markup=True)
         return Visual.to_strips(self, visual, width, height, self.visual_style)
 
     def _draw_lines(self, key: tuple[Size, object], lines: Sequence[Text]) -> list[Strip] | None:
