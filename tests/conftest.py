@@ -58,3 +58,28 @@ def log_lines(session: str | Path) -> list[str]:
         return [e.message for e in reader.events("log")]
     finally:
         reader.close()
+
+
+def validate_json(instance: object, schema_file: Path) -> None:
+    """Fail the test unless ``instance`` matches the JSON schema in ``schema_file``."""
+    import json
+
+    import jsonschema
+
+    schema = json.loads(schema_file.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema).validate(instance)
+
+
+def validate_record_json(summary: object) -> None:
+    """``record --json`` against ``sofa_top/recording/record.schema.json``."""
+    from sofa_top.recording.report import SCHEMA_FILE
+
+    validate_json(summary, SCHEMA_FILE)
+
+
+def validate_compare_json(result: object) -> None:
+    """``compare --json`` against ``optimizers/compare/compare.schema.json``."""
+    from sofa_top.optimizers.compare.results import SCHEMA_FILE
+
+    validate_json(result, SCHEMA_FILE)

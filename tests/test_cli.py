@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import SOFA_TOP, run_cli
+from conftest import SOFA_TOP, run_cli, validate_record_json
 
 from sofa_top import __version__
 from sofa_top.recording.store import SessionReader
@@ -94,6 +94,7 @@ def test_record_json_busy_loop(tmp_path: Path, busy_python: subprocess.Popen[byt
     )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
+    validate_record_json(summary)
     assert summary["session"] == str(out) and summary["target"]["pid"] == busy_python.pid
     assert summary["end_reason"] == "duration reached"
     assert 3.5 <= summary["duration_s"] <= 8
@@ -124,6 +125,7 @@ def test_record_non_python_target(tmp_path: Path) -> None:
         sleeper.wait()
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
+    validate_record_json(summary)
     assert summary["cpu"]["tree_mean_percent"] is not None  # CPU/memory still recorded
     assert "not a Python process" in (summary["stacks"]["error"] or "")
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import validate_compare_json
 
 from sofa_top.cli.compare import add_compare_parser, compare_main, render_compare
 from sofa_top.optimizers.compare import RunStarted, run_compare
@@ -90,37 +91,6 @@ def test_failed_run_is_flagged(tmp_path: Path) -> None:
     assert r.best is None
 
 
-def _check_schema(d: dict[str, object]) -> None:
-    assert set(d) >= {"runs", "best", "changes", "schema", "cmd", "repeats", "warmup_steps"}
-    runs = d["runs"]
-    assert isinstance(runs, list) and runs
-    for run in runs:
-        assert set(run) >= {
-            "config",
-            "applied",
-            "not_applied",
-            "throughput",
-            "speedup",
-            "verdict",
-            "compile_s",
-            "flags",
-            "sessions",
-        }
-        assert set(run["throughput"]) == {"median", "min", "max", "unit"}
-        assert set(run["headroom"]) >= {"throughput", "fraction_reached", "unit", "bound"}
-        assert run["parallelism"] is None or run["parallelism"] >= 1
-        assert all(isinstance(p, str) for p in run["sessions"])
-        assert all(isinstance(x, list) and len(x) == 2 for x in run["not_applied"])
-    assert d["best"] in [r["config"] for r in runs]
-    diag = d["diagnosis"]
-    assert isinstance(diag, dict) and diag["cause"] in ("cpu", "latency", "mixed", None)
-    assert {"cores", "compute_s", "input_s", "cpu_per_step_s", "bounds"} <= set(diag)
-    search = d["search"]
-    assert isinstance(search, dict) and {"levels", "chosen", "stop"} <= set(search)
-    for level in search["levels"]:
-        assert {"parallelism", "throughput", "rss", "memory"} <= set(level)
-
-
 def test_compare_json_schema(
     synth: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -134,7 +104,7 @@ def test_compare_json_schema(
     args.cmd = synth
     assert compare_main(args) == 0
     d = json.loads(capsys.readouterr().out)
-    _check_schema(d)
+    validate_compare_json(d)
     assert d["schema"] == 2
     assert [r["config"] for r in d["runs"]] == ["baseline", "prefetch"]
     # --parallelism: no search, the prefetch configuration asks for it

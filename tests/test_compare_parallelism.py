@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import WORKLOADS, log_lines
+from conftest import WORKLOADS, log_lines, validate_compare_json
 
 from sofa_top.agent.toggles import OptimizeSpec
 from sofa_top.optimizers.compare import (
@@ -118,6 +118,7 @@ def test_torch_latency_search_goes_past_the_cores_and_stops(tmp_path: Path) -> N
     assert "run-failed" not in pre.flags and "non-finite-loss" not in pre.flags
     assert any(isinstance(e, SearchLevelStarted) for e in events)
     d = json.loads(json.dumps(r.to_json()))
+    validate_compare_json(d)
     assert d["search"]["chosen"] == chosen and d["diagnosis"]["cause"] == "latency"
     assert [x["parallelism"] for x in d["runs"]] == [None, chosen]
     assert all(lv["rss"] and lv["memory"] for lv in d["search"]["levels"])

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SOFA_TOP, WORKLOADS, run_cli
+from conftest import SOFA_TOP, WORKLOADS, run_cli, validate_record_json
 
 from sofa_top.analysis.verdicts import HIGH_INPUT_FRACTION
 from sofa_top.recording.store import SessionReader
@@ -37,7 +37,9 @@ def _record(tmp_path: Path, *cmd: str, timeout: float = 240) -> tuple[dict[str, 
     out = tmp_path / "s.sofa"
     proc = run_cli("record", "--json", "-o", str(out), "--", sys.executable, *cmd, timeout=timeout)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout), out
+    summary = json.loads(proc.stdout)
+    validate_record_json(summary)
+    return summary, out
 
 
 CASES = [

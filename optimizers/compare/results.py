@@ -7,6 +7,7 @@ headroom, and for the whole comparison the winner and the code changes that repr
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from sofa_top.agent.toggles import OptimizeSpec, Toggle
@@ -15,6 +16,7 @@ from sofa_top.optimizers.measures import RunOutcome, Throughput
 from sofa_top.optimizers.search import SearchResult
 
 SCHEMA_VERSION = 2
+SCHEMA_FILE = Path(__file__).with_name("compare.schema.json")
 Flag = Literal["toggle-not-applied", "slower-than-baseline", "non-finite-loss", "run-failed"]
 
 

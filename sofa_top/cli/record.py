@@ -9,6 +9,10 @@ import sys
 import threading
 import time
 from types import FrameType
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
 
 from sofa_top.cli.failures import thread_failures
 from sofa_top.cli.parser import sampling_of
@@ -59,7 +63,7 @@ def record(args: argparse.Namespace) -> int:
     finisher = threading.Thread(target=run.finish, args=(reason,), daemon=True)
     finisher.start()
     finisher.join(30.0)
-    from sofa_top.recording.report import render_summary, session_summary
+    from sofa_top.recording.report import session_summary
 
     summary = session_summary(session.session_path)
     if args.json:
@@ -76,3 +80,54 @@ def record(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def render_summary(s: dict[str, Any]) -> None:
+    """Print the summary for people, with rich."""
+    con = Console()
+    t = s.get("target") or {}
+    con.print(f"[bold]sofa-top[/] session [cyan]{s['session']}[/]")
+    v = s["verdict"]
+    con.print(f"[bold]{v['headline']}[/] (confidence {v['confidence']:.0%})")
+    for rec in v["recommendations"]:
+        con.print(f"  -> {rec}")
+    con.print(
+        f"target PID {t.get('pid')} ({' '.join(t.get('cmdline') or [])[:80]}), "
+        f"{s['duration_s']} s, ended: {s['end_reason']}"
+    )
+    cpu = s["cpu"]
+    if cpu["tree_mean_percent"] is not None:
+        con.print(
+            f"CPU: mean {cpu['tree_mean_percent']:.0f}% max {cpu['tree_max_percent']:.0f}% "
+            f"(of {cpu['cores']} cores x 100%), "
+            f"RSS max {(cpu['rss_max_bytes'] or 0) / 2**20:.0f} MiB"
+        )
+    if s.get("dropped_samples"):
+        con.print(
+            f"[red]{s['dropped_samples']} samples dropped by sofa-top[/] (its writer fell "
+            "behind): the session misses them"
+        )
+    if s["steps"].get("dropped"):
+        con.print(
+            f"[red]{s['steps']['dropped']} steps dropped by the agent[/] (its queue was full): "
+            "the step figures miss them"
+        )
+    st = s["stacks"]
+    if st["error"]:
+        con.print(f"[yellow]stacks unavailable:[/] {st['error']}")
+        if st["hint"]:
+            con.print(f"  fix: {st['hint']}")
+    elif st["top"]:
+        split = ", ".join(f"{k} {v:.0%}" for k, v in st["split"].items())
+        con.print(f"stacks: {st['thread_samples']} thread-samples; {split}")
+        table = Table("function", "file:line", "own %", "total %", "thread", "class")
+        for f in st["top"]:
+            table.add_row(
+                f["function"],
+                f"{f['file']}:{f['line']}",
+                f"{f['own_pct']:.1f}",
+                f"{f['total_pct']:.1f}",
+                f["thread"],
+                f["class"],
+            )
+        con.print(table)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import validate_record_json
 
 from faults.conftest import (
     FAULT_TARGET,
@@ -35,6 +36,7 @@ def _record_json(out: Path, *args: str, timeout: float = 90) -> dict[str, object
     assert proc.returncode == 0, proc.stderr
     no_traceback(proc.stderr)
     summary: dict[str, object] = json.loads(proc.stdout)
+    validate_record_json(summary)
     return summary
 
 
