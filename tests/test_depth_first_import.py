@@ -1,4 +1,4 @@
-"""How depth_first is imported: lazily by sofa_top.optimizers, and by name.
+"""How depth_first is imported: lazily by sofa_top.optimizers, by name, and by file path.
 
 Each case runs in a fresh interpreter, so that what it imports (or does not) is not hidden by
 modules an earlier test imported.
@@ -66,3 +66,33 @@ def test_depth_first_name_is_the_function(first: str) -> None:
         """
     )
     assert out.strip().startswith("sofa_top.optimizers.depth_first")
+
+
+def test_agent_loads_depth_first_by_path_without_sofa_top_optimizers() -> None:
+    out = run_python(
+        """
+        import copy, sys
+        sys.modules["sofa_top.optimizers"] = None  # any import of it raises ImportError
+        from sofa_top.agent import optimize
+        depth_first = optimize._load_depth_first()
+        import torch
+        from torch import nn
+
+        pkg = sys.modules["sofa_top.optimizers.depth_first"]
+        model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2))
+        model.eval()
+        ref = copy.deepcopy(model)
+        assert depth_first(model, chunk_bytes=256) is model
+        x = torch.randn(4, 3, 8, 8)
+        with torch.no_grad():
+            assert torch.equal(model(x), ref(x))
+        (run,) = pkg.depth_first_report(model)
+        assert run.layers == ("1", "2", "3") and run.decisions[0].chunked, run
+        assert sys.modules["sofa_top.optimizers"] is None  # never imported
+        print(pkg.__file__)
+        print(sys.modules["sofa_top.optimizers.depth_first.tuner"].__name__)
+        """
+    )
+    init, tuner = out.split()
+    assert init.endswith("optimizers/depth_first/__init__.py")
+    assert tuner == "sofa_top.optimizers.depth_first.tuner"
