@@ -1,13 +1,18 @@
-"""Everything about optimizing a workload: the toggles' advice, ``compare``, headroom, the
-parallelism search, and depth-first execution (headless: no UI imports here).
+"""Everything about optimizing a workload: the advice the verdicts give, ``compare`` (re-run under
+toggles), headroom, the parallelism search and depth-first execution (headless: no UI imports
+here).
 
-``from sofa_top.optimizers import depth_first`` is the public way to apply BrainSlug's
-depth-first execution; it is imported on first use, so that importing this package (the TUI,
-the verdicts asking ``advice``) never imports torch.
+Importing this package imports no framework: the TUI imports ``sofa_top.optimizers.compare`` and
+the verdicts ``sofa_top.optimizers.advice``, and neither may pull in torch. ``depth_first`` and
+its report types load on first access (PEP 562), so ``from sofa_top.optimizers import
+depth_first`` still works.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -20,15 +25,32 @@ if TYPE_CHECKING:
 
 __all__ = ["ChunkDecision", "RunReport", "depth_first", "depth_first_report"]
 
+_DEPTH_FIRST = "sofa_top.optimizers.depth_first"
+
 
 def __getattr__(name: str) -> Any:
-    # PEP 562: the depth-first names come from torch-importing code, loaded only when asked for
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
+    """Import ``sofa_top.optimizers.depth_first`` (and torch) on first use of its names."""
+    if name in __all__:
+        value = getattr(importlib.import_module(_DEPTH_FIRST), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    module = importlib.import_module("sofa_top.optimizers.depth_first")
-    # the import bound the submodule to ``depth_first`` here: the public name is the function
-    for public in __all__:
-        globals()[public] = getattr(module, public)
-    return globals()[name]
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """This package's module type: the name ``depth_first`` always means the function."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Importing the subpackage binds it as this package's ``depth_first`` attribute, which
+        # would shadow the function of the same name for every later
+        # ``from sofa_top.optimizers import depth_first``: keep the function there instead.
+        if name == "depth_first" and isinstance(value, types.ModuleType):
+            value = value.depth_first
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -36,9 +36,10 @@ prefetch
     ``DataLoader`` with fewer than N workers (0 included) gets ``num_workers=N``. Each
     ``optimize`` event then carries ``parallelism`` and says N in its ``where``.
 depth_first
-    ``sofa_top.optimizers.depth_first`` on the same top-level module (imported by file path
-    when ``sofa_top.optimizers`` is not importable). Mutually exclusive with torch.compile:
-    with both requested, depth-first is reported skipped.
+    ``sofa_top.optimizers.depth_first`` on the same top-level module (loaded from its
+    files, under its real module names, when ``sofa_top.optimizers`` is not importable).
+    Mutually exclusive with torch.compile: with both requested, depth-first is reported
+    skipped.
 """
 
 from __future__ import annotations
@@ -274,23 +275,50 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
 
 def _load_depth_first() -> Callable[[Any], Any]:
     import importlib
-    import importlib.util
 
     try:  # by name, not a static import: the agent imports nothing else from sofa_top
         return importlib.import_module("sofa_top.optimizers.depth_first").depth_first  # type: ignore[no-any-return]
     except ImportError:
-        path = os.path.join(
-            os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-            "optimizers",
-            "depth_first.py",
-        )
-        spec = importlib.util.spec_from_file_location("_sofa_top_depth_first", path)
-        if spec is None or spec.loader is None:
-            raise
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
+        return _load_depth_first_by_path()
+
+
+def _load_depth_first_by_path() -> Callable[[Any], Any]:
+    """``depth_first`` from this copy of sofa-top's files, without ``sofa_top.optimizers``.
+
+    The package's modules import each other and ``sofa_top.optimizers.cache`` by absolute
+    name. An import of ``a.b.c`` only needs ``a.b`` in ``sys.modules`` (and a module found
+    there is not imported again), so registering the package and ``cache`` under their real
+    names makes those imports work without ever importing ``sofa_top.optimizers``.
+    """
+    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "optimizers")
+    package = os.path.join(folder, "depth_first")
+    _exec_by_path("sofa_top.optimizers.cache", os.path.join(folder, "cache.py"))
+    mod = _exec_by_path(
+        "sofa_top.optimizers.depth_first", os.path.join(package, "__init__.py"), package
+    )
+    return mod.depth_first  # type: ignore[no-any-return]
+
+
+def _exec_by_path(name: str, path: str, package: str | None = None) -> ModuleType:
+    """Module ``name`` run from ``path`` (a package when ``package`` is its folder) and
+    registered in ``sys.modules``; the registered one if it is there already."""
+    import importlib.util
+
+    existing = sys.modules.get(name)
+    if existing is not None:
+        return existing
+    locations = None if package is None else [package]
+    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=locations)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {name} from {path}", name=name, path=path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # before it runs: its own submodules look their parent up here
+    try:
         spec.loader.exec_module(mod)
-        return mod.depth_first  # type: ignore[no-any-return]
+    except BaseException:
+        del sys.modules[name]  # as a failed import does: no half-initialized module left
+        raise
+    return mod
 
 
 def _time_first_compiled_call(module: Any) -> None:
