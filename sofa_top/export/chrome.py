@@ -205,38 +205,10 @@ def write_chrome(
     tids = thread_ids(model.threads)
     _metadata(w, model, tids)
 
-    # Counters: everything but the time and the value is formatted once per series.
-    by_id = counter_ids(reader, model.counters)
-    heads: dict[int, tuple[str, str]] = {}
-    for sid, c in by_id.items():
-        pid = MACHINE_PID if c.pid is None else c.pid
-        key = _UNIT_KEYS.get(c.unit, "value")
-        heads[sid] = (
-            f'{{"ph":"C","name":{_j(c.label)},"pid":{pid},"tid":{pid},"ts":',
-            f',"args":{{"{key}":',
-        )
-    for sid, pts in iter_counter_chunks(reader, by_id, budget.bucket):
-        head, mid = heads[sid]
-        w.extend([f"{head}{ts * 1e6:.3f}{mid}{v!r}}}}}" for ts, v in pts])
-
+    _counters(reader, model, w, budget.bucket)
     _steps(reader, w, budget.group)
-
-    markers = 0
-    if model.markers:
-        w.meta("thread_name", model.target_pid, MARKERS_TID, "markers")
-        w.meta("thread_sort_index", model.target_pid, MARKERS_TID, -2)
-        for ev in reader.iter_events(MARKER_KINDS):
-            if markers >= alloc["markers"]:
-                notes.append(f"markers after the first {fmt_count(markers)} left out")
-                break
-            ev_args = json.dumps({"message": ev.message, "data": ev.data}, default=str)
-            w.raw(
-                f'{{"ph":"i","s":"g","cat":{_j(ev.kind)},"name":{_j(marker_name(ev))},'
-                f'"pid":{model.target_pid},"tid":{MARKERS_TID},"ts":{_us(ev.ts)},'
-                f'"args":{ev_args}}}'
-            )
-            markers += 1
-
+    if model.markers and not _markers(reader, model, w, alloc["markers"]):
+        notes.append(f"markers after the first {fmt_count(alloc['markers'])} left out")
     cut = _stacks(reader, model, w, tids, merge, blocks, alloc["stacks"])
     if cut is not None:
         notes.append(
@@ -246,6 +218,38 @@ def write_chrome(
     out.write("\n]}\n")
     out.flush()
     return Written(w.count, notes)
+
+
+def _counters(reader: SessionReader, model: SessionModel, w: _Events, bucket: float | None) -> None:
+    """Counter tracks; everything but the time and the value is formatted once per series."""
+    by_id = counter_ids(reader, model.counters)
+    heads: dict[int, tuple[str, str]] = {}
+    for sid, c in by_id.items():
+        pid = MACHINE_PID if c.pid is None else c.pid
+        key = _UNIT_KEYS.get(c.unit, "value")
+        heads[sid] = (
+            f'{{"ph":"C","name":{_j(c.label)},"pid":{pid},"tid":{pid},"ts":',
+            f',"args":{{"{key}":',
+        )
+    for sid, pts in iter_counter_chunks(reader, by_id, bucket):
+        head, mid = heads[sid]
+        w.extend([f"{head}{ts * 1e6:.3f}{mid}{v!r}}}}}" for ts, v in pts])
+
+
+def _markers(reader: SessionReader, model: SessionModel, w: _Events, limit: int) -> bool:
+    """The markers track (verdict changes, exits, optimizer events); False when cut."""
+    w.meta("thread_name", model.target_pid, MARKERS_TID, "markers")
+    w.meta("thread_sort_index", model.target_pid, MARKERS_TID, -2)
+    for n, ev in enumerate(reader.iter_events(MARKER_KINDS)):
+        if n >= limit:
+            return False
+        ev_args = json.dumps({"message": ev.message, "data": ev.data}, default=str)
+        w.raw(
+            f'{{"ph":"i","s":"g","cat":{_j(ev.kind)},"name":{_j(marker_name(ev))},'
+            f'"pid":{model.target_pid},"tid":{MARKERS_TID},"ts":{_us(ev.ts)},'
+            f'"args":{ev_args}}}'
+        )
+    return True
 
 
 def _steps(reader: SessionReader, w: _Events, group: int) -> None:

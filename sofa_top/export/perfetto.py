@@ -236,6 +236,39 @@ def write_perfetto(
     for sid, pts in iter_counter_chunks(reader, by_id, budget.bucket):
         counters.extend(track_of[sid], pts)
 
+    tracks = _Tracks(out, model, uuids, proc_tracks)
+    slices = _write_steps(reader, f, tracks, counters, group)
+    counters.close()
+    markers = 0
+    if model.markers:
+        markers = _write_markers(reader, out, tracks, max(alloc["markers"], 0))
+        if markers < model.markers:
+            notes.append(f"markers after the first {fmt_count(markers)} left out")
+
+    samples = _write_stacks(reader, model, out, proc_tracks, keep)
+    out.flush()
+    return Written(counters.count + slices + markers + samples, notes)
+
+
+class _Tracks:
+    """What the step and marker writers need to open tracks under a process."""
+
+    def __init__(
+        self, out: _Packets, model: SessionModel, uuids: _Uuids, proc_tracks: dict[int, int]
+    ) -> None:
+        self.out, self.model, self.uuids, self.proc_tracks = out, model, uuids, proc_tracks
+
+    def process(self, pid: int) -> int:
+        """The track of process ``pid`` (opened on first use)."""
+        return _proc_track(self.out, self.model, self.uuids, self.proc_tracks, pid)
+
+
+def _write_steps(
+    reader: SessionReader, f: IO[bytes], tracks: _Tracks, counters: _Counters, group: int
+) -> int:
+    """Per process a "training steps" track (the wait opens the step: begin step, begin wait,
+    end wait, ..., end step) and a throughput counter; returns the slices written."""
+    out, uuids = tracks.out, tracks.uuids
     steps = _Steps(f)
     steps_tracks: dict[int, int] = {}
     throughput_tracks: dict[int, int] = {}
@@ -243,7 +276,7 @@ def write_perfetto(
     for span in iter_step_spans(reader, group):
         track = steps_tracks.get(span.pid)
         if track is None:
-            parent = _proc_track(out, model, uuids, proc_tracks, span.pid)
+            parent = tracks.process(span.pid)
             track = steps_tracks[span.pid] = uuids.child(out, parent, "training steps")
             throughput_tracks[span.pid] = uuids.counter(
                 out,
@@ -251,37 +284,32 @@ def write_perfetto(
                 CounterSpec(THROUGHPUT_SERIES, "throughput", "steps/s", span.pid),
             )
             out.flush()  # the descriptors reach the file before the counter chunk using them
-        # The wait opens the step: begin step, begin wait, end wait, ..., end step.
         steps.add(track, span)
         rate = span.throughput
         if rate is not None:
             counters.add(span.end, throughput_tracks[span.pid], rate)
         slices += 2 if span.input_wait_s > 0 else 1
-    counters.close()
+    return slices
 
-    markers = 0
-    if model.markers:
-        track = uuids.child(
-            out, _proc_track(out, model, uuids, proc_tracks, model.target_pid), "markers"
-        )
-        for ev in reader.iter_events(MARKER_KINDS):
-            if markers >= max(alloc["markers"], 0):
-                notes.append(f"markers after the first {fmt_count(markers)} left out")
-                break
-            p = out.add()
-            p.timestamp = _ns(ev.ts)
-            p.trusted_packet_sequence_id = MAIN_SEQ
-            te = p.track_event
-            te.type = _INSTANT
-            te.track_uuid = track
-            te.name = marker_name(ev)
-            te.categories.append(ev.kind)
-            _annotate(te, {"message": ev.message, "data": json.dumps(ev.data, default=str)})
-            markers += 1
 
-    samples = _write_stacks(reader, model, out, proc_tracks, keep)
-    out.flush()
-    return Written(counters.count + slices + markers + samples, notes)
+def _write_markers(reader: SessionReader, out: _Packets, tracks: _Tracks, limit: int) -> int:
+    """Instant events on the target's "markers" track, at most ``limit``; returns how many."""
+    track = tracks.uuids.child(out, tracks.process(tracks.model.target_pid), "markers")
+    n = 0
+    for ev in reader.iter_events(MARKER_KINDS):
+        if n >= limit:
+            break
+        p = out.add()
+        p.timestamp = _ns(ev.ts)
+        p.trusted_packet_sequence_id = MAIN_SEQ
+        te = p.track_event
+        te.type = _INSTANT
+        te.track_uuid = track
+        te.name = marker_name(ev)
+        te.categories.append(ev.kind)
+        _annotate(te, {"message": ev.message, "data": json.dumps(ev.data, default=str)})
+        n += 1
+    return n
 
 
 class _Uuids:

@@ -62,85 +62,96 @@ def write_speedscope(
         f'{{"$schema":"{SCHEMA_URL}","exporter":"sofa-top {__version__}",'
         f'"name":{json.dumps(name)},\n"profiles":['
     )
-    frame_index: dict[Frame, int] = {}
-    cache = FrameCache(reader)
-    profiles = 0
-    samples = 0
-    best = (-1.0, 0)  # (busy weight, profile index)
-    cur: _Profile | None = None
-    window: tuple[int, int, int] | None = None  # (pid, tid, window id) being gathered
-    merged = 0
-    acc: dict[int, float] = {}  # stack_id -> ms, over the windows being gathered
-    idle: set[int] = set()
-
-    stack_index: dict[int, tuple[int, ...]] = {}  # stack_id -> frame indexes
-
-    def indexes(sid: int) -> tuple[int, ...]:
-        idx = stack_index.get(sid)
-        if idx is None:
-            frames = cache.load((sid,))[sid] or NO_FRAMES
-            idx = stack_index[sid] = tuple(_index(frame_index, fr) for fr in frames)
-        return idx
-
-    def emit_window() -> None:
-        nonlocal samples
-        assert cur is not None
-        cache.load(acc)  # one query for the window's new stacks
-        # Frame indexes follow first appearance, so sort by the frames themselves.
-        order = sorted(acc, key=cache.key)
-        for sid in order:
-            idx = indexes(sid)
-            weight = acc[sid]
-            if sid not in idle:
-                cur.busy += weight
-            if cur.pending == idx:
-                cur.pending_w += weight
-                continue
-            samples += _flush_sample(out, cur)
-            cur.pending, cur.pending_w = idx, weight
-        acc.clear()
-        idle.clear()
-
-    def end_profile() -> None:
-        nonlocal profiles, best, samples
-        assert cur is not None
-        if acc:
-            emit_window()
-        samples += _flush_sample(out, cur)
-        _end_profile(out, cur)
-        if cur.busy > best[0]:
-            best = (cur.busy, profiles)
-        profiles += 1
-
+    w = _Profiles(out, FrameCache(reader), model, merge)
     for wid, t0, t1, rate, n_inst, pid, tid, _name, sid, count, klass in reader.iter_stack_rows(
         by_thread=True
     ):
-        if cur is None or (cur.pid, cur.tid) != (pid, tid):
-            if cur is not None:
-                end_profile()
-            cur = _Profile(pid, tid, _profile_name(model, pid, tid))
-            out.write(("" if profiles == 0 else ",\n") + _profile_head(cur))
-            window, merged = None, 0
-        if window != (pid, tid, wid):
-            merged += 1
-            if window is not None and merged > merge:
-                emit_window()
-                merged = 1
-            window = (pid, tid, wid)
         per = _ms_per_sample(float(rate or 0.0), float(t1 - t0), int(n_inst or 0))
-        acc[sid] = acc.get(sid, 0.0) + count * per
-        if klass == "idle":
-            idle.add(sid)
-    if cur is not None:
-        end_profile()
+        w.add(wid, pid, tid, sid, count * per, klass == "idle")
+    w.close()
     out.write("],\n")
-    out.write(f'"activeProfileIndex":{best[1] if profiles else 0},\n"shared":{{"frames":[')
-    for i, fr in enumerate(frame_index):
+    out.write(f'"activeProfileIndex":{w.best[1] if w.profiles else 0},\n"shared":{{"frames":[')
+    for i, fr in enumerate(w.frame_index):
         frame = {"name": fr.function or "?", "file": fr.filename, "line": fr.line}
         out.write(("" if i == 0 else ",\n") + json.dumps(frame, ensure_ascii=False))
     out.write("]}}\n")
     out.flush()
-    return Written(samples, notes)
+    return Written(w.samples, notes)
+
+
+class _Profiles:
+    """Writes one sampled profile per thread as the (pid, tid)-ordered stack rows arrive,
+    merging ``merge`` windows into one sample set and runs of equal stacks into one sample."""
+
+    def __init__(self, out: JsonSink, cache: FrameCache, model: SessionModel, merge: int):
+        self.out, self.cache, self.model, self.merge = out, cache, model, merge
+        self.frame_index: dict[Frame, int] = {}
+        self._stack_index: dict[int, tuple[int, ...]] = {}  # stack_id -> frame indexes
+        self.profiles = 0
+        self.samples = 0
+        self.best = (-1.0, 0)  # (busy weight, profile index)
+        self._cur: _Profile | None = None
+        self._window: tuple[int, int, int] | None = None  # (pid, tid, window id) gathered
+        self._merged = 0
+        self._acc: dict[int, float] = {}  # stack_id -> ms, over the windows being gathered
+        self._idle: set[int] = set()
+
+    def add(self, wid: int, pid: int, tid: int, sid: int, ms: float, idle: bool) -> None:
+        """One row: ``ms`` of samples of stack ``sid`` in window ``wid`` of thread (pid, tid)."""
+        cur = self._cur
+        if cur is None or (cur.pid, cur.tid) != (pid, tid):
+            if cur is not None:
+                self._end_profile(cur)
+            cur = self._cur = _Profile(pid, tid, _profile_name(self.model, pid, tid))
+            self.out.write(("" if self.profiles == 0 else ",\n") + _profile_head(cur))
+            self._window, self._merged = None, 0
+        if self._window != (pid, tid, wid):
+            self._merged += 1
+            if self._window is not None and self._merged > self.merge:
+                self._emit_window(cur)
+                self._merged = 1
+            self._window = (pid, tid, wid)
+        self._acc[sid] = self._acc.get(sid, 0.0) + ms
+        if idle:
+            self._idle.add(sid)
+
+    def close(self) -> None:
+        """Finish the last profile."""
+        if self._cur is not None:
+            self._end_profile(self._cur)
+
+    def _indexes(self, sid: int) -> tuple[int, ...]:
+        idx = self._stack_index.get(sid)
+        if idx is None:
+            frames = self.cache.load((sid,))[sid] or NO_FRAMES
+            idx = tuple(_index(self.frame_index, fr) for fr in frames)
+            self._stack_index[sid] = idx
+        return idx
+
+    def _emit_window(self, cur: _Profile) -> None:
+        self.cache.load(self._acc)  # one query for the window's new stacks
+        # Frame indexes follow first appearance, so sort by the frames themselves.
+        for sid in sorted(self._acc, key=self.cache.key):
+            idx = self._indexes(sid)
+            weight = self._acc[sid]
+            if sid not in self._idle:
+                cur.busy += weight
+            if cur.pending == idx:
+                cur.pending_w += weight
+                continue
+            self.samples += _flush_sample(self.out, cur)
+            cur.pending, cur.pending_w = idx, weight
+        self._acc.clear()
+        self._idle.clear()
+
+    def _end_profile(self, cur: _Profile) -> None:
+        if self._acc:
+            self._emit_window(cur)
+        self.samples += _flush_sample(self.out, cur)
+        _end_profile(self.out, cur)
+        if cur.busy > self.best[0]:
+            self.best = (cur.busy, self.profiles)
+        self.profiles += 1
 
 
 def _ms_per_sample(rate_hz: float, width_s: float, instants: int) -> float:
