@@ -9,12 +9,15 @@ Each fixture is built once under ``src/.fixtures/<name>`` and copied into a scri
 - ``tiny-gpt2``: a 2-layer GPT-2 (64 wide) and a byte-level BPE tokenizer (1000 tokens)
   trained here on synthetic code, saved with ``save_pretrained``.
 - ``tiny-roberta``: the same for a 2-layer RoBERTa (positions for 1024 tokens).
+- ``keras-channels-first``: ``.keras/keras.json`` with ``image_data_format: channels_first``
+  (for ``KERAS_HOME=.keras``).
 """
 
 from __future__ import annotations
 
 import random
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,7 +47,10 @@ def _wikitext2_file(dest: Path) -> None:
 
 
 def _code_texts(n: int, seed: int) -> list[str]:
-    import datasets  # the shim, on PYTHONPATH
+    shims = str(Path(__file__).resolve().parent / "shims")
+    if shims not in sys.path:
+        sys.path.insert(0, shims)
+    import datasets  # the shim (shims/datasets)
 
     rows = datasets.load_dataset("synthetic", split="train")
     return [r["content"] for r in list(rows)[:n]] or [str(seed)]
@@ -102,7 +108,17 @@ def _tiny_roberta(dest: Path) -> None:
     tok.save_pretrained(d)  # type: ignore[attr-defined]
 
 
+def _keras_channels_first(dest: Path) -> None:
+    d = dest / ".keras"
+    d.mkdir(parents=True)
+    (d / "keras.json").write_text(
+        '{"backend": "torch", "image_data_format": "channels_first", "floatx": "float32", '
+        '"epsilon": 1e-07}\n'
+    )
+
+
 FIXTURES: dict[str, Callable[[Path], None]] = {
+    "keras-channels-first": _keras_channels_first,
     "wikitext-dir": _wikitext_dir,
     "wikitext2-file": _wikitext2_file,
     "tiny-gpt2": _tiny_gpt2,

@@ -44,9 +44,27 @@ import prepare  # noqa: E402
 DIFF_FLAG = 0.10  # |sofa-top - truth| above this is flagged
 
 
-def _env(variant_root: Path, extra: dict[str, str]) -> dict[str, str]:
+COMMON_SHIMS = ("corpus_probe.py", "corpus_fakes.py")
+
+
+def shim_path(script: dict[str, Any]) -> Path:
+    """A folder with only the shims this script asks for (``shims = [...]``) and the probe: a
+    stand-in that other libraries see (torchmetrics imports ``torchvision.models`` when it
+    finds a ``torchvision``) must not be on every script's path."""
+    d = SRC / ".shimpath" / script["id"]
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    for name in [*COMMON_SHIMS, *script.get("shims", [])]:
+        if not (SHIMS / name).exists():
+            raise SystemExit(f"run: {script['id']}: no shim {name!r} in {SHIMS}")
+        (d / name).symlink_to(SHIMS / name)
+    return d
+
+
+def _env(script: dict[str, Any], variant_root: Path) -> dict[str, str]:
+    extra: dict[str, str] = script.get("env", {})
     env = dict(os.environ)
-    paths = [str(SHIMS), str(variant_root)]
+    paths = [str(shim_path(script)), str(variant_root)]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
@@ -87,7 +105,7 @@ def _tail(text: str, n: int = 6) -> str:
 
 def run_sofa(script: dict[str, Any], timeout: float) -> dict[str, Any]:
     root = SRC / script["id"] / "plain"
-    env = _env(root, script.get("env", {}))
+    env = _env(script, root)
     _setup(script, root, env, timeout)
     session = Path(tempfile.mkdtemp(prefix="corpus-")) / f"{script['id']}.sofa"
     cmd = [
@@ -138,7 +156,7 @@ _DETAIL = re.compile(r"^SELF_INPUT_DETAIL (.+)$", re.M)
 
 def run_probe(script: dict[str, Any], timeout: float) -> dict[str, Any]:
     root = SRC / script["id"] / "probe"
-    env = _env(root, script.get("env", {}))
+    env = _env(script, root)
     _setup(script, root, env, timeout)
     t0 = time.monotonic()
     try:
@@ -169,11 +187,13 @@ def run_probe(script: dict[str, Any], timeout: float) -> dict[str, Any]:
 
 
 def _sources(script: dict[str, Any]) -> str:
+    """The script's own code (all its files), comments left out."""
     root = SRC / script["id"] / "plain"
-    return "\n".join(
+    text = "\n".join(
         (root / prepare._target(script, f)).read_text()
         for f in [script["path"], *script.get("extra", [])]
     )
+    return re.sub(r"(?m)^\s*#.*$", "", text)
 
 
 def frameworks(src: str) -> set[str]:
@@ -196,7 +216,8 @@ def judge_recommendation(text: str, script: dict[str, Any], src: str) -> tuple[s
     fw = frameworks(src)
     env = script.get("env", {})
     keras_torch = env.get("KERAS_BACKEND") == "torch"
-    uses_tfdata = "tf.data" in src or "tfds.load" in src
+    uses_tfdata = bool(re.search(r"tf\.data\.Dataset|tfds\.load", src))
+    pydataset = "keras.utils.PyDataset" in src
     has_dl = "DataLoader(" in src
     has_iterable = "IterableDataset" in src
     shards = "get_worker_info" in src
@@ -231,6 +252,8 @@ def judge_recommendation(text: str, script: dict[str, Any], src: str) -> tuple[s
             return "partly", "the script already sets num_workers (on accelerators only)"
         return "yes", "the script builds a DataLoader without num_workers"
     if "num_parallel_calls" in t or "private_threadpool_size" in t:
+        if pydataset:
+            return "no", "keras PyDataset input: the stage named is Keras' own adapter"
         if not uses_tfdata:
             return "no", "no tf.data pipeline in the script"
         if ".map(" not in src and ".interleave(" not in src:
@@ -239,7 +262,7 @@ def judge_recommendation(text: str, script: dict[str, Any], src: str) -> tuple[s
             return "no", "map already has num_parallel_calls"
         return "yes", "tf.data map/interleave the script writes"
     if "prefetch(tf.data" in t:
-        if "keras.utils.pydataset" in src.lower():
+        if pydataset:
             return (
                 "no",
                 "input is a keras PyDataset, not tf.data: its knobs are "
@@ -252,7 +275,21 @@ def judge_recommendation(text: str, script: dict[str, Any], src: str) -> tuple[s
         if "from_generator" in src and ".batch(" not in src:
             return "partly", "tf.data pipeline but no batch(): prefetch goes after the generator"
         return "yes", "tf.data pipeline without prefetch"
+    if "decoding" in t or "augmentation" in t:
+        if re.search(r"decode_|load_img|Random[A-Z]\w+\(|transforms\.Random", src):
+            return "yes", "the script decodes/augments its input"
+        return "no", "nothing to decode or augment: the input is arrays/tensors or a generator"
+    if "more cores for input" in t:
+        if pydataset:
+            return "no", "keras PyDataset input: neither tf.data service nor DataLoader applies"
+        if not uses_tfdata and not has_dl:
+            return "no", "no tf.data pipeline and no DataLoader"
+        return "partly", "a real lever only with more machines; says nothing about this script"
+    if "already keeps the" in t and "busy" in t:
+        return "partly", "a statement, not a change"
     if ".cache()" in t:
+        if pydataset:
+            return "no", "keras PyDataset input, not tf.data"
         if not uses_tfdata:
             return "no", "no tf.data pipeline (torch/Keras PyDataset input)"
         return (
@@ -363,6 +400,41 @@ def render(rows: list[dict[str, Any]]) -> None:
                 print(f"   ! {e}")
 
 
+def rejudge(row: dict[str, Any], script: dict[str, Any]) -> None:
+    """Recompute the recommendation judgements of a saved row (the rules may have changed)."""
+    src = _sources(script)
+    row["result"]["recommendations"] = [
+        {"text": r["text"], "applies": a, "why": w}
+        for r in row["result"]["recommendations"]
+        for a, w in [judge_recommendation(r["text"], script, src)]
+    ]
+
+
+def markdown(rows: list[dict[str, Any]]) -> None:
+    """The README's results table."""
+    print(
+        "| id | verdict | steps (sources) | input wait: sofa-top / self (diff) | stacks split "
+        "| recommendations [applies?] |"
+    )
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        r = row["result"]
+        errs = [row.get(k, {}).get("error") for k in ("sofa", "probe")]
+        src = ", ".join(f"{k} {v}" for k, v in (r["step_sources"] or {}).items()) or "none"
+        split = ", ".join(f"{k} {v:.0%}" for k, v in (r["stacks_split"] or {}).items())
+        recs = "<br>".join(
+            f"[{x['applies']}] `{x['text']}` ({x['why']})" for x in r["recommendations"]
+        )
+        verdict = f"{r['verdict']} ({_fmt(r['confidence'], False)})"
+        if any(errs):
+            verdict += " **run failed**"
+        print(
+            f"| {row['id']} | {verdict} | {_fmt(r['steps_count'])} ({src}) "
+            f"| {_fmt(r['input_wait_fraction'])} / {_fmt(r['self_input_fraction'])} "
+            f"({_fmt(r['difference'])}) | {split or '-'} | {recs or '-'} |".replace("\n", " ")
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", action="append", help="script id (repeatable)")
@@ -371,7 +443,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mirror", type=Path, help="bare mirrors for prepare.py")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per run (default 240)")
     ap.add_argument("--skip-sofa", action="store_true", help="only the instrumented copies")
+    ap.add_argument(
+        "--from",
+        dest="saved",
+        type=Path,
+        nargs="+",
+        help="no runs: re-judge and print saved --save documents (merged, manifest order)",
+    )
+    ap.add_argument("--markdown", action="store_true", help="with --from: the README table")
     args = ap.parse_args(argv)
+    if args.saved:
+        by_id = {s["id"]: s for s in prepare.load_manifest()}
+        saved = [r for f in args.saved for r in json.loads(f.read_text())["scripts"]]
+        latest = {r["id"]: r for r in saved}
+        rows = [latest[i] for i in by_id if i in latest]
+        for row in rows:
+            rejudge(row, by_id[row["id"]])
+        if args.json or args.save:
+            doc = {"schema": 1, "ran": "merged", "cores": os.cpu_count(), "scripts": rows}
+            if args.save:
+                args.save.write_text(json.dumps(doc, indent=1) + "\n")
+            if args.json:
+                print(json.dumps(doc, indent=1))
+        elif args.markdown:
+            markdown(rows)
+        else:
+            render(rows)
+        return 0
     if not (VENV_BIN / "sofa-top").exists():
         print(f"run: no {VENV_BIN / 'sofa-top'} (make the worktree's .venv first)", file=sys.stderr)
         return 2
