@@ -212,7 +212,13 @@ def frameworks(src: str) -> set[str]:
 
 
 def judge_recommendation(text: str, script: dict[str, Any], src: str) -> tuple[str, str]:
-    """('yes' | 'no' | 'partly', why): does the advice name something this script uses?"""
+    """('yes' | 'no' | 'partly', why): does the advice name something this script uses?
+
+    A manifest ``judge = [{match, applies, why}]`` entry (its ``match`` a substring of the
+    advice) overrides the rules below: a judgement made by reading the script."""
+    for j in script.get("judge", []):
+        if j["match"] in text:
+            return j["applies"], j["why"]
     fw = frameworks(src)
     env = script.get("env", {})
     keras_torch = env.get("KERAS_BACKEND") == "torch"

@@ -18,8 +18,8 @@ spent fetching its next batch over that loop's wall time.
   no Python timer can split fetch from compute. So this is an ablation: a callback times the
   training batches of every ``fit`` (after the first execution of each epoch, which traces),
   then, at the end of that ``fit``, the same model trains on one batch of the same input
-  repeated from memory for the same number of batches (``tf.data.Dataset.from_tensors(b)
-  .repeat()``, the compute-only rate). Input wait = real time - compute-only time. This is
+  repeated from memory (``tf.data.Dataset.from_tensors(b).repeat()``, the compute-only rate)
+  for at least 60 batches, 3 executions and ~2 s. Input wait = real time - compute-only time. This is
   what the TF input-pipeline analyzer approximates; it moves the weights a little further,
   after the script's own fit.
 """
@@ -179,7 +179,9 @@ def watch_keras_fit(ablation_batches: int = 60) -> None:
         cached = tf.data.Dataset.from_tensors(first).repeat()
         abl = _KerasTimer()
         spe = getattr(self, "steps_per_execution", 1) or 1
-        n = max(ablation_batches, 3 * int(spe))
+        # at least 3 executions and ~2 s of batches: ~1 ms steps are noisy over 60 batches
+        n = min(5000, max(ablation_batches, 3 * int(spe), int(2.0 * real_n / max(real_s, 1e-9))))
+        n = -(-n // int(spe)) * int(spe)
         self._corpus_probe_inner = True
         try:
             orig_fit(
