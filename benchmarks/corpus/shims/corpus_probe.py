@@ -19,9 +19,9 @@ spent fetching its next batch over that loop's wall time.
   training batches of every ``fit`` (after the first execution of each epoch, which traces),
   then, at the end of that ``fit``, the same model trains on one batch of the same input
   repeated from memory (``tf.data.Dataset.from_tensors(b).repeat()``, the compute-only rate)
-  for at least 60 batches, 3 executions and ~2 s. Input wait = real time - compute-only time. This is
-  what the TF input-pipeline analyzer approximates; it moves the weights a little further,
-  after the script's own fit.
+  for at least 60 batches, 3 executions and ~2 s. Input wait = real time - compute-only
+  time. This is what the TF input-pipeline analyzer approximates; it moves the weights a
+  little further, after the script's own fit.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 synthetic rows for the two hub datasets the corpus names, as a list-backed ``Dataset`` (or, with
 ``streaming=True``, an ``IterableDataset``) with the few methods the corpus scripts call.
 
-It carries no package metadata, so transformers sees ``datasets`` as not installed and treats
-these as plain torch-style datasets."""
+transformers' Trainer finds it (by module spec) and treats ``Dataset`` as a datasets.Dataset:
+it reads ``__version__`` and calls ``remove_columns``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from datasets.utils import logging  # noqa: F401  (datasets.utils.logging.set_verbosity_*)
+
+__version__ = "4.0.0+corpus-shim"  # transformers' Trainer compares it (>= 1.4: remove_columns)
 
 _COMPLEXITIES = ["constant", "linear", "logn", "nlogn", "quadratic", "cubic", "np"]
 _WORDS = [
@@ -112,6 +114,10 @@ class Dataset:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self._rows)
+
+    def remove_columns(self, columns: str | list[str]) -> Dataset:
+        drop = {columns} if isinstance(columns, str) else set(columns)
+        return Dataset([{k: v for k, v in r.items() if k not in drop} for r in self._rows])
 
     def train_test_split(self, test_size: float = 0.25, seed: int = 0) -> DatasetDict:
         rows = list(self._rows)
