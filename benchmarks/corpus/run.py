@@ -232,6 +232,12 @@ def judge_recommendation(text: str, script: dict[str, Any], src: str) -> tuple[s
         return "no", "it already ran under the agent (record -- CMD launches it)"
     if "gpu" in t:
         return "no", "no GPU on this machine"
+    if "more cores for input" in t:
+        if pydataset:
+            return "no", "keras PyDataset input: neither tf.data service nor DataLoader applies"
+        if not uses_tfdata and not has_dl:
+            return "no", "no tf.data pipeline and no DataLoader"
+        return "partly", "a real lever only with more machines; says nothing about this script"
     if "dataloader" in t:
         if not has_dl:
             if "hf-trainer" in fw:
@@ -285,12 +291,6 @@ def judge_recommendation(text: str, script: dict[str, Any], src: str) -> tuple[s
         if re.search(r"decode_|load_img|Random[A-Z]\w+\(|transforms\.Random", src):
             return "yes", "the script decodes/augments its input"
         return "no", "nothing to decode or augment: the input is arrays/tensors or a generator"
-    if "more cores for input" in t:
-        if pydataset:
-            return "no", "keras PyDataset input: neither tf.data service nor DataLoader applies"
-        if not uses_tfdata and not has_dl:
-            return "no", "no tf.data pipeline and no DataLoader"
-        return "partly", "a real lever only with more machines; says nothing about this script"
     if "already keeps the" in t and "busy" in t:
         return "partly", "a statement, not a change"
     if ".cache()" in t:
@@ -307,7 +307,7 @@ def judge_recommendation(text: str, script: dict[str, Any], src: str) -> tuple[s
             return "yes", "Keras/TF model: compile(jit_compile=True) applies"
         return "no", f"not a TensorFlow model ({', '.join(sorted(fw)) or 'no framework'})"
     if "torch.compile" in t:
-        if "torch" in fw or "lightning" in fw or keras_torch:
+        if fw & {"torch", "lightning", "hf-trainer"} or keras_torch:
             if "hf-trainer" in fw:
                 return "partly", "Trainer: the knob is TrainingArguments(torch_compile=True)"
             if "LBFGS" in src:
@@ -319,6 +319,12 @@ def judge_recommendation(text: str, script: dict[str, Any], src: str) -> tuple[s
             return "yes", "torch nn.Module the script builds"
         return "no", f"not a torch model ({', '.join(sorted(fw)) or 'no framework'})"
     if "depth_first" in t:
+        if fw & {"hf-trainer", "lightning"}:
+            return (
+                "partly",
+                "the library builds/wraps the model: depth_first(model) must come before "
+                "Trainer/fit, and only chains of memory-bound layers gain",
+            )
         if "torch" in fw and "tensorflow" not in fw:
             return (
                 "partly",
