@@ -218,8 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mirror", type=Path, help="folder of bare mirrors (<owner>+<name>/repo)")
     ap.add_argument("--only", action="append", help="script id (repeatable)")
     ap.add_argument("--out", type=Path, default=HERE / "src")
+    ap.add_argument("--manifest", type=Path, default=MANIFEST)
     args = ap.parse_args(argv)
-    scripts = load_manifest()
+    try:
+        scripts = load_manifest(args.manifest)
+    except (OSError, tomllib.TOMLDecodeError, KeyError) as e:
+        print(f"prepare: cannot read manifest {args.manifest}: {e}", file=sys.stderr)
+        return 2
     if args.only:
         unknown = set(args.only) - {s["id"] for s in scripts}
         if unknown:
