@@ -1,0 +1,138 @@
+"""Synthetic inputs the corpus scripts read from their working folder (no downloads).
+
+Each fixture is built once under ``src/.fixtures/<name>`` and copied into a script's folder:
+
+- ``wikitext-dir``: ``synthetic-wikitext/{train,valid,test}.txt`` for word_language_model
+  (Zipf-distributed words over a 3000-word vocabulary; 150k/15k/15k tokens).
+- ``wikitext2-file``: ``data/wikitext-2.txt`` for Lightning's ``WikiText2`` demo data set
+  (it downloads only when the file is missing); 250k tokens.
+- ``tiny-gpt2``: a 2-layer GPT-2 (64 wide) and a byte-level BPE tokenizer (1000 tokens)
+  trained here on synthetic code, saved with ``save_pretrained``.
+- ``tiny-roberta``: the same for a 2-layer RoBERTa (positions for 1024 tokens).
+- ``keras-channels-first``: ``.keras/keras.json`` with ``image_data_format: channels_first``
+  (for ``KERAS_HOME=.keras``).
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+
+def _words(n_tokens: int, seed: int, vocab: int = 3000) -> str:
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(vocab)]
+    weights = [1.0 / (i + 1) for i in range(vocab)]
+    lines, left = [], n_tokens
+    while left > 0:
+        k = min(left, rng.randint(8, 30))
+        lines.append(" " + " ".join(rng.choices(words, weights, k=k)) + " . ")
+        left -= k
+    return "\n".join(lines) + "\n"
+
+
+def _wikitext_dir(dest: Path) -> None:
+    d = dest / "synthetic-wikitext"
+    d.mkdir(parents=True)
+    for name, n, seed in (("train", 150_000, 1), ("valid", 15_000, 2), ("test", 15_000, 3)):
+        (d / f"{name}.txt").write_text(_words(n, seed))
+
+
+def _wikitext2_file(dest: Path) -> None:
+    (dest / "data").mkdir(parents=True)
+    (dest / "data" / "wikitext-2.txt").write_text(_words(250_000, 4))
+
+
+def _code_texts(n: int, seed: int) -> list[str]:
+    shims = str(Path(__file__).resolve().parent / "shims")
+    if shims not in sys.path:
+        sys.path.insert(0, shims)
+    import datasets  # the shim (shims/datasets)
+
+    rows = datasets.load_dataset("synthetic", split="train")
+    return [r["content"] for r in list(rows)[:n]] or [str(seed)]
+
+
+def _tokenizer(specials: list[str], bos: str, eos: str, pad: str, unk: str) -> object:
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    tok = ByteLevelBPETokenizer()
+    tok.train_from_iterator(_code_texts(400, 0), vocab_size=1000, special_tokens=specials)
+    extra = {"mask_token": "<mask>"} if "<mask>" in specials else {}
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=bos, eos_token=eos, pad_token=pad, unk_token=unk, **extra
+    )
+
+
+def _tiny_gpt2(dest: Path) -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    d = dest / "tiny-gpt2"
+    tok = _tokenizer(
+        ["<|endoftext|>"], "<|endoftext|>", "<|endoftext|>", "<|endoftext|>", "<|endoftext|>"
+    )
+    cfg = GPT2Config(
+        vocab_size=len(tok),  # type: ignore[arg-type]
+        n_positions=256,
+        n_embd=64,
+        n_layer=2,
+        n_head=2,
+        bos_token_id=tok.bos_token_id,  # type: ignore[attr-defined]
+        eos_token_id=tok.eos_token_id,  # type: ignore[attr-defined]
+    )
+    GPT2LMHeadModel(cfg).save_pretrained(d)
+    tok.save_pretrained(d)  # type: ignore[attr-defined]
+
+
+def _tiny_roberta(dest: Path) -> None:
+    from transformers import RobertaConfig, RobertaModel
+
+    d = dest / "tiny-roberta"
+    tok = _tokenizer(["<s>", "<pad>", "</s>", "<unk>", "<mask>"], "<s>", "</s>", "<pad>", "<unk>")
+    cfg = RobertaConfig(
+        vocab_size=len(tok),  # type: ignore[arg-type]
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=1030,
+        bos_token_id=0,
+        pad_token_id=1,
+        eos_token_id=2,
+    )
+    RobertaModel(cfg).save_pretrained(d)
+    tok.save_pretrained(d)  # type: ignore[attr-defined]
+
+
+def _keras_channels_first(dest: Path) -> None:
+    d = dest / ".keras"
+    d.mkdir(parents=True)
+    (d / "keras.json").write_text(
+        '{"backend": "torch", "image_data_format": "channels_first", "floatx": "float32", '
+        '"epsilon": 1e-07}\n'
+    )
+
+
+FIXTURES: dict[str, Callable[[Path], None]] = {
+    "keras-channels-first": _keras_channels_first,
+    "wikitext-dir": _wikitext_dir,
+    "wikitext2-file": _wikitext2_file,
+    "tiny-gpt2": _tiny_gpt2,
+    "tiny-roberta": _tiny_roberta,
+}
+
+
+def install(name: str, cache: Path, dest: Path) -> None:
+    """Build fixture ``name`` once under ``cache`` and copy it into ``dest``."""
+    built = cache / name
+    if not built.exists():
+        tmp = cache / f".{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        FIXTURES[name](tmp)
+        tmp.rename(built)
+    shutil.copytree(built, dest, dirs_exist_ok=True)
