@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 
 # MSG_NOSIGNAL: a workload that restored SIGPIPE's default action must not die when sofa-top does
@@ -38,6 +39,23 @@ class Connection:
         except BaseException:
             self.close()
             raise
+
+    def closed_by_peer(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the peer to close; True once it has (or errored).
+
+        sofa-top sends nothing to the agent, so a readable socket means end of stream."""
+        sock = self._sock
+        if sock is None:
+            return True
+        try:
+            readable, _, _ = select.select([sock], [], [], timeout_s)
+            if not readable:
+                return False
+            return sock.recv(4096, socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except (OSError, ValueError):
+            return True
 
     def set_timeout(self, seconds: float) -> None:
         """Bound the next sends (used for the exit flush)."""

@@ -68,6 +68,14 @@ def _sampling(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("-o", "--output", metavar="FILE", help="session file to write")
 
 
+def _inject_flag(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--no-inject",
+        action="store_true",
+        help="do not inject the agent into the running process: stacks, /proc and GPU only",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with all of sofa-top's commands."""
     p = Parser(prog="sofa-top", description="Live terminal profiler for deep-learning workloads.")
@@ -76,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("attach", help="attach to a running process and open the live dashboard")
     a.add_argument("pid", type=pid, metavar="PID")
+    _inject_flag(a)
     _sampling(a)
 
     r = sub.add_parser(
@@ -86,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--pid", type=pid, metavar="PID")
     r.add_argument("--duration", type=positive_float, metavar="S", help="stop after S seconds")
     r.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    _inject_flag(r)
     _sampling(r)
 
     la = sub.add_parser(
