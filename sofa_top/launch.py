@@ -26,8 +26,7 @@ from sofa_top.agent.launch_env import agent_env
 from sofa_top.collectors.agent import AgentCollector, AgentServer
 from sofa_top.collectors.base import Collector, Emit
 from sofa_top.collectors.gpu import GpuCollector
-from sofa_top.collectors.inject import DEFAULT_TIMEOUT_S as DEFAULT_INJECT_TIMEOUT_S
-from sofa_top.collectors.inject import InjectResult, inject
+from sofa_top.collectors.inject import DEFAULT_TIMEOUT_S, InjectResult, inject
 from sofa_top.collectors.logs import LogCollector
 from sofa_top.collectors.process import ProcessCollector, describe_pid
 from sofa_top.model.errors import UserError
@@ -39,6 +38,7 @@ from sofa_top.recording.store import SessionStore
 
 DEFAULT_INTERVAL_S = 0.1
 DEFAULT_STACK_RATE_HZ = 100.0
+DEFAULT_INJECT_TIMEOUT_S = DEFAULT_TIMEOUT_S
 Mode = Literal["launch", "attach", "record"]
 
 

@@ -7,7 +7,12 @@ from typing import NoReturn
 
 from sofa_top import __version__
 from sofa_top.cli.compare import add_compare_parser
-from sofa_top.launch import DEFAULT_INTERVAL_S, DEFAULT_STACK_RATE_HZ, Sampling
+from sofa_top.launch import (
+    DEFAULT_INJECT_TIMEOUT_S,
+    DEFAULT_INTERVAL_S,
+    DEFAULT_STACK_RATE_HZ,
+    Sampling,
+)
 
 
 class Parser(argparse.ArgumentParser):
@@ -73,6 +78,14 @@ def _inject_flag(sp: argparse.ArgumentParser) -> None:
         "--no-inject",
         action="store_true",
         help="do not inject the agent into the running process: stacks, /proc and GPU only",
+    )
+    sp.add_argument(
+        "--inject-timeout",
+        type=positive_float,
+        default=DEFAULT_INJECT_TIMEOUT_S,
+        metavar="S",
+        help="give up injecting after S seconds (a job holding the GIL in a long C call; "
+        f"default {DEFAULT_INJECT_TIMEOUT_S:g})",
     )
 
 

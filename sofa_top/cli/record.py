@@ -39,6 +39,7 @@ def record(args: argparse.Namespace) -> int:
             output=args.output,
             sampling=sampling,
             inject=not args.no_inject,
+            inject_timeout_s=args.inject_timeout,
         )
         run = opened_attach(attach)
     session = run.session

@@ -15,7 +15,11 @@ from sofa_top.model.errors import UserError
 def attach(args: argparse.Namespace) -> int:
     """``sofa-top attach PID``."""
     req = AttachRequest(
-        pid=args.pid, output=args.output, sampling=sampling_of(args), inject=not args.no_inject
+        pid=args.pid,
+        output=args.output,
+        sampling=sampling_of(args),
+        inject=not args.no_inject,
+        inject_timeout_s=args.inject_timeout,
     )
     return dashboard(opened_attach(req))
 
