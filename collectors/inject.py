@@ -6,10 +6,16 @@ CPython 3.11-3.13 (the agent needs 3.11+), ``hypno`` (built on ``pyinjector``, w
 maintained kubo/injector ptrace library; no gdb): it makes the target's main thread
 ``dlopen`` a small library whose constructor runs one line of Python under the GIL.
 
-That line only starts a thread (``_thread.start_new_thread``) that executes the bootstrap
-(``sofa_top/agent/inject/attach.py``) by file path, so the hijacked thread does the least work
-possible and binds no name in the target's ``__main__``; the bootstrap checks the attach
-token's deadline, loads ``sofa_top.agent`` from sofa-top's own install without touching
+Which thread is hijacked matters: one that runs C code while holding the GIL (say, inside
+CPython's allocator) must not be made to run Python there. So the injector picks a thread that
+sits in a blocking system call which takes no user-space lock (sleep, poll, read, ...: it has
+released the GIL, and it is not inside malloc), the main thread first; then one blocked on a
+futex (a lock, or waiting for the GIL); only when, over ``_PICK_S``, no thread of the target
+ever blocks (one thread spinning in pure Python) is the main thread taken where it runs
+(``choose_thread``). That line only starts a thread (``_thread.start_new_thread``) that
+executes the bootstrap (``sofa_top/agent/inject/attach.py``) by file path, so the hijacked
+thread does the least work possible and binds no name in the target's ``__main__``; the
+bootstrap checks the attach token's deadline, loads ``sofa_top.agent`` from sofa-top's own install without touching
 ``sys.path`` and connects back. The injector runs in a helper process of its own session: the
 wait for the target is bounded here (``timeout_s``) but the helper, which is the target's ptrace
 tracer until the library call returns, is never killed, so neither a give-up nor sofa-top
@@ -127,6 +133,54 @@ def payload(socket_path: Path, token: str, deadline: float, settings: str) -> st
     return f"__import__('_thread').start_new_thread(exec,({src!r},{scope!r}))"
 
 
+_PICK_S = 1.0  # how long to look for a blocked thread before taking the running main thread
+_PICK_EVERY_S = 0.01
+# blocking system calls that hold no user-space lock (x86_64, aarch64); futex ranks second
+_SAFE_SYSCALLS = {
+    "x86_64": {0, 7, 23, 34, 35, 43, 45, 47, 61, 230, 232, 247, 270, 271, 281, 288},
+    "aarch64": {22, 63, 72, 73, 95, 101, 115, 202, 207, 212, 242, 260},
+}
+_FUTEX = {"x86_64": 202, "aarch64": 98}
+
+
+def thread_rank(pid: int, tid: int, machine: str) -> int | None:
+    """0: blocked in a safe system call, 1: on a futex, 2: anything else; None: unreadable."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+            fields = f.read().split()
+    except OSError:
+        return None
+    if not fields or not fields[0].lstrip("-").isdigit():
+        return 2  # "running"
+    nr = int(fields[0])
+    if nr in _SAFE_SYSCALLS.get(machine, set()):
+        return 0
+    return 1 if nr == _FUTEX.get(machine) else 2
+
+
+def choose_thread(pid: int, pick_s: float = _PICK_S) -> tuple[int, str]:
+    """The thread to hijack (see the module docstring) and, for people, why that one."""
+    machine = os.uname().machine
+    deadline = time.monotonic() + pick_s
+    best: tuple[int, int] | None = None
+    while True:
+        try:
+            tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            return pid, "its threads cannot be listed"
+        for tid in [pid] + [t for t in tids if t != pid]:  # the main thread first
+            rank = thread_rank(pid, tid, machine)
+            if rank is not None and rank < 2 and (best is None or rank < best[0]):
+                best = (rank, tid)
+        if best is not None and (best[0] == 0 or time.monotonic() > deadline):
+            rank, tid = best
+            where = "the main thread" if tid == pid else f"thread {tid}"
+            return tid, f"{where}, blocked in {'a system call' if rank == 0 else 'a lock'}"
+        if time.monotonic() > deadline:
+            return pid, "the main thread while it ran (no thread ever blocked)"
+        time.sleep(_PICK_EVERY_S)
+
+
 _HELPER = """
 import json, sys, time
 pid, path = int(sys.argv[1]), sys.argv[2]
@@ -144,11 +198,12 @@ print(json.dumps(r), flush=True)
 """
 
 
-def _helper_cmd(pid: int, py: TargetPython, script: Path) -> list[str]:
+def _helper_cmd(pid: int, tid: int, py: TargetPython, script: Path) -> list[str]:
     if py.version >= (3, 14):
+        # the interpreter runs it at its next safe point: no thread needs choosing
         run = f"import sys; sys.remote_exec({pid}, {str(script)!r})"
         return [f"/proc/{pid}/exe", "-I", "-S", "-c", run]
-    return [sys.executable, "-I", "-c", _HELPER, str(pid), str(script)]
+    return [sys.executable, "-I", "-c", _HELPER, str(tid), str(script)]
 
 
 def _classify(error: str, code: object, pid: int) -> tuple[InjectStatus, str]:
@@ -185,6 +240,7 @@ def inject(
         missing = injector_available()
         if missing is not None:
             return InjectResult("no-injector", missing, str(py))
+    tid, where = (pid, "") if py.version >= (3, 14) else choose_thread(pid)
     token = secrets.token_hex(16)
     deadline = time.time() + timeout_s
     script = server.socket_dir / "payload.py"
@@ -193,7 +249,7 @@ def inject(
     t0 = time.monotonic()
     try:
         helper = subprocess.Popen(
-            _helper_cmd(pid, py, script),
+            _helper_cmd(pid, tid, py, script),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
@@ -232,4 +288,5 @@ def inject(
         return InjectResult("timeout", hs, str(py), injector_s)
     if hs.refused:
         return InjectResult("refused", hs.refused, str(py), injector_s)
-    return InjectResult("injected", f"agent injected ({py})", str(py), injector_s, hs)
+    how = f" through {where}" if where else ""
+    return InjectResult("injected", f"agent injected ({py}){how}", str(py), injector_s, hs)
