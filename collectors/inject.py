@@ -3,7 +3,7 @@
 How: for CPython 3.14+, ``sys.remote_exec(pid, script)`` (PEP 768), called from the target's own
 interpreter (``/proc/PID/exe``), so caller and target share major.minor by construction. For
 CPython 3.11-3.13 (the agent needs 3.11+), ``hypno`` (built on ``pyinjector``, which wraps the
-maintained kubo/injector ptrace library; no gdb): it makes the target's main thread
+maintained kubo/injector ptrace library; no gdb): it makes one thread of the target
 ``dlopen`` a small library whose constructor runs one line of Python under the GIL.
 
 Which thread is hijacked matters: one that runs C code while holding the GIL (say, inside
@@ -15,8 +15,8 @@ ever blocks (one thread spinning in pure Python) is the main thread taken where 
 (``choose_thread``). That line only starts a thread (``_thread.start_new_thread``) that
 executes the bootstrap (``sofa_top/agent/inject/attach.py``) by file path, so the hijacked
 thread does the least work possible and binds no name in the target's ``__main__``; the
-bootstrap checks the attach token's deadline, loads ``sofa_top.agent`` from sofa-top's own install without touching
-``sys.path`` and connects back. The injector runs in a helper process of its own session: the
+bootstrap checks the attach token's deadline, loads ``sofa_top.agent`` from sofa-top's own
+install without touching ``sys.path`` and connects back. The injector runs in a helper process of its own session: the
 wait for the target is bounded here (``timeout_s``) but the helper, which is the target's ptrace
 tracer until the library call returns, is never killed, so neither a give-up nor sofa-top
 being SIGKILLed can leave the target mid-call.
