@@ -16,10 +16,10 @@ ever blocks (one thread spinning in pure Python) is the main thread taken where 
 executes the bootstrap (``sofa_top/agent/inject/attach.py``) by file path, so the hijacked
 thread does the least work possible and binds no name in the target's ``__main__``; the
 bootstrap checks the attach token's deadline, loads ``sofa_top.agent`` from sofa-top's own
-install without touching ``sys.path`` and connects back. The injector runs in a helper process of its own session: the
-wait for the target is bounded here (``timeout_s``) but the helper, which is the target's ptrace
-tracer until the library call returns, is never killed, so neither a give-up nor sofa-top
-being SIGKILLed can leave the target mid-call.
+install without touching ``sys.path`` and connects back. The injector runs in a helper
+process of its own session: the wait for the target is bounded here (``timeout_s``) but the
+helper, which is the target's ptrace tracer until the library call returns, is never killed,
+so neither a give-up nor sofa-top being SIGKILLed can leave the target mid-call.
 """
 
 from __future__ import annotations
