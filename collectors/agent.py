@@ -192,12 +192,13 @@ def _handshake(
     if frame.get("type") != "hello" or frame.get("token") != token:
         conn.close()
         return None
+    pid = creds[0] if creds else _int(frame, "pid", 0)
     refused = frame.get("refused")
     if isinstance(refused, str):
         conn.close()
+        return Handshake(conn, pid, frame, reader, refused)
     conn.setblocking(False)
-    pid = creds[0] if creds else _int(frame, "pid", 0)
-    return Handshake(conn, pid, frame, reader, refused if isinstance(refused, str) else None)
+    return Handshake(conn, pid, frame, reader)
 
 
 # -- frame conversion -------------------------------------------------------------------------

@@ -24,6 +24,7 @@ so neither a give-up nor sofa-top being SIGKILLed can leave the target mid-call.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -108,6 +109,14 @@ def unsupported_reason(py: TargetPython) -> str | None:
     if py.version < SUPPORTED[0]:
         return f"{py} is older than the agent supports (CPython 3.11+)"
     return None
+
+
+def agent_uids(pid: int) -> set[int]:
+    """Whose agents sofa-top accepts for target ``pid``: its own uid, root and the target's."""
+    uids = {os.getuid(), 0}
+    with contextlib.suppress(OSError):
+        uids.add(os.stat(f"/proc/{pid}").st_uid)
+    return uids
 
 
 def injector_available() -> str | None:
@@ -206,13 +215,16 @@ def _helper_cmd(pid: int, tid: int, py: TargetPython, script: Path) -> list[str]
     return [sys.executable, "-I", "-c", _HELPER, str(tid), str(script)]
 
 
+_PTRACE_FIX = (
+    "run sofa-top as root, or as the target's owner with kernel.yama.ptrace_scope=0 "
+    "(--cap-add SYS_PTRACE in a container)"
+)
+
+
 def _classify(error: str, code: object, pid: int) -> tuple[InjectStatus, str]:
     low = error.lower()
     if code == -8 or "permission" in low or "operation not permitted" in low:
-        return "denied", (
-            f"ptrace denied for PID {pid}: run sofa-top as root or as the target's owner with "
-            "kernel.yama.ptrace_scope=0, or --cap-add SYS_PTRACE in a container"
-        )
+        return "denied", f"ptrace denied for PID {pid}: {_PTRACE_FIX}"
     if not os.path.exists(f"/proc/{pid}") or "no such process" in low:
         return "exited", f"PID {pid} exited during injection"
     return "failed", f"the injector failed: {error.splitlines()[0] if error else 'no reason'}"
@@ -231,7 +243,11 @@ def inject(
         return InjectResult("not-python", f"PID {pid} is not Python: no agent to inject")
     py = target_python(pid)
     if isinstance(py, str):
-        status: InjectStatus = "exited" if "exited" in py else "failed"
+        status: InjectStatus = "failed"
+        if "exited" in py:
+            status = "exited"
+        elif "permission denied" in py:
+            status, py = "denied", f"{py}; {_PTRACE_FIX}"
         return InjectResult(status, f"cannot inject the agent: {py}")
     why = unsupported_reason(py)
     if why is not None:
@@ -281,7 +297,7 @@ def inject(
     elif helper.returncode != 0:
         status, reason = _classify(err.decode("utf-8", "replace"), None, pid)
         return InjectResult(status, reason, str(py), injector_s)
-    hs = server.accept_agent(token, deadline)
+    hs = server.accept_agent(token, deadline, agent_uids(pid))
     if isinstance(hs, str):
         if not os.path.exists(f"/proc/{pid}"):
             return InjectResult("exited", f"PID {pid} exited during injection", str(py), injector_s)

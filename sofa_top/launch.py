@@ -26,7 +26,7 @@ from sofa_top.agent.launch_env import agent_env
 from sofa_top.collectors.agent import AgentCollector, AgentServer
 from sofa_top.collectors.base import Collector, Emit
 from sofa_top.collectors.gpu import GpuCollector
-from sofa_top.collectors.inject import DEFAULT_TIMEOUT_S, InjectResult, inject
+from sofa_top.collectors.inject import DEFAULT_TIMEOUT_S, InjectResult, agent_uids, inject
 from sofa_top.collectors.logs import LogCollector
 from sofa_top.collectors.process import ProcessCollector, describe_pid
 from sofa_top.model.errors import UserError
@@ -165,8 +165,7 @@ def open_attach(req: AttachRequest) -> Run:
             discard(store)
             raise UserError(f"PID {target.pid}: {result.reason}; refusing a second attach")
     if server is not None and result.handshake is not None:
-        uid = _uid_of(target.pid)
-        uids = {os.getuid(), 0} | ({uid} if uid is not None else set())
+        uids = agent_uids(target.pid)
         collectors.append(AgentCollector(server, allowed_uids=uids, handshake=result.handshake))
     else:
         collectors.append(_Note(result))
