@@ -42,6 +42,7 @@ def test_doctor_runs_every_check(report: tuple[list[Check], bool, float]) -> Non
         "process stats",
         "py-spy",
         "python stacks",
+        "agent injection",
         "NVIDIA GPU",
         "torch",
         "tensorflow",
@@ -67,6 +68,9 @@ def test_py_spy_works_as_root(report: tuple[list[Check], bool, float]) -> None:
     assert version("py-spy") in by["py-spy"].detail
     assert by["python stacks"].level == "ok", by["python stacks"]
     assert "root" in by["python stacks"].detail
+    # a real injection into the probe Python, which then detached
+    assert by["agent injection"].level == "ok", by["agent injection"]
+    assert "cpython 3." in by["agent injection"].detail
 
 
 def test_gpu_check_on_this_machine(report: tuple[list[Check], bool, float]) -> None:
@@ -163,6 +167,39 @@ def test_ptrace_denied_is_reported_with_a_fix() -> None:
         target.wait()
     assert level == "fail", detail
     assert "not root" in detail
+    assert "sudo" in fix
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root to become nobody")
+def test_injection_denied_is_reported_with_a_fix() -> None:
+    """The real thing: doctor's injection check as nobody against a root-owned Python."""
+    target = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert target.stdout is not None and target.stdout.readline() == b"ready\n"
+        r, w = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - runs in the forked child
+            try:
+                os.close(r)
+                os.setgid(65534)
+                os.setuid(65534)
+                c = doctor.check_injection(target.pid, 5.0)
+                os.write(w, f"{c.level}\n{c.detail}\n{c.fix}".encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r) as f:
+            level, detail, fix = f.read().split("\n", 2)
+        os.waitpid(child, 0)
+        assert target.poll() is None  # untouched
+    finally:
+        target.kill()
+        target.wait()
+    assert level == "fail", detail
+    assert "permission denied" in detail and "outside only" in detail
     assert "sudo" in fix
 
 
