@@ -62,6 +62,8 @@ class LaunchRequest:
     sampling: Sampling = Sampling()
     # the agent's settings (``sofa_top.agent.settings``), e.g. {"optimize": spec.to_json()}
     settings: Mapping[str, object] = field(default_factory=dict)
+    cwd: str | None = None  # default: sofa-top's own working directory
+    env: Mapping[str, str] | None = None  # the base environment (default: sofa-top's own)
 
 
 @dataclass(frozen=True)
@@ -230,12 +232,13 @@ def open_launch(req: LaunchRequest) -> Run:
         discard(store)
         raise
     settings = dict(req.settings)
-    env = {**os.environ, **agent_env(server.socket_path, settings)}
+    base = os.environ if req.env is None else req.env
+    env = {**base, **agent_env(server.socket_path, settings, base)}
     # Files, not pipes: if sofa-top dies, the workload's next print must not get SIGPIPE.
     out_dir = Path(tempfile.mkdtemp(prefix="sofa-top-output-"))
     outputs = {"stdout": out_dir / "stdout.log", "stderr": out_dir / "stderr.log"}
     try:
-        popen = _start(cmd, outputs, env)
+        popen = _start(cmd, outputs, env, req.cwd)
     except OSError as exc:
         server.close()
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -251,7 +254,7 @@ def open_launch(req: LaunchRequest) -> Run:
 
 
 def _start(
-    cmd: Sequence[str], outputs: Mapping[str, Path], env: Mapping[str, str]
+    cmd: Sequence[str], outputs: Mapping[str, Path], env: Mapping[str, str], cwd: str | None
 ) -> subprocess.Popen[bytes]:
     with outputs["stdout"].open("wb") as out, outputs["stderr"].open("wb") as err:
         # A new session: the terminal's Ctrl-C reaches sofa-top, which decides what to stop.
@@ -261,6 +264,7 @@ def _start(
             stderr=err,
             stdin=subprocess.DEVNULL,
             env=dict(env),
+            cwd=cwd,
             start_new_session=True,
         )
 
