@@ -1,0 +1,160 @@
+"""What injecting the agent costs the target (``sofa-top attach`` / ``record --pid``).
+
+1. **Pause**: a target runs small fixed chunks of work and logs when each ended
+   (``inject_target.py``); the agent is injected (thread choice, injector, bootstrap, hook
+   installation: sofa-top's ``inject`` plus the agent's first frames), and the pause is the
+   time the chunks took beyond their median, summed from the injection's start until the
+   agent reported its hooks, plus 0.5 s, less the same sum over as long a window just before
+   (the shared machine's own noise); also the longest single chunk over the median.
+2. **Overhead**: paired runs of ``bench_workload.py`` (fixed work, timed by the workload):
+   plain, under the launch-mode agent, and with the agent injected during its warm-up
+   (A B C A B C ...); the slowdowns vs plain, median and spread.
+
+No py-spy in either (``inject`` and the agent connection only), so the numbers are the
+agent's. Usage::
+
+    python benchmarks/inject.py [--repeats 7] [--pairs 5] [--kinds python,torch]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from overhead import WORKLOAD, _elapsed, run_plain, run_with_agent, summarize
+
+from sofa_top.collectors.agent import AgentCollector, AgentServer
+from sofa_top.collectors.inject import inject
+from sofa_top.model.samples import Event, Sample
+
+HERE = Path(__file__).parent
+TARGET = HERE / "inject_target.py"
+
+
+class _Attached:
+    """An injected agent served by a real AgentCollector; ``hooked`` once the agent said its
+    hooks are installed (its "hooks installed in N ms" event, after the mid-run adoption)."""
+
+    def __init__(self, pid: int) -> None:
+        self.server = AgentServer()
+        self.hooked = threading.Event()
+        self.stop = threading.Event()
+        self.result = inject(pid, self.server)
+        self.thread: threading.Thread | None = None
+        self.install_ms = float("nan")
+        if self.result.handshake is not None:
+            collector = AgentCollector(self.server, handshake=self.result.handshake)
+            self.thread = threading.Thread(target=collector.run, args=(self.emit, self.stop))
+            self.thread.start()
+
+    def emit(self, s: Sample) -> None:
+        if isinstance(s, Event) and "install_s" in s.data:
+            self.install_ms = float(s.data["install_s"]) * 1e3  # type: ignore[arg-type]
+            self.hooked.set()
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(10)
+        self.server.close()
+
+
+def one_pause(kind: str, tmp: Path) -> tuple[float, float, float, float]:
+    """(summed excess ms, longest chunk over the median ms, injector ms, the agent's own hook
+    installation ms) of one injection."""
+    out, stop = tmp / "ends.json", tmp / "stop"
+    stop.unlink(missing_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(TARGET), kind, str(out), "--stop", str(stop)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().startswith("READY")
+    time.sleep(3.0)  # chunks before the injection: the median and the control window
+    t0 = time.monotonic()
+    attached = _Attached(proc.pid)
+    if attached.result.status != "injected":
+        raise SystemExit(f"not injected: {attached.result.reason}")
+    if not attached.hooked.wait(10):
+        raise SystemExit("the agent never said its hooks are installed")
+    t1 = time.monotonic() + 0.5
+    time.sleep(1.5)
+    stop.touch()
+    proc.wait(60)
+    attached.close()
+    ends = json.loads(out.read_text())
+    chunks = [(b, b - a) for a, b in zip(ends, ends[1:], strict=False)]
+    med = statistics.median(d for _, d in chunks)
+    window = [d for end, d in chunks if t0 <= end <= t1 + med]
+    # the same length of time just before: what this (shared) machine's noise costs alone
+    control = [d for end, d in chunks if t0 - (t1 - t0) - 0.1 <= end < t0 - 0.1]
+    excess = sum(max(0.0, d - med) for d in window) - sum(max(0.0, d - med) for d in control)
+    longest = max((d - med for d in window), default=0.0)
+    injector = (attached.result.injector_s or 0.0) * 1e3
+    return excess * 1e3, longest * 1e3, injector, attached.install_ms
+
+
+def run_injected(kind: str) -> float:
+    """The fixed-work workload with the agent injected during its warm-up."""
+    w = subprocess.Popen([sys.executable, str(WORKLOAD), kind], stdout=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # inside the 3 s warm-up, before the timed work starts
+    attached = _Attached(w.pid)
+    try:
+        out, _ = w.communicate()
+    finally:
+        attached.close()
+    if attached.result.status != "injected":
+        raise SystemExit(f"not injected: {attached.result.reason}")
+    return _elapsed(out)
+
+
+def spread(name: str, values: list[float]) -> str:
+    return (
+        f"{name:<34} median {statistics.median(values):7.1f} ms "
+        f"(min {min(values):.1f}, max {max(values):.1f}, n={len(values)})"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--kinds", default="python,torch")
+    args = ap.parse_args()
+    lines = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in args.kinds.split(","):
+            pauses = [one_pause(kind, Path(tmp)) for _ in range(args.repeats)]
+            for i, (ex, lo, inj, hooks) in enumerate(pauses):
+                print(f"{kind} injection {i + 1}: pause {ex:.1f} ms (longest {lo:.1f} ms), "
+                      f"injector {inj:.1f} ms, hooks {hooks:.1f} ms", flush=True)  # fmt: skip
+            lines.append(spread(f"pause, total ({kind})", [p[0] for p in pauses]))
+            lines.append(spread(f"pause, longest chunk ({kind})", [p[1] for p in pauses]))
+            lines.append(spread(f"injector holds the target ({kind})", [p[2] for p in pauses]))
+            lines.append(spread(f"hook installation ({kind})", [p[3] for p in pauses]))
+        for kind in args.kinds.split(","):
+            launch, attached = [], []
+            for i in range(args.pairs):
+                base = run_plain(kind)
+                la = run_with_agent(kind)
+                at = run_injected(kind)
+                launch.append(la / base)
+                attached.append(at / base)
+                print(f"{kind} pair {i + 1}: plain {base:.3f}s launch-agent {la:.3f}s "
+                      f"injected {at:.3f}s", flush=True)  # fmt: skip
+            lines.append(summarize(f"launch agent ({kind})", launch))
+            lines.append(summarize(f"injected agent ({kind})", attached))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
