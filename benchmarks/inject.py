@@ -19,6 +19,7 @@ agent's. Usage::
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -91,7 +92,7 @@ def one_pause(kind: str, tmp: Path) -> tuple[float, float, float, float]:
     proc.wait(60)
     attached.close()
     ends = json.loads(out.read_text())
-    chunks = [(b, b - a) for a, b in zip(ends, ends[1:], strict=False)]
+    chunks = [(b, b - a) for a, b in itertools.pairwise(ends)]
     med = statistics.median(d for _, d in chunks)
     window = [d for end, d in chunks if t0 <= end <= t1 + med]
     # the same length of time just before: what this (shared) machine's noise costs alone
