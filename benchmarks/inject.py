@@ -5,7 +5,10 @@
    installation: sofa-top's ``inject`` plus the agent's first frames), and the pause is the
    time the chunks took beyond their median, summed from the injection's start until the
    agent reported its hooks, plus 0.5 s, less the same sum over as long a window just before
-   (the shared machine's own noise); also the longest single chunk over the median.
+   (the shared machine's own noise); also the longest single chunk over the median. On a busy
+   machine that is noisy, so the bound the target's Python can lose is printed too: the time
+   the injector holds it plus the bootstrap thread's own CPU time (the most it can have held
+   the GIL for: imports, hook installation, the mid-run adoption).
 2. **Overhead**: paired runs of ``bench_workload.py`` (fixed work, timed by the workload):
    plain, under the launch-mode agent, and with the agent injected during its warm-up
    (A B C A B C ...); the slowdowns vs plain, median and spread.
@@ -50,7 +53,7 @@ class _Attached:
         self.stop = threading.Event()
         self.result = inject(pid, self.server)
         self.thread: threading.Thread | None = None
-        self.install_ms = float("nan")
+        self.install_ms = self.bootstrap_cpu_ms = float("nan")
         if self.result.handshake is not None:
             collector = AgentCollector(self.server, handshake=self.result.handshake)
             self.thread = threading.Thread(target=collector.run, args=(self.emit, self.stop))
@@ -59,6 +62,7 @@ class _Attached:
     def emit(self, s: Sample) -> None:
         if isinstance(s, Event) and "install_s" in s.data:
             self.install_ms = float(s.data["install_s"]) * 1e3  # type: ignore[arg-type]
+            self.bootstrap_cpu_ms = float(s.data["bootstrap_cpu_s"]) * 1e3  # type: ignore[arg-type]
             self.hooked.set()
 
     def close(self) -> None:
@@ -68,9 +72,9 @@ class _Attached:
         self.server.close()
 
 
-def one_pause(kind: str, tmp: Path) -> tuple[float, float, float, float]:
+def one_pause(kind: str, tmp: Path) -> tuple[float, float, float, float, float]:
     """(summed excess ms, longest chunk over the median ms, injector ms, the agent's own hook
-    installation ms) of one injection."""
+    installation ms, the bootstrap thread's CPU ms) of one injection."""
     out, stop = tmp / "ends.json", tmp / "stop"
     stop.unlink(missing_ok=True)
     proc = subprocess.Popen(
@@ -100,7 +104,7 @@ def one_pause(kind: str, tmp: Path) -> tuple[float, float, float, float]:
     excess = sum(max(0.0, d - med) for d in window) - sum(max(0.0, d - med) for d in control)
     longest = max((d - med for d in window), default=0.0)
     injector = (attached.result.injector_s or 0.0) * 1e3
-    return excess * 1e3, longest * 1e3, injector, attached.install_ms
+    return excess * 1e3, longest * 1e3, injector, attached.install_ms, attached.bootstrap_cpu_ms
 
 
 def run_injected(kind: str) -> float:
@@ -134,14 +138,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.kinds.split(","):
             pauses = [one_pause(kind, Path(tmp)) for _ in range(args.repeats)]
-            for i, (ex, lo, inj, hooks) in enumerate(pauses):
+            for i, (ex, lo, inj, hooks, cpu) in enumerate(pauses):
                 print(f"{kind} injection {i + 1}: pause {ex:.1f} ms (longest {lo:.1f} ms), "
-                      f"injector {inj:.1f} ms, hooks {hooks:.1f} ms", flush=True)  # fmt: skip
+                      f"injector {inj:.1f} ms, bootstrap CPU {cpu:.1f} ms, hooks {hooks:.1f} ms",
+                      flush=True)  # fmt: skip
             lines.append(spread(f"pause, total ({kind})", [p[0] for p in pauses]))
             lines.append(spread(f"pause, longest chunk ({kind})", [p[1] for p in pauses]))
             lines.append(spread(f"injector holds the target ({kind})", [p[2] for p in pauses]))
             lines.append(spread(f"hook installation ({kind})", [p[3] for p in pauses]))
-        for kind in args.kinds.split(","):
+            lines.append(spread(f"bootstrap thread CPU ({kind})", [p[4] for p in pauses]))
+            bound = [p[2] + p[4] for p in pauses]
+            lines.append(spread(f"injector + bootstrap CPU ({kind})", bound))
+        for kind in args.kinds.split(",") if args.pairs > 0 else ():
             launch, attached = [], []
             for i in range(args.pairs):
                 base = run_plain(kind)

@@ -70,6 +70,7 @@ def attach(
     deadline: float,
     settings_json: str | None = None,
     added_modules: tuple[str, ...] = (),
+    started_cpu: float | None = None,
 ) -> str:
     """Start an attach-mode agent in a process that is already running (the bootstrap calls it).
 
@@ -104,11 +105,12 @@ def attach(
     finder = agent.finder = PostImportHooks(agent, installers())
     finder.install()  # hooks the modules the workload already imported, right now
     midrun.adopt(agent)
+    install_s = time.perf_counter() - t0
+    cpu_s = None if started_cpu is None else time.thread_time() - started_cpu
     agent.event(
         "agent-connected",
-        f"agent injected into pid {agent.pid}: hooks installed in "
-        f"{(time.perf_counter() - t0) * 1e3:.1f} ms",
-        {"mode": "attach", "install_s": time.perf_counter() - t0},
+        f"agent injected into pid {agent.pid}: hooks installed in {install_s * 1e3:.1f} ms",
+        {"mode": "attach", "install_s": install_s, "bootstrap_cpu_s": cpu_s},
     )
     return "attached"
 

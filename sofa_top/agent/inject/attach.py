@@ -24,6 +24,7 @@ def main(args: dict[str, Any]) -> str:
     """Start the agent (see the module docstring); returns what happened, for tests."""
     if time.time() > float(args["deadline"]):
         return "expired"
+    cpu0 = time.thread_time()  # this thread's CPU: what the bootstrap holds the GIL for, at most
     try:
         before = set(sys.modules)
         helper_path = os.path.join(_INJECT_DIR, "importable.py")
@@ -48,6 +49,7 @@ def main(args: dict[str, Any]) -> str:
             deadline=float(args["deadline"]),
             settings_json=args.get("settings"),
             added_modules=added,
+            started_cpu=cpu0,
         )
     except BaseException as e:
         with contextlib.suppress(Exception):
