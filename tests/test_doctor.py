@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib.metadata import version
 from pathlib import Path
 
@@ -139,6 +139,26 @@ def test_exit_semantics_required_failure() -> None:
     assert text.splitlines()[-1] == "sofa-top cannot attach: process stats failed."
 
 
+def as_nobody(check: Callable[[], Check]) -> tuple[str, str, str]:
+    """Run ``check`` in a forked child as user nobody: (level, detail, fix)."""
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the forked child
+        try:
+            os.close(r)
+            os.setgid(65534)
+            os.setuid(65534)
+            c = check()
+            os.write(w, f"{c.level}\n{c.detail}\n{c.fix}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        level, detail, fix = f.read().split("\n", 2)
+    os.waitpid(child, 0)
+    return level, detail, fix
+
+
 @pytest.mark.skipif(not ROOT, reason="needs root to drop to another user")
 def test_ptrace_denied_is_reported_with_a_fix() -> None:
     """The real thing: py-spy as user nobody against a root-owned Python process."""
@@ -147,21 +167,7 @@ def test_ptrace_denied_is_reported_with_a_fix() -> None:
     target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         time.sleep(0.5)
-        r, w = os.pipe()
-        child = os.fork()
-        if child == 0:  # pragma: no cover - runs in the forked child
-            try:
-                os.close(r)
-                os.setgid(65534)
-                os.setuid(65534)
-                c = check_stacks(py_spy, target.pid)
-                os.write(w, f"{c.level}\n{c.detail}\n{c.fix}".encode())
-            finally:
-                os._exit(0)
-        os.close(w)
-        with os.fdopen(r) as f:
-            level, detail, fix = f.read().split("\n", 2)
-        os.waitpid(child, 0)
+        level, detail, fix = as_nobody(lambda: check_stacks(py_spy, target.pid))
     finally:
         target.kill()
         target.wait()
@@ -179,21 +185,7 @@ def test_injection_denied_is_reported_with_a_fix() -> None:
     )
     try:
         assert target.stdout is not None and target.stdout.readline() == b"ready\n"
-        r, w = os.pipe()
-        child = os.fork()
-        if child == 0:  # pragma: no cover - runs in the forked child
-            try:
-                os.close(r)
-                os.setgid(65534)
-                os.setuid(65534)
-                c = doctor.check_injection(target.pid, 5.0)
-                os.write(w, f"{c.level}\n{c.detail}\n{c.fix}".encode())
-            finally:
-                os._exit(0)
-        os.close(w)
-        with os.fdopen(r) as f:
-            level, detail, fix = f.read().split("\n", 2)
-        os.waitpid(child, 0)
+        level, detail, fix = as_nobody(lambda: doctor.check_injection(target.pid, 5.0))
         assert target.poll() is None  # untouched
     finally:
         target.kill()
