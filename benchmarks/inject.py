@@ -136,7 +136,7 @@ def main() -> None:
     args = ap.parse_args()
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
-        for kind in args.kinds.split(","):
+        for kind in args.kinds.split(",") if args.repeats > 0 else ():
             pauses = [one_pause(kind, Path(tmp)) for _ in range(args.repeats)]
             for i, (ex, lo, inj, hooks, cpu) in enumerate(pauses):
                 print(f"{kind} injection {i + 1}: pause {ex:.1f} ms (longest {lo:.1f} ms), "
