@@ -11,7 +11,9 @@
    the GIL for: imports, hook installation, the mid-run adoption).
 2. **Overhead**: paired runs of ``bench_workload.py`` (fixed work, timed by the workload):
    plain, under the launch-mode agent, and with the agent injected during its warm-up
-   (A B C A B C ...); the slowdowns vs plain, median and spread.
+   (A B C A B C ...); the slowdowns vs plain in wall time and in the process's CPU time (the
+   agent's thread included; far less moved by other jobs on a shared machine), median and
+   spread.
 
 No py-spy in either (``inject`` and the agent connection only), so the numbers are the
 agent's. Usage::
@@ -33,7 +35,7 @@ import threading
 import time
 from pathlib import Path
 
-from overhead import WORKLOAD, _elapsed, run_plain, run_with_agent, summarize
+from overhead import WORKLOAD, _elapsed, summarize
 
 from sofa_top.collectors.agent import AgentCollector, AgentServer
 from sofa_top.collectors.inject import inject
@@ -107,7 +109,36 @@ def one_pause(kind: str, tmp: Path) -> tuple[float, float, float, float, float]:
     return excess * 1e3, longest * 1e3, injector, attached.install_ms, attached.bootstrap_cpu_ms
 
 
-def run_injected(kind: str) -> float:
+def _times(out: str) -> tuple[float, float]:
+    cpu = next(float(line.split()[1]) for line in out.splitlines() if line.startswith("CPU "))
+    return _elapsed(out), cpu
+
+
+def run_plain(kind: str, env: dict[str, str] | None = None) -> tuple[float, float]:
+    """The workload alone: (wall s, process CPU s) of its fixed work."""
+    p = subprocess.run(
+        [sys.executable, str(WORKLOAD), kind], capture_output=True, text=True, env=env, check=True
+    )
+    return _times(p.stdout)
+
+
+def run_with_agent(kind: str) -> tuple[float, float]:
+    """The workload under the launch-mode agent and a live agent server."""
+    from sofa_top.agent.launch_env import agent_env
+
+    server = AgentServer()
+    stop = threading.Event()
+    t = threading.Thread(target=AgentCollector(server).run, args=(lambda s: None, stop))
+    t.start()
+    try:
+        return run_plain(kind, {**os.environ, **agent_env(server.socket_path, {})})
+    finally:
+        stop.set()
+        t.join(5)
+        server.close()
+
+
+def run_injected(kind: str) -> tuple[float, float]:
     """The fixed-work workload with the agent injected during its warm-up."""
     w = subprocess.Popen([sys.executable, str(WORKLOAD), kind], stdout=subprocess.PIPE, text=True)
     time.sleep(1.0)  # inside the 3 s warm-up, before the timed work starts
@@ -118,7 +149,7 @@ def run_injected(kind: str) -> float:
         attached.close()
     if attached.result.status != "injected":
         raise SystemExit(f"not injected: {attached.result.reason}")
-    return _elapsed(out)
+    return _times(out)
 
 
 def spread(name: str, values: list[float]) -> str:
@@ -150,17 +181,18 @@ def main() -> None:
             bound = [p[2] + p[4] for p in pauses]
             lines.append(spread(f"injector + bootstrap CPU ({kind})", bound))
         for kind in args.kinds.split(",") if args.pairs > 0 else ():
-            launch, attached = [], []
+            ratios: dict[str, list[float]] = {}
             for i in range(args.pairs):
-                base = run_plain(kind)
-                la = run_with_agent(kind)
-                at = run_injected(kind)
-                launch.append(la / base)
-                attached.append(at / base)
-                print(f"{kind} pair {i + 1}: plain {base:.3f}s launch-agent {la:.3f}s "
-                      f"injected {at:.3f}s", flush=True)  # fmt: skip
-            lines.append(summarize(f"launch agent ({kind})", launch))
-            lines.append(summarize(f"injected agent ({kind})", attached))
+                base, la, at = run_plain(kind), run_with_agent(kind), run_injected(kind)
+                for what, j in (("wall", 0), ("CPU", 1)):
+                    ratios.setdefault(f"launch agent, {what} ({kind})", []).append(la[j] / base[j])
+                    ratios.setdefault(f"injected agent, {what} ({kind})", []).append(
+                        at[j] / base[j]
+                    )
+                print(f"{kind} triple {i + 1}: wall/CPU s plain {base[0]:.3f}/{base[1]:.3f} "
+                      f"launch-agent {la[0]:.3f}/{la[1]:.3f} injected {at[0]:.3f}/{at[1]:.3f}",
+                      flush=True)  # fmt: skip
+            lines += [summarize(name, r) for name, r in ratios.items()]
     print("\n".join(lines))
 
 
