@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import select
 import socket
 
 # MSG_NOSIGNAL: a workload that restored SIGPIPE's default action must not die when sofa-top does
@@ -40,19 +39,16 @@ class Connection:
             self.close()
             raise
 
-    def closed_by_peer(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for the peer to close; True once it has (or errored).
+    def closed_by_peer(self) -> bool:
+        """Whether the peer has closed (or the socket failed); never blocks.
 
-        sofa-top sends nothing to the agent, so a readable socket means end of stream."""
+        sofa-top sends nothing to the agent, so anything readable means end of stream."""
         sock = self._sock
         if sock is None:
             return True
         try:
-            readable, _, _ = select.select([sock], [], [], timeout_s)
-            if not readable:
-                return False
-            return sock.recv(4096, socket.MSG_DONTWAIT) == b""
-        except BlockingIOError:
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError):
             return False
         except (OSError, ValueError):
             return True
