@@ -155,9 +155,15 @@ _FUTEX = {"x86_64": 202, "aarch64": 98}
 def thread_rank(pid: int, tid: int, machine: str) -> int | None:
     """0: blocked in a safe system call, 1: on a futex, 2: anything else; None: unreadable."""
     try:
+        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        if state not in (b"S", b"D"):
+            # running: reading its syscall file would make the kernel wait until the thread
+            # is off the CPU, which a busy target pays for at every poll
+            return 2
         with open(f"/proc/{pid}/task/{tid}/syscall") as f:
             fields = f.read().split()
-    except OSError:
+    except (OSError, IndexError):
         return None
     if not fields or not fields[0].lstrip("-").isdigit():
         return 2  # "running"
