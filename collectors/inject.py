@@ -309,6 +309,7 @@ def inject(
             return InjectResult("exited", f"PID {pid} exited during injection", str(py), injector_s)
         return InjectResult("timeout", hs, str(py), injector_s)
     if hs.refused:
-        return InjectResult("refused", hs.refused, str(py), injector_s)
+        reason = f"{hs.refused}: a second concurrent attach gets no agent"
+        return InjectResult("refused", reason, str(py), injector_s)
     how = f" through {where}" if where else ""
     return InjectResult("injected", f"agent injected ({py}){how}", str(py), injector_s, hs)

@@ -148,9 +148,10 @@ def _collectors(
 
 
 def open_attach(req: AttachRequest) -> Run:
-    """A session on the running process ``req.pid`` (raises UserError for a bad PID, and when
-    the target already runs a sofa-top agent). With ``req.inject`` the agent is injected when
-    it can be; otherwise the session records from outside and an event says why."""
+    """A session on the running process ``req.pid`` (raises UserError for a bad PID). With
+    ``req.inject`` the agent is injected when it can be; otherwise (a second concurrent attach
+    included: the target's agent refuses it) the session records from outside and an event
+    says why."""
     info = describe_pid(req.pid)
     target = TargetInfo(pid=info.pid, name=info.name, cmdline=info.cmdline or (info.name,))
     store = SessionStore(session_file(req.output, f"{target.name}-{target.pid}"))
@@ -163,9 +164,6 @@ def open_attach(req: AttachRequest) -> Run:
         except UserError:
             discard(store)
             raise
-        if result.status == "refused":
-            discard(store)
-            raise UserError(f"PID {target.pid}: {result.reason}; refusing a second attach")
     if server is not None and result.handshake is not None:
         uids = agent_uids(target.pid)
         collectors.append(AgentCollector(server, allowed_uids=uids, handshake=result.handshake))

@@ -39,11 +39,12 @@ def say_injection(run: Run) -> None:
     pid = run.target.pid
     if r.status == "injected":
         cost = f", injector {r.injector_s * 1e3:.0f} ms" if r.injector_s is not None else ""
-        print(f"sofa-top: agent injected into PID {pid} ({r.python}{cost})", file=sys.stderr)
+        print(f"agent injected into PID {pid} ({r.python}{cost})", file=sys.stderr)
     else:
+        # information, not an error: the session goes on from outside ("sofa-top:" lines are
+        # the problems)
         print(
-            f"sofa-top: no agent in PID {pid}: {r.reason}; recording from outside "
-            "(--no-inject skips trying)",
+            f"no agent in PID {pid}: {r.reason}; recording from outside (--no-inject skips trying)",
             file=sys.stderr,
         )
 
