@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 
 # MSG_NOSIGNAL: a workload that restored SIGPIPE's default action must not die when sofa-top does
@@ -47,8 +48,13 @@ class Connection:
         if sock is None:
             return True
         try:
+            # a zero-timeout poll first: on a socket with a timeout, recv would wait for data
+            # that far (MSG_DONTWAIT notwithstanding), and its TimeoutError is no end of stream
+            readable, _, _ = select.select([sock], [], [], 0)
+            if not readable:
+                return False
             return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, TimeoutError):
             return False
         except (OSError, ValueError):
             return True
