@@ -518,8 +518,8 @@ class Agent:
                 self._wake.wait(interval)
                 conn = self._conn
                 # sofa-top never sends: end of stream means it closed (quit, Ctrl-C,
-                # SIGKILL); put everything back and go. (A peek each wake, like the launch
-                # agent's wait: blocking in select instead cost a pure-Python loop ~4%.)
+                # SIGKILL); put everything back and go. Checked without blocking at each wake,
+                # so the thread wakes exactly as the launch agent's does.
                 if self.mode == "attach" and conn is not None and conn.closed_by_peer():
                     self.detach("sofa-top closed the connection")
                     return
