@@ -2,15 +2,17 @@
 
 The socket lives in a fresh per-session directory with mode 0700 (under ``$XDG_RUNTIME_DIR``
 when usable, else the temp dir); each connection is also checked with ``SO_PEERCRED`` and
-refused unless its uid is ours. No TCP port is ever opened. Frames are validated strictly: a
-peer that sends garbage, a truncated or an oversized frame is dropped (with an Event saying
-why) while the others keep being served.
+refused unless its uid is ours (attach mode: ours, root or the target's, and the directory then
+belongs to the target's uid so that its agent can reach it). No TCP port is ever opened.
+Frames are validated strictly: a peer that sends garbage, a truncated or an oversized frame is
+dropped (with an Event saying why) while the others keep being served.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import selectors
 import shutil
 import socket
@@ -18,7 +20,7 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,13 +49,19 @@ _MAX_PEERS = 256  # the workload and its Python subprocesses; more is a runaway
 class AgentServer:
     """Owns the private socket directory and the listening socket (created at construction)."""
 
-    def __init__(self, socket_dir: Path | None = None) -> None:
-        """Create the 0700 session directory under ``socket_dir`` (or a default) and listen."""
+    def __init__(self, socket_dir: Path | None = None, owner_uid: int | None = None) -> None:
+        """Create the 0700 session directory under ``socket_dir`` (or a default) and listen.
+
+        ``owner_uid`` (attach mode, sofa-top as root): the directory is handed to that uid, the
+        target's, so that the agent injected into its process can connect (root still can)."""
         self._dir = _make_session_dir(socket_dir)
         self._path = self._dir / SOCKET_NAME
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.bind(str(self._path))
+            if owner_uid is not None and owner_uid != os.geteuid():
+                os.chown(self._dir, owner_uid, -1)
+                os.chown(self._path, owner_uid, -1)
             sock.listen(64)
             sock.setblocking(False)
         except OSError as e:
@@ -76,6 +84,30 @@ class AgentServer:
     def listener(self) -> socket.socket | None:
         """The listening socket, or None once closed."""
         return self._sock
+
+    def accept_agent(
+        self, token: str, deadline: float, allowed_uids: Collection[int] | None = None
+    ) -> Handshake | str:
+        """Attach mode: wait until ``deadline`` (wall time) for the injected agent's hello
+        carrying ``token``; other peers are closed. A reason (str) when none came."""
+        uids = _allowed(allowed_uids)
+        sock = self._sock
+        if sock is None:
+            return "the agent socket is closed"
+        while True:
+            left = deadline - time.time()
+            if left <= 0:
+                return "the injected agent did not connect in time; gave up, the job is untouched"
+            readable, _, _ = select.select([sock], [], [], left)
+            if not readable:
+                continue
+            try:
+                conn, _addr = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                continue
+            hs = _handshake(conn, token, deadline, uids)
+            if hs is not None:
+                return hs
 
     def close(self) -> None:
         """Stop listening and remove the session directory (idempotent)."""
@@ -118,6 +150,55 @@ def _make_session_dir(base: Path | None) -> Path:
     raise UserError(
         "cannot create a private directory for the agent socket: " + "; ".join(problems)
     )
+
+
+@dataclass
+class Handshake:
+    """The injected agent's accepted connection and its hello (attach mode)."""
+
+    sock: socket.socket
+    pid: int
+    hello: dict[str, Any]
+    reader: FrameReader  # holds whatever arrived after the hello
+    refused: str | None = None  # the target already runs an agent: why it declined
+
+
+def _allowed(uids: Collection[int] | None) -> frozenset[int]:
+    return frozenset({os.getuid()} if uids is None else uids)
+
+
+def _handshake(
+    conn: socket.socket, token: str, deadline: float, uids: frozenset[int]
+) -> Handshake | None:
+    try:
+        creds = peer_credentials(conn)
+        if creds is not None and creds[1] not in uids:
+            conn.close()
+            return None
+        reader = FrameReader()
+        conn.settimeout(max(deadline - time.time(), 0.05))
+        while True:
+            frame = reader.next_frame()
+            if frame is not None:
+                break
+            data = conn.recv(_READ_SIZE)
+            if not data:
+                conn.close()
+                return None
+            reader.feed(data)
+    except (OSError, FrameError):
+        conn.close()
+        return None
+    if frame.get("type") != "hello" or frame.get("token") != token:
+        conn.close()
+        return None
+    pid = creds[0] if creds else _int(frame, "pid", 0)
+    refused = frame.get("refused")
+    if isinstance(refused, str):
+        conn.close()
+        return Handshake(conn, pid, frame, reader, refused)
+    conn.setblocking(False)
+    return Handshake(conn, pid, frame, reader)
 
 
 # -- frame conversion -------------------------------------------------------------------------
@@ -304,17 +385,20 @@ def convert_frame(frame: dict[str, Any], pid: int) -> list[Sample]:
         ]
     if kind == "hello":
         argv = _list(frame, "argv")
+        mode = _str(frame, "mode", "launch")  # added in attach's protocol: absent means launch
+        how = "injected into" if mode == "attach" else "connected from"
         return [
             Event(
                 ts=_num(frame, "t"),
                 kind="agent-connected",
-                message=f"agent connected from pid {pid} (python {_str(frame, 'python', '?')})",
+                message=f"agent {how} pid {pid} (python {_str(frame, 'python', '?')})",
                 data={
                     "pid": pid,
                     "ppid": _int(frame, "ppid", 0),
                     "version": _int(frame, "v", 0),
                     "argv": [str(a) for a in argv],
                     "settings": _data(frame, "settings"),
+                    "mode": mode,
                 },
             )
         ]
@@ -370,12 +454,17 @@ class AgentCollector:
         poll_s: float = 0.1,
         allowed_uid: int | None = None,
         clock: Callable[[], float] = time.time,
+        allowed_uids: Collection[int] | None = None,
+        handshake: Handshake | None = None,
     ) -> None:
-        """Serve ``server``'s socket; only peers with ``allowed_uid`` (default: ours) get in."""
+        """Serve ``server``'s socket; only peers with ``allowed_uid`` (default: ours; attach
+        mode: ``allowed_uids``) get in. ``handshake``: the injected agent, already accepted."""
         self._server = server
         self._poll_s = poll_s
         self._uid = os.getuid() if allowed_uid is None else allowed_uid
+        self._uids = frozenset({self._uid}) if allowed_uids is None else frozenset(allowed_uids)
         self._clock = clock
+        self._handshake = handshake
 
     def run(self, emit: Emit, stop: threading.Event) -> None:
         """Accept and read until ``stop`` is set; then close everything and remove the dir."""
@@ -387,6 +476,9 @@ class AgentCollector:
         peers: dict[int, _Peer] = {}
         try:
             sel.register(listener, selectors.EVENT_READ, None)
+            hs, self._handshake = self._handshake, None
+            if hs is not None:
+                self._adopt(hs, sel, peers, emit)
             while not stop.is_set():
                 for key, _ in sel.select(self._poll_s):
                     if key.data is None:
@@ -400,6 +492,16 @@ class AgentCollector:
                 peer.sock.close()
             sel.close()
             self._server.close()
+
+    def _adopt(
+        self, hs: Handshake, sel: selectors.BaseSelector, peers: dict[int, _Peer], emit: Emit
+    ) -> None:
+        peer = _Peer(hs.sock, hs.pid, hs.reader)
+        peers[hs.sock.fileno()] = peer
+        sel.register(hs.sock, selectors.EVENT_READ, peer)
+        for s in convert_frame(hs.hello, hs.pid):
+            emit(s)
+        self._frames(peer, sel, peers, emit)
 
     def _accept(
         self,
@@ -423,14 +525,14 @@ class AgentCollector:
                 emit(Event(self._clock(), "agent-refused", f"cannot read peer credentials: {e}"))
                 continue
             pid = creds[0] if creds else 0
-            if creds is not None and creds[1] != self._uid:
+            if creds is not None and creds[1] not in self._uids:
                 conn.close()
                 emit(
                     Event(
                         self._clock(),
                         "agent-refused",
                         f"refused agent connection from pid {pid}: "
-                        f"uid {creds[1]} is not {self._uid}",
+                        f"uid {creds[1]} is not {_uids_text(self._uids)}",
                         {"pid": pid, "uid": creds[1], "gid": creds[2]},
                     )
                 )
@@ -505,6 +607,11 @@ class AgentCollector:
                 )
             return
         peer.reader.feed(data)
+        self._frames(peer, sel, peers, emit)
+
+    def _frames(
+        self, peer: _Peer, sel: selectors.BaseSelector, peers: dict[int, _Peer], emit: Emit
+    ) -> None:
         while True:
             try:
                 frame = peer.reader.next_frame()
@@ -520,6 +627,10 @@ class AgentCollector:
                 peer.said_bye = True
             for s in samples:
                 emit(s)
+
+
+def _uids_text(uids: frozenset[int]) -> str:
+    return " or ".join(str(u) for u in sorted(uids))
 
 
 __all__ = ["MAX_FRAME", "SOCKET_NAME", "AgentCollector", "AgentServer", "convert_frame"]

@@ -146,3 +146,63 @@ def sort_processes(rows: Sequence[PyProc]) -> list[PyProc]:
         rows,
         key=lambda p: (p.cpu_percent is None, -(p.cpu_percent or 0.0), -(p.rss or 0), p.pid),
     )
+
+
+# -- a copy of a running job (compare --like PID, the optimizer panel of an attached session) --
+
+# what sofa-top itself put into a job it launched: never part of a copy
+_OURS = ("SOFA_TOP_SOCKET", "SOFA_TOP_AGENT_SETTINGS")
+
+
+@dataclass(frozen=True, slots=True)
+class JobCopy:
+    """What it takes to start the same command again: argv, working directory, environment."""
+
+    pid: int
+    cmd: tuple[str, ...]
+    cwd: str
+    env: dict[str, str]
+
+    def describe(self) -> str:
+        """One paragraph for the confirmation: what runs, where, and what it may touch."""
+        return (
+            f"This re-runs a copy of PID {self.pid}'s command ({' '.join(self.cmd)[:200]}) in "
+            f"{self.cwd} with its environment ({len(self.env)} variables). The running job is "
+            "not touched, but the copy shares this machine with it (CPU, memory, GPU) and may "
+            "write where it writes (checkpoints, logs, outputs)."
+        )
+
+
+def job_copy(pid: Pid) -> JobCopy:
+    """Read PID's command line, working directory and environment from /proc; raises UserError
+    with one line when any of them cannot be read."""
+    from sofa_top.model.errors import UserError
+
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode("utf-8", "surrogateescape") for a in f.read().split(b"\0") if a]
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            pairs = [v.decode("utf-8", "surrogateescape") for v in f.read().split(b"\0") if v]
+    except FileNotFoundError:
+        raise UserError(f"no such process: PID {pid}") from None
+    except PermissionError:
+        raise UserError(
+            f"permission denied reading PID {pid}'s command, directory or environment: "
+            "run sofa-top as its owner or with sudo"
+        ) from None
+    except OSError as e:
+        raise UserError(f"cannot read PID {pid}: {e.strerror or e}") from None
+    if not argv:
+        raise UserError(f"PID {pid} has no command line (a kernel thread or a zombie)")
+    env = dict(p.split("=", 1) for p in pairs if "=" in p)
+    for key in _OURS:
+        env.pop(key, None)
+    inject_dir = os.path.join("sofa_top", "agent", "inject")
+    if "PYTHONPATH" in env:
+        kept = [p for p in env["PYTHONPATH"].split(os.pathsep) if not p.endswith(inject_dir)]
+        if kept:
+            env["PYTHONPATH"] = os.pathsep.join(kept)
+        else:
+            del env["PYTHONPATH"]
+    return JobCopy(pid, tuple(argv), cwd, env)

@@ -346,7 +346,7 @@ def build_stacks(
     """
     per_thread: dict[tuple[Pid, int], list[StackCount]] = {}
     for r in raw:
-        if r.count <= 0:
+        if r.count <= 0 or r.thread_name.startswith(OWN_THREADS):
             continue
         pid = r.pid if r.pid is not None else default_pid
         tid = r.tid if r.tid is not None else 0
@@ -370,6 +370,11 @@ def build_stacks(
             fraction = (after - before) / wall_s
         stacks.extend(reconcile_activity(counts, fraction))
     return tuple(stacks), instants
+
+
+# The agent's own threads inside the target (launched or injected): sofa-top, not the workload,
+# so never in its stacks (an idle agent thread would otherwise top the hot-functions table)
+OWN_THREADS = "sofa-top"
 
 
 class StackCollector:

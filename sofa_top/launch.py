@@ -15,6 +15,8 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,11 +24,13 @@ from typing import Literal
 
 from sofa_top.agent.launch_env import agent_env
 from sofa_top.collectors.agent import AgentCollector, AgentServer
-from sofa_top.collectors.base import Collector
+from sofa_top.collectors.base import Collector, Emit
 from sofa_top.collectors.gpu import GpuCollector
+from sofa_top.collectors.inject import DEFAULT_TIMEOUT_S, InjectResult, agent_uids, inject
 from sofa_top.collectors.logs import LogCollector
 from sofa_top.collectors.process import ProcessCollector, describe_pid
 from sofa_top.model.errors import UserError
+from sofa_top.model.samples import Event
 from sofa_top.model.snapshot import TargetInfo
 from sofa_top.model.source import OnSnapshot
 from sofa_top.recording.hub import Session, session_file
@@ -34,6 +38,7 @@ from sofa_top.recording.store import SessionStore
 
 DEFAULT_INTERVAL_S = 0.1
 DEFAULT_STACK_RATE_HZ = 100.0
+DEFAULT_INJECT_TIMEOUT_S = DEFAULT_TIMEOUT_S
 Mode = Literal["launch", "attach", "record"]
 
 
@@ -57,16 +62,20 @@ class LaunchRequest:
     sampling: Sampling = Sampling()
     # the agent's settings (``sofa_top.agent.settings``), e.g. {"optimize": spec.to_json()}
     settings: Mapping[str, object] = field(default_factory=dict)
+    cwd: str | None = None  # default: sofa-top's own working directory
+    env: Mapping[str, str] | None = None  # the base environment (default: sofa-top's own)
 
 
 @dataclass(frozen=True)
 class AttachRequest:
-    """Record a process that is already running."""
+    """Record a process that is already running (with the agent injected, when it can be)."""
 
     pid: int
     mode: Mode = "attach"
     output: str | None = None
     sampling: Sampling = Sampling()
+    inject: bool = True  # False: outside only (--no-inject): py-spy, /proc and NVML
+    inject_timeout_s: float = DEFAULT_INJECT_TIMEOUT_S  # the most the injection may wait
 
 
 class Run:
@@ -85,6 +94,7 @@ class Run:
         self.output_dir = output_dir
         self.session_path = session.session_path
         self.target = session.target
+        self.injection: InjectResult | None = None  # attach mode: what injecting the agent did
 
     def start(self, on_snapshot: OnSnapshot | None = None) -> None:
         """SnapshotSource: start the session."""
@@ -138,11 +148,69 @@ def _collectors(
 
 
 def open_attach(req: AttachRequest) -> Run:
-    """A session on the running process ``req.pid`` (raises UserError for a bad PID)."""
+    """A session on the running process ``req.pid`` (raises UserError for a bad PID). With
+    ``req.inject`` the agent is injected when it can be; otherwise (a second concurrent attach
+    included: the target's agent refuses it) the session records from outside and an event
+    says why."""
     info = describe_pid(req.pid)
     target = TargetInfo(pid=info.pid, name=info.name, cmdline=info.cmdline or (info.name,))
     store = SessionStore(session_file(req.output, f"{target.name}-{target.pid}"))
-    return Run(Session(target, _collectors(req.sampling, target.pid, None), store, mode=req.mode))
+    collectors = _collectors(req.sampling, target.pid, None)
+    server: AgentServer | None = None
+    result = InjectResult("disabled", "--no-inject: recording from outside only")
+    if req.inject:
+        try:
+            server, result = _inject(target.pid, req.inject_timeout_s)
+        except UserError:
+            discard(store)
+            raise
+    if server is not None and result.handshake is not None:
+        uids = agent_uids(target.pid)
+        collectors.append(AgentCollector(server, allowed_uids=uids, handshake=result.handshake))
+    else:
+        collectors.append(_Note(result))
+    meta = {"inject": {"status": result.status, "reason": result.reason}}
+    run = Run(Session(target, collectors, store, mode=req.mode, extra_meta=meta), server=server)
+    run.injection = result
+    return run
+
+
+def _uid_of(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def _inject(pid: int, timeout_s: float) -> tuple[AgentServer | None, InjectResult]:
+    uid = _uid_of(pid)
+    server = AgentServer(owner_uid=uid if os.geteuid() == 0 else None)
+    result = inject(pid, server, "{}", timeout_s)
+    if result.status != "injected":
+        server.close()
+        return None, result
+    return server, result
+
+
+class _Note:
+    """Records once why the agent is missing from an attached session (it emits one Event)."""
+
+    name = "inject"
+
+    def __init__(self, result: InjectResult) -> None:
+        self._result = result
+
+    def run(self, emit: Emit, stop: threading.Event) -> None:
+        """Emit the injection's outcome and return."""
+        r = self._result
+        emit(
+            Event(
+                time.time(),
+                "agent-error",
+                f"no agent in the target: {r.reason}",
+                {"inject": r.status, "reason": r.reason},
+            )
+        )
 
 
 def open_launch(req: LaunchRequest) -> Run:
@@ -162,12 +230,13 @@ def open_launch(req: LaunchRequest) -> Run:
         discard(store)
         raise
     settings = dict(req.settings)
-    env = {**os.environ, **agent_env(server.socket_path, settings)}
+    base = os.environ if req.env is None else req.env
+    env = {**base, **agent_env(server.socket_path, settings, base)}
     # Files, not pipes: if sofa-top dies, the workload's next print must not get SIGPIPE.
     out_dir = Path(tempfile.mkdtemp(prefix="sofa-top-output-"))
     outputs = {"stdout": out_dir / "stdout.log", "stderr": out_dir / "stderr.log"}
     try:
-        popen = _start(cmd, outputs, env)
+        popen = _start(cmd, outputs, env, req.cwd)
     except OSError as exc:
         server.close()
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -183,7 +252,7 @@ def open_launch(req: LaunchRequest) -> Run:
 
 
 def _start(
-    cmd: Sequence[str], outputs: Mapping[str, Path], env: Mapping[str, str]
+    cmd: Sequence[str], outputs: Mapping[str, Path], env: Mapping[str, str], cwd: str | None
 ) -> subprocess.Popen[bytes]:
     with outputs["stdout"].open("wb") as out, outputs["stderr"].open("wb") as err:
         # A new session: the terminal's Ctrl-C reaches sofa-top, which decides what to stop.
@@ -193,6 +262,7 @@ def _start(
             stderr=err,
             stdin=subprocess.DEVNULL,
             env=dict(env),
+            cwd=cwd,
             start_new_session=True,
         )
 

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib.metadata import version
 from pathlib import Path
 
@@ -42,6 +42,7 @@ def test_doctor_runs_every_check(report: tuple[list[Check], bool, float]) -> Non
         "process stats",
         "py-spy",
         "python stacks",
+        "agent injection",
         "NVIDIA GPU",
         "torch",
         "tensorflow",
@@ -67,6 +68,9 @@ def test_py_spy_works_as_root(report: tuple[list[Check], bool, float]) -> None:
     assert version("py-spy") in by["py-spy"].detail
     assert by["python stacks"].level == "ok", by["python stacks"]
     assert "root" in by["python stacks"].detail
+    # a real injection into the probe Python, which then detached
+    assert by["agent injection"].level == "ok", by["agent injection"]
+    assert "cpython 3." in by["agent injection"].detail
 
 
 def test_gpu_check_on_this_machine(report: tuple[list[Check], bool, float]) -> None:
@@ -135,6 +139,26 @@ def test_exit_semantics_required_failure() -> None:
     assert text.splitlines()[-1] == "sofa-top cannot attach: process stats failed."
 
 
+def as_nobody(check: Callable[[], Check]) -> tuple[str, str, str]:
+    """Run ``check`` in a forked child as user nobody: (level, detail, fix)."""
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the forked child
+        try:
+            os.close(r)
+            os.setgid(65534)
+            os.setuid(65534)
+            c = check()
+            os.write(w, f"{c.level}\n{c.detail}\n{c.fix}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        level, detail, fix = f.read().split("\n", 2)
+    os.waitpid(child, 0)
+    return level, detail, fix
+
+
 @pytest.mark.skipif(not ROOT, reason="needs root to drop to another user")
 def test_ptrace_denied_is_reported_with_a_fix() -> None:
     """The real thing: py-spy as user nobody against a root-owned Python process."""
@@ -143,26 +167,31 @@ def test_ptrace_denied_is_reported_with_a_fix() -> None:
     target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         time.sleep(0.5)
-        r, w = os.pipe()
-        child = os.fork()
-        if child == 0:  # pragma: no cover - runs in the forked child
-            try:
-                os.close(r)
-                os.setgid(65534)
-                os.setuid(65534)
-                c = check_stacks(py_spy, target.pid)
-                os.write(w, f"{c.level}\n{c.detail}\n{c.fix}".encode())
-            finally:
-                os._exit(0)
-        os.close(w)
-        with os.fdopen(r) as f:
-            level, detail, fix = f.read().split("\n", 2)
-        os.waitpid(child, 0)
+        level, detail, fix = as_nobody(lambda: check_stacks(py_spy, target.pid))
     finally:
         target.kill()
         target.wait()
     assert level == "fail", detail
     assert "not root" in detail
+    assert "sudo" in fix
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root to become nobody")
+def test_injection_denied_is_reported_with_a_fix() -> None:
+    """The real thing: doctor's injection check as nobody against a root-owned Python."""
+    target = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert target.stdout is not None and target.stdout.readline() == b"ready\n"
+        level, detail, fix = as_nobody(lambda: doctor.check_injection(target.pid, 5.0))
+        assert target.poll() is None  # untouched
+    finally:
+        target.kill()
+        target.wait()
+    assert level == "fail", detail
+    assert "permission denied" in detail and "outside only" in detail
     assert "sudo" in fix
 
 

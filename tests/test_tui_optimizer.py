@@ -15,6 +15,8 @@ from textual.widgets import Button, Checkbox, Input, ProgressBar, Static
 from tui_fakes import CMDLINE, T0, FakeSource, compute_bound_verdict, launch_snapshot, make_snapshot
 
 from sofa_top.agent.toggles import OptimizeSpec, PrefetchOptions
+from sofa_top.collectors.discovery import JobCopy
+from sofa_top.model.errors import UserError
 from sofa_top.model.snapshot import Snapshot
 from sofa_top.optimizers.compare import (
     CompareResult,
@@ -35,6 +37,7 @@ from sofa_top.tui.app import DashboardApp
 from sofa_top.tui.optimizer_screen import (
     ATTACH_MESSAGE,
     SCREEN_NAME,
+    ConfirmCopy,
     OptimizerScreen,
     open_optimizer,
 )
@@ -107,10 +110,12 @@ class FakeRunner:
         out_dir: str | Path | None = None,
         timeout_s: float = 600.0,
         optimize: Any = None,
+        *,
+        like: Any = None,
     ) -> CompareResult:
         self.calls.append(
             {"cmd": list(cmd), "configs": list(configs), "repeats": repeats, "steps": steps,
-             "out_dir": out_dir, "optimize": optimize}
+             "out_dir": out_dir, "optimize": optimize, "like": like}
         )  # fmt: skip
         self.threads.append(threading.get_ident())
         say = on_progress or (lambda _e: None)
@@ -209,16 +214,51 @@ async def test_compute_bound_verdict_ticks_xla_and_conflict_note() -> None:
         assert "depth-first skipped" in plain(screen, "#opt-note")
 
 
+COPY = JobCopy(4242, ("python", "train.py", "--epochs", "90"), "/home/ml/run", {"A": "1"})
+
+
 @run_async
-async def test_attach_mode_says_compare_needs_a_launched_command() -> None:
+async def test_attached_session_reruns_a_copy_after_a_confirmation() -> None:
     runner = FakeRunner()
     app = dashboard(make_snapshot(launched=False), runner)
+    app.optimizer_copier = lambda pid: COPY  # type: ignore[attr-defined]
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_panel(app, pilot)
-        assert ATTACH_MESSAGE in plain(screen, "#opt-status")
-        assert screen.query_one("#opt-run", Button).disabled is True
+        assert "runs a copy of this job" in plain(screen, "#opt-status")
+        assert screen.query_one("#opt-run", Button).disabled is False
+        # cancel: nothing runs
+        assert screen.start_compare() is True
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmCopy)
+        text = str(app.screen.query_one("#copy-text", Static).content)
+        assert "copy of PID 4242" in text and "/home/ml/run" in text and "may write" in text
+        await pilot.press("escape")
+        await settle(pilot)
+        assert runner.calls == [] and "not confirmed" in plain(screen, "#opt-status")
+        # confirm: the copy's command, directory and environment go to compare
+        screen.query_one("#opt-prefetch", Checkbox).value = True
+        screen.start_compare()
+        await settle(pilot)
+        await pilot.click("#copy-yes")
+        await settle(pilot, 10)
+        assert len(runner.calls) == 1
+        assert runner.calls[0]["cmd"] == list(COPY.cmd) and runner.calls[0]["like"] is COPY
+
+
+@run_async
+async def test_attached_session_whose_job_cannot_be_copied() -> None:
+    runner = FakeRunner()
+    app = dashboard(make_snapshot(launched=False), runner)
+
+    def gone(pid: int) -> JobCopy:
+        raise UserError(f"no such process: PID {pid}")
+
+    app.optimizer_copier = gone  # type: ignore[attr-defined]
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_panel(app, pilot)
         assert screen.start_compare() is False
         await settle(pilot)
+        assert "cannot copy the job: no such process" in plain(screen, "#opt-status")
         assert runner.calls == []
 
 

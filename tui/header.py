@@ -14,6 +14,7 @@ from sofa_top.tui.line_cache import LineCachedWidget
 
 STALE_AFTER_S = 5.0  # snapshots come about once a second; five missed ones is worth saying
 REC_STYLE = Style(color="red", bold=True)
+INJECTED_STYLE = Style(color="green", bold=True)
 STALE_STYLE = Style(color="yellow", bold=True)
 PAUSED_STYLE = Style(color="black", bgcolor="yellow", bold=True)
 REPLAY_STYLE = Style(color="black", bgcolor="cyan", bold=True)
@@ -113,6 +114,9 @@ class DashboardHeader(LineCachedWidget):
                 seconds = (self.now if self.now is not None else snapshot.ts) - snapshot.started
                 elapsed = Text.assemble(("elapsed ", DIM), (human_duration(seconds), BOLD))
             who = Text.assemble(("pid ", DIM), (str(target.pid), BOLD), " ")
+            if not target.launched and snapshot.agent is not None:
+                # attach mode has an agent only when sofa-top injected it
+                who.append("agent injected ", INJECTED_STYLE)
             command = cmdline_text(target.cmdline, target.name)
             # Everything else on the line is short; the command line gets what is left.
             room = width - who.cell_len - elapsed.cell_len - state.cell_len - 4

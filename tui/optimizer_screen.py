@@ -1,5 +1,9 @@
 """The ``o`` screen: re-run the launched command under optimizer toggles and compare throughput.
 
+On an attached session it re-runs a *copy* of the running job (its command line, working
+directory and environment, read from /proc), after a confirmation that says so: the copy
+shares the machine with the job and may write where it writes; the job itself is not touched.
+
 The comparison itself is ``sofa_top.optimizers.compare.run_compare`` (every run is a real
 session file); it runs in a thread worker and reports typed progress events, which this screen
 turns into a progress bar and a table that fills in as the runs finish. The final
@@ -10,7 +14,7 @@ code changes that reproduce it.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,13 +26,15 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.validation import Number
 from textual.widgets import Button, Checkbox, Footer, Input, Label, ProgressBar, Static
 
 from sofa_top.agent.toggles import OptimizeSpec
+from sofa_top.collectors.discovery import JobCopy, job_copy
+from sofa_top.model.errors import UserError
 from sofa_top.model.snapshot import Snapshot, TargetInfo
 from sofa_top.model.verdict import Verdict
 from sofa_top.optimizers.compare import (
@@ -47,7 +53,11 @@ from sofa_top.optimizers.headroom import headroom_line, headroom_short
 from sofa_top.tui.formatting import cmdline_text, truncate
 
 SCREEN_NAME = "sofa-top-optimizer"
-ATTACH_MESSAGE = "compare needs a launched command: sofa-top launch -- CMD"
+ATTACH_MESSAGE = (
+    "attached: Re-run & compare runs a copy of this job (its command, directory and "
+    "environment; you confirm first); the running job is not touched"
+)
+NO_COMMAND_MESSAGE = "no command line to re-run: sofa-top launch -- CMD"
 EXCLUSIVE_NOTE = (
     "depth-first and torch.compile are mutually exclusive: a run with both reports "
     "depth-first skipped"
@@ -79,7 +89,44 @@ class Runner(Protocol):
         out_dir: str | Path | None = ...,
         timeout_s: float = ...,
         optimize: Mapping[str, OptimizeSpec] | None = ...,
+        *,
+        like: JobCopy | None = ...,
     ) -> CompareResult: ...
+
+
+class ConfirmCopy(ModalScreen[bool]):
+    """Says what re-running a copy of a running job means; True when the user goes ahead."""
+
+    CSS = """
+    ConfirmCopy { align: center middle; }
+    #copy-box { width: 80%; height: auto; padding: 1 2; border: thick $warning; }
+    #copy-buttons { height: auto; margin-top: 1; }
+    #copy-buttons Button { margin-right: 2; }
+    """
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="copy-box"):
+            yield Static(Text(self.text), id="copy-text")
+            with Horizontal(id="copy-buttons"):
+                yield Button("Re-run a copy", id="copy-yes", variant="warning", compact=True)
+                yield Button("Cancel", id="copy-no", compact=True)
+
+    @on(Button.Pressed, "#copy-yes")
+    def _yes(self) -> None:
+        self.dismiss(True)
+
+    @on(Button.Pressed, "#copy-no")
+    def _no(self) -> None:
+        self.dismiss(False)
+
+    def action_cancel(self) -> None:
+        """Escape: nothing runs."""
+        self.dismiss(False)
 
 
 class CompareProgress(Message):
@@ -244,9 +291,11 @@ class OptimizerScreen(Screen[None]):
         *,
         runner: Runner = run_compare,
         out_dir: str | Path | None = None,
+        copier: Callable[[int], JobCopy] = job_copy,
     ) -> None:
         super().__init__()
         self.target = target
+        self.copier = copier
         self.verdict = verdict
         self.runner = runner
         self.out_dir = out_dir
@@ -261,8 +310,13 @@ class OptimizerScreen(Screen[None]):
 
     @property
     def can_run(self) -> bool:
-        """A comparison re-runs the command: only one sofa-top launched can be re-run."""
-        return self.target is not None and self.target.launched and bool(self.target.cmdline)
+        """A comparison re-runs the command (of an attached job: a copy of it)."""
+        return self.target is not None and bool(self.target.cmdline)
+
+    @property
+    def attached(self) -> bool:
+        """The job was not started by sofa-top: a comparison runs a copy of it."""
+        return self.target is not None and not self.target.launched
 
     def compose(self) -> ComposeResult:
         cmd = "-"
@@ -300,7 +354,9 @@ class OptimizerScreen(Screen[None]):
     def on_mount(self) -> None:
         self._update_note()
         if not self.can_run:
-            self._status(ATTACH_MESSAGE, error=True)
+            self._status(NO_COMMAND_MESSAGE, error=True)
+        elif self.attached:
+            self._status(ATTACH_MESSAGE)
         else:
             self._status("tick the toggles to try, then Re-run & compare")
         self.query_one("#opt-progress-row").display = False
@@ -350,12 +406,13 @@ class OptimizerScreen(Screen[None]):
         self.start_compare()
 
     def start_compare(self) -> bool:
-        """Validate the form and start the comparison worker; False when it did not start."""
+        """Validate the form and start the comparison worker (attached: ask first); False when
+        nothing started or was asked."""
         if self.running:
             self._status("a comparison is already running")
             return False
         if not self.can_run or self.target is None:
-            self._status(ATTACH_MESSAGE, error=True)
+            self._status(NO_COMMAND_MESSAGE, error=True)
             return False
         repeats = self._field("#opt-repeats", "repeats")
         if repeats is None:
@@ -363,6 +420,25 @@ class OptimizerScreen(Screen[None]):
         steps = self._field("#opt-steps", "steps")
         if steps is None:
             return False
+        if not self.attached:
+            self._begin(list(self.target.cmdline), repeats, steps, None)
+            return True
+        try:
+            copy = self.copier(self.target.pid)
+        except UserError as e:
+            self._status(f"cannot copy the job: {e}", error=True)
+            return False
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._begin(list(copy.cmd), repeats, steps, copy)
+            else:
+                self._status("not confirmed: nothing was run")
+
+        self.app.push_screen(ConfirmCopy(copy.describe()), answered)
+        return True
+
+    def _begin(self, cmd: list[str], repeats: int, steps: int, like: JobCopy | None) -> None:
         self.configs, extra = plan(self.selected())
         self.live = {c: LiveRow() for c in self.configs}
         self.result = None
@@ -378,8 +454,7 @@ class OptimizerScreen(Screen[None]):
             "each (interleaved); every run is a session file"
         )
         self._draw_table()
-        self._compare(list(self.target.cmdline), list(self.configs), repeats, steps, extra)
-        return True
+        self._compare(cmd, list(self.configs), repeats, steps, extra, like)
 
     # -- worker ---------------------------------------------------------------------------------
 
@@ -391,6 +466,7 @@ class OptimizerScreen(Screen[None]):
         repeats: int,
         steps: int,
         extra: dict[str, OptimizeSpec],
+        like: JobCopy | None = None,
     ) -> None:
         # Launches the workload again and again: never on the UI thread.
         try:
@@ -407,6 +483,7 @@ class OptimizerScreen(Screen[None]):
                 on_progress=self._report,
                 out_dir=out_dir,
                 optimize=extra or None,
+                like=like,
             )
         except Exception as exc:  # shown on the screen; the dashboard must survive it
             self.post_message(CompareDone(None, f"{type(exc).__name__}: {exc}"))
@@ -516,5 +593,6 @@ def open_optimizer(app: App[Any], runner: Runner | None = None) -> None:
         app.uninstall_screen(SCREEN_NAME)
     target, verdict = _dashboard_target(app)
     chosen: Runner = runner or getattr(app, "optimizer_runner", None) or run_compare
-    app.install_screen(OptimizerScreen(target, verdict, runner=chosen), SCREEN_NAME)
+    copier = getattr(app, "optimizer_copier", None) or job_copy
+    app.install_screen(OptimizerScreen(target, verdict, runner=chosen, copier=copier), SCREEN_NAME)
     app.push_screen(SCREEN_NAME)

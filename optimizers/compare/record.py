@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sofa_top.agent.toggles import OptimizeSpec
+from sofa_top.collectors.discovery import JobCopy
 from sofa_top.launch import LaunchRequest, Run, Sampling, open_launch
 from sofa_top.optimizers.probes import tree_memory
 
@@ -51,9 +52,11 @@ def record_one(
     seconds: float | None,
     warmup: int,
     timeout_s: float,
+    like: JobCopy | None = None,
 ) -> int | None:
     """Launch ``cmd`` with ``spec`` and stop it after ``warmup`` + ``target_steps`` steps (or
-    ``seconds`` past the warm-up, or its exit, or ``timeout_s``). Returns the tree's peak PSS."""
+    ``seconds`` past the warm-up, or its exit, or ``timeout_s``). Returns the tree's peak PSS.
+    ``like``: run in that job's working directory with its environment (``compare --like``)."""
     run = open_launch(
         LaunchRequest(
             cmd=tuple(cmd),
@@ -62,6 +65,8 @@ def record_one(
             output=str(path),
             sampling=SAMPLING,
             settings={"optimize": spec.to_json()},
+            cwd=like.cwd if like is not None else None,
+            env=like.env if like is not None else None,
         )
     )
     session = run.session

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sofa_top.agent.toggles import OptimizeSpec
+from sofa_top.collectors.discovery import JobCopy
 from sofa_top.model.errors import UserError
 from sofa_top.optimizers.compare.analyze import analyze_session
 from sofa_top.optimizers.compare.configs import DEFAULT_CONFIGS, check_configs, config_table
@@ -63,13 +64,14 @@ class _Plan:
     timeout_s: float
     out_dir: Path
     stamp: str
+    like: JobCopy | None = None  # compare --like PID: that job's cwd and environment
 
     def record(self, name: str, spec: OptimizeSpec, path: Path) -> RunOutcome:
         """One run, recorded and analyzed; a failure to run is an outcome, not an error."""
         try:
             memory = record_one(
                 self.cmd, spec, path, f"compare-{name}", self.steps, self.seconds, self.warmup,
-                self.timeout_s,
+                self.timeout_s, self.like,
             )  # fmt: skip
             return analyze_session(path, self.warmup, self.steps, spec, memory)
         except UserError:
@@ -101,20 +103,22 @@ def run_compare(
     parallelism: int | None = None,
     search: bool = True,
     search_levels: int = SEARCH_LEVELS,
+    like: JobCopy | None = None,
 ) -> CompareResult:
     """Run ``cmd`` under each configuration, ``repeats`` times interleaved; compare throughput.
 
     ``optimize`` maps extra (or overriding) configuration names to their specs. The first
     baseline run is diagnosed before the others: prefetch configurations without a parallelism
     of their own get the one the search picks (``search``), or ``parallelism`` when given; the
-    search tries at most ``search_levels`` levels."""
+    search tries at most ``search_levels`` levels. ``like``: each run is a copy of that running
+    job (its working directory and environment; ``cmd`` is its command line)."""
     _check(cmd, steps, seconds, parallelism)
     table = config_table(optimize)
     check_configs(configs, table)
     base = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="sofa-top-compare-"))
     base.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    plan = _Plan(tuple(cmd), steps, seconds, warmup_steps, timeout_s, base, stamp)
+    plan = _Plan(tuple(cmd), steps, seconds, warmup_steps, timeout_s, base, stamp, like)
     say: OnProgress = on_progress or _quiet
     results = {c: ConfigResult(c, table[c]) for c in configs}
 

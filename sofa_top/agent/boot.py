@@ -1,19 +1,23 @@
 """Start the agent in this process: connect to sofa-top, register the hooks (stdlib only).
 
-``start`` is what the injected ``sitecustomize`` calls. The hooks' installers are listed here,
-above ``core`` (which the hook modules build on), so that nothing in the agent imports in a
-circle.
+``start`` is what the injected ``sitecustomize`` calls (launch mode); ``attach`` is what the
+attach bootstrap (``inject/attach.py``) calls in a process that is already running. The
+hooks' installers are listed here, above ``core`` (which the hook modules build on), so that
+nothing in the agent imports in a circle.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sofa_top.agent import core, hooks_tf, hooks_torch, optimize
+from sofa_top.agent import core, hooks_tf, hooks_torch, midrun, optimize, protocol
 from sofa_top.agent.core import Agent, PostImportHooks, log_once
-from sofa_top.agent.settings import ENV_SETTINGS, ENV_SOCKET, parse_settings
+from sofa_top.agent.settings import ENV_SETTINGS, ENV_SOCKET, AgentSettings, parse_settings
 from sofa_top.agent.transport import Connection
 
 if TYPE_CHECKING:
@@ -58,3 +62,80 @@ def start(environ: dict[str, str] | None = None) -> Agent | None:
         return agent
     agent.start_thread()
     return agent
+
+
+def attach(
+    socket_path: str,
+    token: str,
+    deadline: float,
+    settings_json: str | None = None,
+    added_modules: tuple[str, ...] = (),
+    started_cpu: float | None = None,
+) -> str:
+    """Start an attach-mode agent in a process that is already running (the bootstrap calls it).
+
+    Connects to sofa-top, says hello with the attach ``token``, installs the hooks on the
+    modules the workload already imported (and waits for the others), adopts what is already
+    running (``midrun``) and starts the drain thread, which detaches the agent when sofa-top's
+    end of the socket closes. Returns "attached", "expired", "unreachable" or "refused".
+    """
+    if time.time() > deadline:
+        return "expired"
+    settings = parse_settings(settings_json)
+    existing = core.AGENT
+    if existing is not None and not existing.detached and existing.enabled:
+        _refuse(
+            socket_path,
+            settings,
+            token,
+            f"pid {os.getpid()} already runs a sofa-top agent ({existing.mode} mode)",
+        )
+        return "refused"
+    try:
+        conn = Connection(socket_path, settings.connect_timeout_s, settings.send_timeout_s)
+    except OSError:
+        return "unreachable"  # sofa-top gave up waiting (or is gone): do nothing at all
+    agent = core.AGENT = Agent(settings, conn, mode="attach", token=token)
+    if added_modules:
+        agent.patches.on_detach("the agent's modules", lambda: _forget(added_modules))
+    agent.start_thread()
+    if agent.detached or not agent.enabled:
+        return "unreachable"
+    t0 = time.perf_counter()
+    finder = agent.finder = PostImportHooks(agent, installers())
+    finder.install()  # hooks the modules the workload already imported, right now
+    midrun.adopt(agent)
+    install_s = time.perf_counter() - t0
+    cpu_s = None if started_cpu is None else time.thread_time() - started_cpu
+    agent.event(
+        "agent-connected",
+        f"agent injected into pid {agent.pid}: hooks installed in {install_s * 1e3:.1f} ms",
+        {"mode": "attach", "install_s": install_s, "bootstrap_cpu_s": cpu_s},
+    )
+    return "attached"
+
+
+def _refuse(path: str, settings: AgentSettings, token: str, reason: str) -> None:
+    with contextlib.suppress(OSError):
+        conn = Connection(path, settings.connect_timeout_s, settings.send_timeout_s)
+        hello = {
+            "type": "hello",
+            "v": protocol.PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            "ppid": os.getppid(),
+            "t": time.time(),
+            "python": sys.version.split()[0],
+            "argv": [],
+            "settings": {},
+            "mode": "attach",
+            "token": token,
+            "refused": reason,
+        }
+        conn.send(protocol.encode(hello))
+        conn.close()
+
+
+def _forget(names: tuple[str, ...]) -> None:
+    # the agent's own modules, registered by the bootstrap: the workload never imported them
+    for name in names:
+        sys.modules.pop(name, None)

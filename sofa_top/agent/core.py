@@ -52,6 +52,60 @@ class HookSkipped(Exception):
     """Raised by an installer when its hook cannot apply; the message is the reason."""
 
 
+_MISSING = object()
+
+
+class Patches:
+    """Every change the agent makes to the workload's objects, with what was there before.
+
+    Hooks patch only through ``set`` (and register other undo steps with ``on_detach``), so that
+    detaching (attach mode) can put every function back exactly as it was: an attribute the
+    object had of its own is set back, one it inherited is deleted again.
+    """
+
+    def __init__(self) -> None:
+        self._undo: list[tuple[str, Callable[[], None]]] = []
+
+    def set(self, obj: Any, name: str, value: Any) -> None:
+        """``setattr(obj, name, value)``, remembering the original."""
+        try:
+            own = vars(obj)
+        except TypeError:  # no __dict__ (slots): whatever getattr sees is the original
+            own = None
+        # own: the raw descriptor (not a bound method); no __dict__: whatever getattr sees
+        old = getattr(obj, name, _MISSING) if own is None else own.get(name, _MISSING)
+        setattr(obj, name, value)
+
+        def undo() -> None:
+            current = vars(obj).get(name) if own is not None else getattr(obj, name, None)
+            if current is not value:
+                return  # someone patched over us: theirs stays, and so does ours below it
+            if old is _MISSING:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, old)
+
+        self._undo.append((f"{getattr(obj, '__qualname__', type(obj).__name__)}.{name}", undo))
+
+    def on_detach(self, what: str, undo: Callable[[], None]) -> None:
+        """Run ``undo`` at detach (e.g. remove a framework hook handle)."""
+        self._undo.append((what, undo))
+
+    def __len__(self) -> int:
+        return len(self._undo)
+
+    def restore(self) -> list[str]:
+        """Undo everything, newest first; returns what could not be undone (and why)."""
+        problems: list[str] = []
+        while self._undo:
+            what, undo = self._undo.pop()
+            try:
+                undo()
+            except Exception as e:
+                problems.append(f"{what}: {e!r}")
+        return problems
+
+
 if TYPE_CHECKING:  # aliases only for the checker: the agent also runs on Python 3.8
     # source, step, start, end, wait, batch size, process CPU during the wait (< 0: unknown)
     StepRecord = tuple[str, int, float, float, float, int | None, float]
@@ -198,9 +252,20 @@ def _ref(it: object) -> Callable[[], object]:
 class Agent:
     """State shared by the hooks and the drain thread of one process."""
 
-    def __init__(self, settings: AgentSettings, conn: Connection | None) -> None:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        conn: Connection | None,
+        mode: str = "launch",
+        token: str = "",
+    ) -> None:
         self.settings = settings
         self.enabled = conn is not None
+        self.mode = mode  # "launch" (sitecustomize) or "attach" (injected into a running job)
+        self.token = token  # attach mode: proves to sofa-top that this is the agent it injected
+        self.patches = Patches()
+        self.finder: PostImportHooks | None = None
+        self.detached = False
         self.pid = os.getpid()
         self.dropped = 0
         self._conn = conn
@@ -311,6 +376,8 @@ class Agent:
             "python": sys.version.split()[0],
             "argv": [str(a) for a in sys.argv] if hasattr(sys, "argv") else [],
             "settings": self.settings.to_json(),
+            "mode": self.mode,
+            "token": self.token,
         }
 
     def _control_frames(self) -> Iterator[bytes]:
@@ -403,22 +470,69 @@ class Agent:
         self._thread = threading.Thread(target=self._run, name="sofa-top-agent", daemon=True)
         self._thread.start()
         atexit.register(self._at_exit)
+        # CPython cannot unregister a fork hook: after detach it finds nothing to do
         os.register_at_fork(after_in_child=self._after_fork_child)
+
+    def detach(self, reason: str) -> list[str]:
+        """Attach mode: stop measuring and leave the process as it was before the injection.
+
+        Restores every patched function (``patches``), removes the import hook, stops the
+        drain thread, closes the socket and forgets the atexit hook; returns what could not be
+        restored. Safe from any thread, idempotent; the workload never sees an exception.
+        """
+        global AGENT
+        if self.detached:
+            return []
+        self.detached = True
+        self.enabled = False  # hooks fall through to the original from here on
+        self._stop.set()
+        self._wake.set()
+        problems: list[str] = []
+        try:
+            if self.finder is not None:
+                self.finder.uninstall()
+            problems = self.patches.restore()
+        except Exception as e:  # never let a restore problem reach the workload
+            problems.append(repr(e))
+        with contextlib.suppress(Exception):
+            atexit.unregister(self._at_exit)
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+        self._steps.clear()
+        self._control.clear()
+        if AGENT is self:
+            AGENT = None
+        if problems:
+            log_once(f"detached ({reason}); could not restore: {'; '.join(problems)}")
+        return problems
 
     def _run(self) -> None:
         interval = self.settings.flush_interval_s
         try:
             while True:  # not on `enabled`: hooks may pause while the connection lives
                 if self._stop.is_set():
-                    self._final_flush()
+                    if not self.detached:
+                        self._final_flush()
                     return
                 self._wake.wait(interval)
+                conn = self._conn
+                # sofa-top never sends: end of stream means it closed (quit, Ctrl-C,
+                # SIGKILL); put everything back and go. Checked without blocking at each wake,
+                # so the thread wakes exactly as the launch agent's does.
+                if self.mode == "attach" and conn is not None and conn.closed_by_peer():
+                    self.detach("sofa-top closed the connection")
+                    return
                 if self._stop.is_set():
                     continue
                 if not self._flush():
+                    if self.mode == "attach":
+                        self.detach("sofa-top is unreachable")
                     return
         except Exception as e:
             self.fail("the drain thread", e)
+            if self.mode == "attach":
+                self.detach("the agent failed")
 
     def _at_exit(self) -> None:
         if os.getpid() != self.pid or self._conn is None:
@@ -436,6 +550,8 @@ class Agent:
     def _after_fork_child(self) -> None:
         # a forked child (e.g. a DataLoader worker) has no drain thread: it stays silent; a
         # child that execs Python again gets its own agent through sitecustomize
+        if self.detached:
+            return
         self.enabled = False
         self.pid = os.getpid()
         if self._conn is not None:
@@ -496,6 +612,12 @@ class PostImportHooks(importlib.abc.MetaPathFinder):
         if self._pending:
             sys.meta_path.insert(0, self)
 
+    def uninstall(self) -> None:
+        """Stop watching imports (detach): off sys.meta_path, nothing left pending."""
+        self._pending.clear()
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+
     def find_spec(
         self,
         fullname: str,
@@ -522,6 +644,8 @@ class PostImportHooks(importlib.abc.MetaPathFinder):
         return spec  # type: ignore[no-any-return]
 
     def _apply(self, name: str, module: ModuleType) -> None:
+        if self._agent.detached:
+            return
         entries = self._pending.pop(name, ())
         if not self._pending:
             with contextlib.suppress(ValueError):

@@ -102,7 +102,7 @@ def install_eager(agent: Agent, module: ModuleType) -> None:
         if t1 >= _State.stats_due:
             _maybe_pull_stats(agent, it, t1)
 
-    cls.__next__ = timed_next(agent, "tf-eager", orig, clock, after_fetch)
+    agent.patches.set(cls, "__next__", timed_next(agent, "tf-eager", orig, clock, after_fetch))
     _State.owned_cls = cls
     _State.orig_next = orig
     agent.hook_applied("tf-eager")
@@ -262,7 +262,7 @@ def install_pipeline(agent: Agent, module: ModuleType) -> None:
         return it
 
     __iter__.__wrapped__ = orig  # type: ignore[attr-defined]
-    cls.__iter__ = __iter__
+    agent.patches.set(cls, "__iter__", __iter__)
     agent.hook_applied("tf-data-pipeline")
 
 
@@ -371,13 +371,13 @@ def install_keras(agent: Agent, module: ModuleType) -> None:
         fn = getattr(self, "train_function", None)
         if fn is not None and not getattr(fn, "_sofa_top_wrapped", False):
             try:
-                self.train_function = wrap(self, fn)
+                agent.patches.set(self, "train_function", wrap(self, fn))
             except Exception as e:
                 agent.fail("the keras-fit hook", e)
         return result
 
     make_train_function.__wrapped__ = orig_make  # type: ignore[attr-defined]
-    cls.make_train_function = make_train_function
+    agent.patches.set(cls, "make_train_function", make_train_function)
     if _State.orig_next is None:
         _State.keras_reason = "tf.data iterator hook (tf-eager) did not apply"
         agent.hook_skipped("keras-fit", _State.keras_reason)
@@ -398,4 +398,4 @@ def install_keras_epochs(agent: Agent, module: ModuleType) -> None:
         return orig(self, *args, **kwargs)
 
     on_epoch_begin.__wrapped__ = orig  # type: ignore[attr-defined]
-    cls.on_epoch_begin = on_epoch_begin
+    agent.patches.set(cls, "on_epoch_begin", on_epoch_begin)

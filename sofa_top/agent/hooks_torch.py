@@ -121,7 +121,9 @@ def install_dataloader(agent: Agent, module: ModuleType) -> None:
         if new:
             _new_iterator(agent, it)
 
-    cls.__next__ = timed_next(agent, "torch-dataloader", orig, clock, after_fetch)
+    agent.patches.set(
+        cls, "__next__", timed_next(agent, "torch-dataloader", orig, clock, after_fetch)
+    )
     agent.hook_applied("torch-dataloader")
 
 
@@ -147,5 +149,5 @@ def install_optimizer(agent: Agent, module: ModuleType) -> None:
         except Exception as e:
             agent.fail("the torch-optimizer hook", e)
 
-    register(hook)
+    agent.patches.on_detach("the optimizer step hook", register(hook).remove)
     agent.hook_applied("torch-optimizer")

@@ -137,7 +137,7 @@ def _install_keras_jit(agent: Agent, module: ModuleType) -> None:
         return out
 
     compile.__wrapped__ = orig  # type: ignore[attr-defined]
-    cls.compile = compile
+    agent.patches.set(cls, "compile", compile)
 
 
 def _bind(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -184,7 +184,7 @@ def _install_tf_data(agent: Agent, module: ModuleType) -> None:
             return orig(self, *args, **kwargs)
 
         wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
-        setattr(cls, name, wrapper)
+        agent.patches.set(cls, name, wrapper)
 
     parallel("map")
     parallel("interleave")
@@ -223,7 +223,7 @@ def _install_tf_data(agent: Agent, module: ModuleType) -> None:
         return orig_iter(ds)
 
     __iter__.__wrapped__ = orig_iter  # type: ignore[attr-defined]
-    cls.__iter__ = __iter__
+    agent.patches.set(cls, "__iter__", __iter__)
 
 
 # -- PyTorch ------------------------------------------------------------------------------------
@@ -270,7 +270,7 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
         orig(self, *args, **kwargs)
 
     __init__.__wrapped__ = orig  # type: ignore[attr-defined]
-    cls.__init__ = __init__
+    agent.patches.set(cls, "__init__", __init__)
 
 
 def _load_depth_first() -> Callable[[Any], Any]:

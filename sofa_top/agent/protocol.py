@@ -3,7 +3,10 @@
 A frame is a 4-byte big-endian unsigned length followed by that many bytes of UTF-8 JSON
 holding one object with a string ``"type"`` field. Frame types (agent to server only):
 
-``hello``     ``{v, pid, ppid, t, python, argv, settings}`` -- first frame of a connection
+``hello``     ``{v, pid, ppid, t, python, argv, settings, mode?, token?, refused?}`` -- first
+              frame of a connection; ``mode`` "attach" (absent: "launch") carries the attach
+              ``token`` sofa-top gave the injected bootstrap; ``refused`` (then the last frame):
+              the target already runs an agent
 ``info``      ``{pid, t, python, frameworks: [[name, version]], hooks_applied: [hook],
               hooks_skipped: [[hook, reason]], dropped, optimize: {}}``
 ``steps``     ``{pid, source, data: [step, start_us, end_us, wait_us, batch_size|null,

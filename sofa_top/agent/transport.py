@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 
 # MSG_NOSIGNAL: a workload that restored SIGPIPE's default action must not die when sofa-top does
@@ -38,6 +39,25 @@ class Connection:
         except BaseException:
             self.close()
             raise
+
+    def closed_by_peer(self) -> bool:
+        """Whether the peer has closed (or the socket failed); never blocks.
+
+        sofa-top sends nothing to the agent, so anything readable means end of stream."""
+        sock = self._sock
+        if sock is None:
+            return True
+        try:
+            # a zero-timeout poll first: on a socket with a timeout, recv would wait for data
+            # that far (MSG_DONTWAIT notwithstanding), and its TimeoutError is no end of stream
+            readable, _, _ = select.select([sock], [], [], 0)
+            if not readable:
+                return False
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError, TimeoutError):
+            return False
+        except (OSError, ValueError):
+            return True
 
     def set_timeout(self, seconds: float) -> None:
         """Bound the next sends (used for the exit flush)."""

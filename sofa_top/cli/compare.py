@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from sofa_top.collectors.discovery import JobCopy
 from sofa_top.model.errors import UserError
 from sofa_top.optimizers.compare import (
     CONFIGS,
@@ -31,8 +32,16 @@ def add_compare_parser(sub: Any) -> argparse.ArgumentParser:
         "compare",
         help="re-run CMD under optimizer configurations and compare throughput",
         usage="sofa-top compare [--configs LIST] [--repeats N] [--steps K | --seconds S] "
-        "[--parallelism N] [--json] -- CMD [ARGS...]",
+        "[--parallelism N] [--json] (-- CMD [ARGS...] | --like PID [--yes])",
     )
+    c.add_argument(
+        "--like",
+        type=int,
+        metavar="PID",
+        help="re-run a copy of that running job (its command line, directory and environment, "
+        "from /proc); the job itself is not touched",
+    )
+    c.add_argument("--yes", action="store_true", help="with --like: do not ask first")
     c.add_argument(
         "--configs",
         default=",".join(DEFAULT_CONFIGS),
@@ -62,6 +71,12 @@ def _print_progress(event: CompareEvent) -> None:
 def compare_main(args: argparse.Namespace) -> int:
     """Run ``sofa-top compare`` (``args.cmd`` holds the command after ``--``)."""
     cmd = list(getattr(args, "cmd", []) or [])
+    like = None
+    if getattr(args, "like", None) is not None:
+        if cmd:
+            raise UserError("compare takes either --like PID or -- CMD, not both")
+        like = _confirmed_copy(args.like, args.yes)
+        cmd = list(like.cmd)
     if not cmd:
         raise UserError("compare needs a command: sofa-top compare -- python train.py")
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
@@ -83,6 +98,7 @@ def compare_main(args: argparse.Namespace) -> int:
         on_progress=_print_progress,
         out_dir=out_dir,
         parallelism=getattr(args, "parallelism", None),
+        like=like,
     )
     if args.json:
         import json
@@ -92,6 +108,24 @@ def compare_main(args: argparse.Namespace) -> int:
     else:
         render_compare(result)
     return 0
+
+
+def _confirmed_copy(pid: int, yes: bool) -> JobCopy:
+    """The running job's copy, once the user said yes to what it means (or passed --yes)."""
+    from sofa_top.collectors.discovery import job_copy
+    from sofa_top.collectors.process import describe_pid
+
+    describe_pid(pid)  # unknown, zombie, ourselves: one line
+    copy = job_copy(pid)
+    if yes:
+        return copy
+    if not sys.stdin.isatty():
+        raise UserError(f"compare --like {pid} asks before re-running a copy: pass --yes")
+    print(copy.describe(), file=sys.stderr)
+    answer = input("Re-run the copy under each configuration? [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise UserError("not confirmed: nothing was run")
+    return copy
 
 
 def _console() -> Console:

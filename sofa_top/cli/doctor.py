@@ -205,6 +205,36 @@ def check_stacks(py_spy: str | None, pid: int | None, timeout: float = 10.0) -> 
     return Check(name, "fail", f"py-spy dump failed: {err} ({context})", fix="")
 
 
+def check_injection(pid: int | None, timeout: float = 10.0) -> Check:
+    """Agent injection (attach): really inject into the probe Python, then detach."""
+    from sofa_top.collectors.agent import AgentServer
+    from sofa_top.collectors.inject import inject, injector_available
+
+    name = "agent injection"
+    if pid is None:
+        return Check(name, "fail", "could not start a Python probe process", fix="")
+    missing = injector_available()
+    if missing is not None:
+        return Check(name, "warn", missing, fix="pip install hypno (for CPython 3.11-3.13)")
+    try:
+        with AgentServer() as server:
+            r = inject(pid, server, timeout_s=timeout)
+            if r.handshake is not None:
+                r.handshake.sock.close()  # the agent detaches when its socket closes
+    except Exception as e:  # doctor reports, it never crashes
+        return Check(name, "fail", f"injection failed: {e!r}", fix="")
+    if r.status == "injected":
+        took = f" in {r.injector_s * 1e3:.0f} ms" if r.injector_s is not None else ""
+        return Check(
+            name,
+            "ok",
+            f"attach injects the agent ({r.python}{took}; CPython 3.11-3.13 through hypno, "
+            "3.14+ through sys.remote_exec)",
+        )
+    fix = _ptrace_fix() if r.status == "denied" else ""
+    return Check(name, "fail", f"{r.reason}; attach records from outside only", fix=fix)
+
+
 def check_gpu(timeout: float = 10.0) -> Check:
     """NVML and the GPUs it sees; no NVIDIA GPU is information, not a failure."""
     box: list[GpuSample | BaseException] = []
@@ -377,12 +407,13 @@ def run_doctor(
     probe = _start_probe(min(timeout, 10.0))
     try:
         py_spy = find_py_spy()
-        with ThreadPoolExecutor(max_workers=3) as pool:
+        with ThreadPoolExecutor(max_workers=4) as pool:
             gpu = pool.submit(check_gpu, min(timeout, 10.0))
             stacks = pool.submit(
                 check_stacks, py_spy, probe.pid if probe else None, min(timeout, 10.0)
             )
             spy = pool.submit(check_py_spy, py_spy, min(timeout, 10.0))
+            injection = pool.submit(check_injection, probe.pid if probe else None, 10.0)
             if probe is not None:
                 process = check_process_stats(probe.pid)
             else:
@@ -392,7 +423,7 @@ def run_doctor(
                     f"could not start a probe process ({sys.executable})",
                     required=True,
                 )
-            checks = [process, spy.result(), stacks.result(), gpu.result()]
+            checks = [process, spy.result(), stacks.result(), injection.result(), gpu.result()]
     finally:
         if probe is not None:
             _stop_probe(probe)

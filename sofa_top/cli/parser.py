@@ -7,7 +7,12 @@ from typing import NoReturn
 
 from sofa_top import __version__
 from sofa_top.cli.compare import add_compare_parser
-from sofa_top.launch import DEFAULT_INTERVAL_S, DEFAULT_STACK_RATE_HZ, Sampling
+from sofa_top.launch import (
+    DEFAULT_INJECT_TIMEOUT_S,
+    DEFAULT_INTERVAL_S,
+    DEFAULT_STACK_RATE_HZ,
+    Sampling,
+)
 
 
 class Parser(argparse.ArgumentParser):
@@ -68,6 +73,22 @@ def _sampling(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("-o", "--output", metavar="FILE", help="session file to write")
 
 
+def _inject_flag(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--no-inject",
+        action="store_true",
+        help="do not inject the agent into the running process: stacks, /proc and GPU only",
+    )
+    sp.add_argument(
+        "--inject-timeout",
+        type=positive_float,
+        default=DEFAULT_INJECT_TIMEOUT_S,
+        metavar="S",
+        help="give up injecting after S seconds (a job holding the GIL in a long C call; "
+        f"default {DEFAULT_INJECT_TIMEOUT_S:g})",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with all of sofa-top's commands."""
     p = Parser(prog="sofa-top", description="Live terminal profiler for deep-learning workloads.")
@@ -76,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("attach", help="attach to a running process and open the live dashboard")
     a.add_argument("pid", type=pid, metavar="PID")
+    _inject_flag(a)
     _sampling(a)
 
     r = sub.add_parser(
@@ -86,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--pid", type=pid, metavar="PID")
     r.add_argument("--duration", type=positive_float, metavar="S", help="stop after S seconds")
     r.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    _inject_flag(r)
     _sampling(r)
 
     la = sub.add_parser(

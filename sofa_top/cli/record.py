@@ -16,7 +16,8 @@ from rich.table import Table
 
 from sofa_top.cli.failures import thread_failures
 from sofa_top.cli.parser import sampling_of
-from sofa_top.launch import AttachRequest, LaunchRequest, open_attach, open_launch
+from sofa_top.cli.watch import opened_attach
+from sofa_top.launch import AttachRequest, LaunchRequest, open_launch
 from sofa_top.model.errors import UserError
 
 
@@ -32,9 +33,15 @@ def record(args: argparse.Namespace) -> int:
         )
         run = open_launch(req)
     else:
-        run = open_attach(
-            AttachRequest(pid=args.pid, mode="record", output=args.output, sampling=sampling)
+        attach = AttachRequest(
+            pid=args.pid,
+            mode="record",
+            output=args.output,
+            sampling=sampling,
+            inject=not args.no_inject,
+            inject_timeout_s=args.inject_timeout,
         )
+        run = opened_attach(attach)
     session = run.session
     stop_reason: list[str] = []
 

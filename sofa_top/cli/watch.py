@@ -14,8 +14,39 @@ from sofa_top.model.errors import UserError
 
 def attach(args: argparse.Namespace) -> int:
     """``sofa-top attach PID``."""
-    req = AttachRequest(pid=args.pid, output=args.output, sampling=sampling_of(args))
-    return dashboard(open_attach(req))
+    req = AttachRequest(
+        pid=args.pid,
+        output=args.output,
+        sampling=sampling_of(args),
+        inject=not args.no_inject,
+        inject_timeout_s=args.inject_timeout,
+    )
+    return dashboard(opened_attach(req))
+
+
+def opened_attach(req: AttachRequest) -> Run:
+    """``open_attach`` and one line on stderr saying whether the agent is in the target."""
+    run = open_attach(req)
+    say_injection(run)
+    return run
+
+
+def say_injection(run: Run) -> None:
+    """One line on stderr: the agent was injected (and what it cost), or why it was not."""
+    r = run.injection
+    if r is None or r.status == "disabled":
+        return
+    pid = run.target.pid
+    if r.status == "injected":
+        cost = f", injector {r.injector_s * 1e3:.0f} ms" if r.injector_s is not None else ""
+        print(f"agent injected into PID {pid} ({r.python}{cost})", file=sys.stderr)
+    else:
+        # information, not an error: the session goes on from outside ("sofa-top:" lines are
+        # the problems)
+        print(
+            f"no agent in PID {pid}: {r.reason}; recording from outside (--no-inject skips trying)",
+            file=sys.stderr,
+        )
 
 
 def launch(args: argparse.Namespace) -> int:
@@ -77,7 +108,7 @@ def home() -> int:
     if choice is None:
         return 0
     if choice.action == "attach" and choice.pid is not None:
-        return dashboard(open_attach(AttachRequest(pid=choice.pid, sampling=Sampling())))
+        return dashboard(opened_attach(AttachRequest(pid=choice.pid, sampling=Sampling())))
     if choice.action == "launch" and choice.argv:
         return dashboard(open_launch(LaunchRequest(cmd=tuple(choice.argv))))
     if choice.action == "replay" and choice.path is not None:

@@ -276,7 +276,8 @@ def test_existing_sitecustomize_still_runs(tmp_path: Path) -> None:
         "import os, sitecustomize, sys\n"
         "from sofa_top.agent import api\n"
         "print(os.environ.get('USER_SITECUSTOMIZE'), sitecustomize.MARK, api.active())\n"
-        "print(any('inject' in p for p in sys.path))\n"
+        # the inject directory itself (a folder named like "wt-inject" above it is no match)
+        "print(any(p.rstrip('/').endswith('agent/inject') for p in sys.path))\n"
     )
     with LiveServer() as live:
         env = base_env({"PYTHONPATH": str(site)})

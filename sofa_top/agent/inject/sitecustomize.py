@@ -7,6 +7,7 @@ Nothing here may break the workload: agent failures become one line on stderr.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import sys
 
@@ -47,31 +48,16 @@ def _make_importable() -> None:
     """Make ``sofa_top.agent`` importable without adding anything to sys.path.
 
     When the workload's Python does not find this very copy of sofa_top (another virtualenv),
-    a bare ``sofa_top`` package pointing at our directory is registered; its ``__init__`` is
-    not run and nothing from sofa-top's own site-packages becomes visible.
+    a bare ``sofa_top`` package pointing at our directory is registered (``importable.py``,
+    shared with the attach bootstrap and loaded by path).
     """
-    import importlib.machinery
-    import importlib.util
-    import types
-
-    mod = sys.modules.get("sofa_top")
-    if mod is not None:
-        locations = list(getattr(mod, "__path__", []))
-    else:
-        try:
-            spec = importlib.util.find_spec("sofa_top")
-        except (ImportError, ValueError):
-            spec = None
-        locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    if any(_same(p, _PACKAGE_DIR) for p in locations):
-        return
-    pkg = types.ModuleType("sofa_top", "sofa-top's agent package, injected by sofa-top launch")
-    spec = importlib.machinery.ModuleSpec("sofa_top", None, is_package=True)
-    spec.submodule_search_locations = [_PACKAGE_DIR]
-    pkg.__spec__ = spec
-    pkg.__path__ = [_PACKAGE_DIR]
-    pkg.__package__ = "sofa_top"
-    sys.modules["sofa_top"] = pkg
+    path = os.path.join(_INJECT_DIR, "importable.py")
+    spec = importlib.util.spec_from_file_location("_sofa_top_importable", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    helper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helper)
+    helper.make_importable(_PACKAGE_DIR)
 
 
 def _start() -> None:

@@ -1,0 +1,315 @@
+"""Injecting the agent into a Python that is already running (``attach`` and ``record --pid``).
+
+How: for CPython 3.14+, ``sys.remote_exec(pid, script)`` (PEP 768), called from the target's own
+interpreter (``/proc/PID/exe``), so caller and target share major.minor by construction. For
+CPython 3.11-3.13 (the agent needs 3.11+), ``hypno`` (built on ``pyinjector``, which wraps the
+maintained kubo/injector ptrace library; no gdb): it makes one thread of the target
+``dlopen`` a small library whose constructor runs one line of Python under the GIL.
+
+Which thread is hijacked matters: one that runs C code while holding the GIL (say, inside
+CPython's allocator) must not be made to run Python there. So the injector picks a thread that
+sits in a blocking system call which takes no user-space lock (sleep, poll, read, ...: it has
+released the GIL, and it is not inside malloc), the main thread first; then one blocked on a
+futex (a lock, or waiting for the GIL); only when, over ``_PICK_S``, no thread of the target
+ever blocks (one thread spinning in pure Python) is the main thread taken where it runs
+(``choose_thread``). That line only starts a thread (``_thread.start_new_thread``) that
+executes the bootstrap (``sofa_top/agent/inject/attach.py``) by file path, so the hijacked
+thread does the least work possible and binds no name in the target's ``__main__``; the
+bootstrap checks the attach token's deadline, loads ``sofa_top.agent`` from sofa-top's own
+install without touching ``sys.path`` and connects back. The injector runs in a helper
+process of its own session: the wait for the target is bounded here (``timeout_s``) but the
+helper, which is the target's ptrace tracer until the library call returns, is never killed,
+so neither a give-up nor sofa-top being SIGKILLed can leave the target mid-call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from sofa_top.agent.launch_env import INJECT_DIR
+from sofa_top.collectors.agent import AgentServer, Handshake
+from sofa_top.collectors.discovery import is_python_process
+
+BOOTSTRAP = INJECT_DIR / "attach.py"
+DEFAULT_TIMEOUT_S = 5.0
+SUPPORTED = ((3, 11), (3, 13))  # through hypno; 3.14+ through sys.remote_exec
+InjectStatus = Literal[
+    "injected",  # the agent said hello with our token
+    "disabled",  # --no-inject
+    "not-python",
+    "unsupported",  # a Python the agent does not run in (PyPy, CPython < 3.11)
+    "no-injector",  # hypno is not installed
+    "denied",  # ptrace (or /proc) denied
+    "exited",  # the target went away
+    "timeout",  # the payload did not run within the bound (GIL held, stopped)
+    "refused",  # the target already runs a sofa-top agent
+    "failed",  # anything else the injector reported
+]
+
+
+@dataclass(frozen=True, slots=True)
+class InjectResult:
+    """What an injection attempt did; ``handshake`` is set only when ``status == "injected"``."""
+
+    status: InjectStatus
+    reason: str  # one line for people
+    python: str | None = None  # "cpython 3.11" when known
+    injector_s: float | None = None  # how long the injector held the target
+    handshake: Handshake | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TargetPython:
+    """The implementation and version of a target's interpreter (from its own executable)."""
+
+    implementation: str  # "cpython", "pypy"
+    version: tuple[int, int]
+
+    def __str__(self) -> str:
+        return f"{self.implementation} {self.version[0]}.{self.version[1]}"
+
+
+def target_python(pid: int, timeout_s: float = 10.0) -> TargetPython | str:
+    """Ask the target's own executable what it is; a reason (str) when that cannot be told."""
+    exe = f"/proc/{pid}/exe"
+    probe = "import sys;print(sys.implementation.name,*sys.version_info[:2])"
+    try:
+        out = subprocess.run(
+            [exe, "-I", "-S", "-c", probe],
+            capture_output=True,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except FileNotFoundError:
+        return f"PID {pid} has exited"
+    except PermissionError:
+        return f"cannot run /proc/{pid}/exe (permission denied)"
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"cannot ask the target's interpreter its version: {e}"
+    parts = out.stdout.decode("ascii", "replace").split()
+    if out.returncode != 0 or len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return "its executable does not answer like Python"
+    return TargetPython(parts[0], (int(parts[1]), int(parts[2])))
+
+
+def unsupported_reason(py: TargetPython) -> str | None:
+    """Why the agent cannot be injected into ``py``, or None when it can."""
+    if py.implementation != "cpython":
+        return f"{py} is not CPython: the agent is injected into CPython 3.11+ only"
+    if py.version < SUPPORTED[0]:
+        return f"{py} is older than the agent supports (CPython 3.11+)"
+    return None
+
+
+def agent_uids(pid: int) -> set[int]:
+    """Whose agents sofa-top accepts for target ``pid``: its own uid, root and the target's."""
+    uids = {os.getuid(), 0}
+    with contextlib.suppress(OSError):
+        uids.add(os.stat(f"/proc/{pid}").st_uid)
+    return uids
+
+
+def injector_available() -> str | None:
+    """None when the 3.11-3.13 injector (hypno) can be imported, else why not."""
+    try:
+        import hypno  # noqa: F401
+    except ImportError as e:
+        return f"hypno is not installed ({e}): pip install hypno"
+    return None
+
+
+def payload(socket_path: Path, token: str, deadline: float, settings: str) -> str:
+    """The one expression the target runs: start a thread that runs the bootstrap by path."""
+    args = {"socket": str(socket_path), "token": token, "deadline": deadline, "settings": settings}
+    src = (
+        "try:\n"
+        " with open(p,'rb') as f: c=compile(f.read(),p,'exec')\n"
+        " exec(c,{'__name__':'__sofa_top_attach__','__file__':p,'ARGS':a})\n"
+        "except BaseException:\n"
+        " pass\n"
+    )
+    scope = {"p": str(BOOTSTRAP), "a": args}
+    return f"__import__('_thread').start_new_thread(exec,({src!r},{scope!r}))"
+
+
+_PICK_S = 1.0  # how long to look for a blocked thread before taking the running main thread
+_PICK_EVERY_S = 0.01
+# blocking system calls that hold no user-space lock (x86_64, aarch64); futex ranks second
+_SAFE_SYSCALLS = {
+    "x86_64": {0, 7, 23, 34, 35, 43, 45, 47, 61, 230, 232, 247, 270, 271, 281, 288},
+    "aarch64": {22, 63, 72, 73, 95, 101, 115, 202, 207, 212, 242, 260},
+}
+_FUTEX = {"x86_64": 202, "aarch64": 98}
+
+
+def thread_rank(pid: int, tid: int, machine: str) -> int | None:
+    """0: blocked in a safe system call, 1: on a futex, 2: anything else; None: unreadable."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        if state not in (b"S", b"D"):
+            # running: reading its syscall file would make the kernel wait until the thread
+            # is off the CPU, which a busy target pays for at every poll
+            return 2
+        with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+            fields = f.read().split()
+    except (OSError, IndexError):
+        return None
+    if not fields or not fields[0].lstrip("-").isdigit():
+        return 2  # "running"
+    nr = int(fields[0])
+    if nr in _SAFE_SYSCALLS.get(machine, set()):
+        return 0
+    return 1 if nr == _FUTEX.get(machine) else 2
+
+
+def choose_thread(pid: int, pick_s: float = _PICK_S) -> tuple[int, str]:
+    """The thread to hijack (see the module docstring) and, for people, why that one."""
+    machine = os.uname().machine
+    deadline = time.monotonic() + pick_s
+    best: tuple[int, int] | None = None
+    while True:
+        try:
+            tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            return pid, "its threads cannot be listed"
+        for tid in [pid] + [t for t in tids if t != pid]:  # the main thread first
+            rank = thread_rank(pid, tid, machine)
+            if rank is not None and rank < 2 and (best is None or rank < best[0]):
+                best = (rank, tid)
+        if best is not None and (best[0] == 0 or time.monotonic() > deadline):
+            rank, tid = best
+            where = "the main thread" if tid == pid else f"thread {tid}"
+            return tid, f"{where}, blocked in {'a system call' if rank == 0 else 'a lock'}"
+        if time.monotonic() > deadline:
+            return pid, "the main thread while it ran (no thread ever blocked)"
+        time.sleep(_PICK_EVERY_S)
+
+
+_HELPER = """
+import json, sys, time
+pid, path = int(sys.argv[1]), sys.argv[2]
+try:
+    from hypno import inject_py
+    with open(path, 'rb') as f:
+        code = f.read()
+    t0 = time.perf_counter()
+    inject_py(pid, code)
+    r = {'ok': True}
+except Exception as e:
+    r = {'ok': False, 'error': f'{type(e).__name__}: {e}', 'code': getattr(e, 'ret_val', None)}
+r['s'] = time.perf_counter() - t0 if 't0' in globals() else None
+print(json.dumps(r), flush=True)
+"""
+
+
+def _helper_cmd(pid: int, tid: int, py: TargetPython, script: Path) -> list[str]:
+    if py.version >= (3, 14):
+        # the interpreter runs it at its next safe point: no thread needs choosing
+        run = f"import sys; sys.remote_exec({pid}, {str(script)!r})"
+        return [f"/proc/{pid}/exe", "-I", "-S", "-c", run]
+    return [sys.executable, "-I", "-c", _HELPER, str(tid), str(script)]
+
+
+_PTRACE_FIX = (
+    "run sofa-top as root, or as the target's owner with kernel.yama.ptrace_scope=0 "
+    "(--cap-add SYS_PTRACE in a container)"
+)
+
+
+def _classify(error: str, code: object, pid: int) -> tuple[InjectStatus, str]:
+    low = error.lower()
+    if code == -8 or "permission" in low or "operation not permitted" in low:
+        return "denied", f"ptrace denied for PID {pid}: {_PTRACE_FIX}"
+    if not os.path.exists(f"/proc/{pid}") or "no such process" in low:
+        return "exited", f"PID {pid} exited during injection"
+    return "failed", f"the injector failed: {error.splitlines()[0] if error else 'no reason'}"
+
+
+def inject(
+    pid: int,
+    server: AgentServer,
+    settings: str = "{}",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> InjectResult:
+    """Inject the agent into ``pid`` and wait (at most ``timeout_s``) for it to say hello on
+    ``server``. Never raises for the target's sake: every outcome is an ``InjectResult``."""
+    alive = is_python_process(pid)
+    if alive is False:
+        return InjectResult("not-python", f"PID {pid} is not Python: no agent to inject")
+    py = target_python(pid)
+    if isinstance(py, str):
+        status: InjectStatus = "failed"
+        if "exited" in py:
+            status = "exited"
+        elif "permission denied" in py:
+            status, py = "denied", f"{py}; {_PTRACE_FIX}"
+        return InjectResult(status, f"cannot inject the agent: {py}")
+    why = unsupported_reason(py)
+    if why is not None:
+        return InjectResult("unsupported", why, str(py))
+    if py.version < (3, 14):
+        missing = injector_available()
+        if missing is not None:
+            return InjectResult("no-injector", missing, str(py))
+    tid, where = (pid, "") if py.version >= (3, 14) else choose_thread(pid)
+    token = secrets.token_hex(16)
+    deadline = time.time() + timeout_s
+    script = server.socket_dir / "payload.py"
+    script.write_text(payload(server.socket_path, token, deadline, settings))
+    os.chmod(script, 0o644)  # the target (maybe another uid, which owns the directory) reads it
+    t0 = time.monotonic()
+    try:
+        helper = subprocess.Popen(
+            _helper_cmd(pid, tid, py, script),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            # its own session: Ctrl-C or sofa-top's death never kills the target's tracer
+            start_new_session=True,
+        )
+    except OSError as e:
+        return InjectResult("failed", f"cannot start the injector: {e}", str(py))
+    try:
+        out, err = helper.communicate(timeout=max(deadline - time.time(), 0.1))
+    except subprocess.TimeoutExpired:
+        # still inside the target: leave the helper to finish; the late payload does nothing
+        return InjectResult(
+            "timeout",
+            f"PID {pid} did not run the agent within {timeout_s:.0f} s (it holds the GIL in a "
+            "long C call, or is stopped); gave up, the job is untouched",
+            str(py),
+        )
+    injector_s = time.monotonic() - t0
+    if py.version < (3, 14):
+        try:
+            r = json.loads(out.decode("utf-8", "replace").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            r = {"ok": False, "error": err.decode("utf-8", "replace").strip()[-300:]}
+        injector_s = float(r["s"]) if isinstance(r.get("s"), float) else injector_s
+        if not r.get("ok"):
+            status, reason = _classify(str(r.get("error", "")), r.get("code"), pid)
+            return InjectResult(status, reason, str(py), injector_s)
+    elif helper.returncode != 0:
+        status, reason = _classify(err.decode("utf-8", "replace"), None, pid)
+        return InjectResult(status, reason, str(py), injector_s)
+    hs = server.accept_agent(token, deadline, agent_uids(pid))
+    if isinstance(hs, str):
+        if not os.path.exists(f"/proc/{pid}"):
+            return InjectResult("exited", f"PID {pid} exited during injection", str(py), injector_s)
+        return InjectResult("timeout", hs, str(py), injector_s)
+    if hs.refused:
+        reason = f"{hs.refused}: a second concurrent attach gets no agent"
+        return InjectResult("refused", reason, str(py), injector_s)
+    how = f" through {where}" if where else ""
+    return InjectResult("injected", f"agent injected ({py}){how}", str(py), injector_s, hs)

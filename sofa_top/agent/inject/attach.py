@@ -1,0 +1,61 @@
+"""The attach bootstrap: what a running Python executes when ``sofa-top attach`` injects it.
+
+The injector (``sofa_top.collectors.inject``) makes the target run one expression that starts a
+thread executing this file by path, with ``ARGS`` in its globals; nothing is bound in the
+target's ``__main__`` and nothing is added to its ``sys.path``. This file then checks the attach
+token's deadline (a payload that ran late, because the target held the GIL in a long C call,
+does nothing), makes ``sofa_top.agent`` importable from this very install, and starts an
+attach-mode agent (``sofa_top.agent.boot.attach``). Stdlib only; never raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from typing import Any
+
+_INJECT_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(_INJECT_DIR))  # the sofa_top package
+
+
+def main(args: dict[str, Any]) -> str:
+    """Start the agent (see the module docstring); returns what happened, for tests."""
+    if time.time() > float(args["deadline"]):
+        return "expired"
+    cpu0 = time.thread_time()  # this thread's CPU: what the bootstrap holds the GIL for, at most
+    try:
+        before = set(sys.modules)
+        helper_path = os.path.join(_INJECT_DIR, "importable.py")
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("_sofa_top_importable", helper_path)
+        if spec is None or spec.loader is None:
+            return "no helper"
+        helper = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(helper)
+        helper.make_importable(_PACKAGE_DIR)
+        from sofa_top.agent import boot
+
+        added = tuple(
+            m
+            for m in sys.modules
+            if m not in before and (m == "sofa_top" or m.startswith("sofa_top."))
+        )
+        return boot.attach(
+            socket_path=str(args["socket"]),
+            token=str(args["token"]),
+            deadline=float(args["deadline"]),
+            settings_json=args.get("settings"),
+            added_modules=added,
+            started_cpu=cpu0,
+        )
+    except BaseException as e:
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"sofa-top agent: attach failed ({e!r}); the job runs on untouched\n")
+        return "failed"
+
+
+if __name__ == "__sofa_top_attach__":
+    main(globals()["ARGS"])

@@ -1,0 +1,267 @@
+"""Fault matrix, attach with injection: "never harms the target". Each row is a real process
+that sofa-top injects (or tries to inject) the agent into; whatever happens, the target's
+output and exit code are its own, and after sofa-top leaves nothing of the agent remains
+(no thread, no ``sofa_top`` module, ``sys.path`` and ``sys.meta_path`` as they were)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from faults.attach_helpers import ATTACH_TARGET, detached, sofa_threads, value
+from faults.conftest import (
+    IS_ROOT,
+    needs_root,
+    no_traceback,
+    one_line_error,
+    read_line,
+    running,
+    sofa,
+    start_sofa,
+    wait_until,
+)
+from sofa_top.recording.store import SessionReader
+
+
+def _target(mode: str, stop: Path, *extra: str, python: str = sys.executable) -> list[str]:
+    return [python, str(ATTACH_TARGET), mode, "--stop", str(stop), "--exit-code", "5", *extra]
+
+
+def _finish(proc: subprocess.Popen[bytes], stop: Path) -> str:
+    """Let the target end; its exit code is its own and nothing of the agent is left."""
+    stop.touch()
+    assert proc.wait(timeout=60) == 5
+    assert proc.stdout is not None
+    out = proc.stdout.read().decode()
+    assert value(out, "THREADS") == "MainThread", out
+    assert value(out, "SOFA_MODULES") == "[]", out
+    assert "SYSPATH_SAME=True META_PATH_SAME=True" in out, out
+    assert "DONE True" in out
+    return out
+
+
+def _record(pid: int, out: Path, *extra: str, user: str | None = None, **kw: object) -> str:
+    proc = sofa(
+        "record", "--pid", str(pid), "--duration", "3", "--json", "-o", str(out), *extra,
+        user=user, **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    no_traceback(proc.stdout, proc.stderr)
+    json.loads(proc.stdout)
+    return proc.stderr
+
+
+@pytest.fixture
+def stop(tmp_path: Path) -> Iterator[Path]:
+    """The file that tells a target to finish."""
+    yield tmp_path / "stop"
+
+
+@pytest.mark.parametrize("mode", ["busy", "sleep", "cblock"])
+def test_inject_then_detach_leaves_nothing(tmp_path: Path, stop: Path, mode: str) -> None:
+    """Busy in Python, blocked in sleep, blocked in a C call (GIL released): injected, hooked,
+    detached when the recording ends; the target finishes as without sofa-top."""
+    with running(_target(mode, stop), stderr=subprocess.PIPE) as proc:
+        err = _record(proc.pid, tmp_path / "a.sofa")
+        assert f"agent injected into PID {proc.pid}" in err, err
+        wait_until(lambda: detached(proc.pid), 30, "the agent's thread to go")
+        _finish(proc, stop)
+        assert proc.stderr is not None and proc.stderr.read() == b""
+    events = SessionReader(tmp_path / "a.sofa").events("agent-connected")
+    assert any(e.data.get("mode") == "attach" for e in events)
+
+
+def test_attach_again_works_and_a_second_concurrent_attach_is_refused(
+    tmp_path: Path, stop: Path
+) -> None:
+    with running(_target("sleep", stop)) as proc:
+        first = start_sofa("record", "--pid", str(proc.pid), "-o", str(tmp_path / "1.sofa"))
+        try:
+            wait_until(lambda: bool(sofa_threads(proc.pid)), 60, "the first agent")
+            second = sofa(
+                "record", "--pid", str(proc.pid), "--duration", "2", "-o", str(tmp_path / "2.sofa")
+            )
+            # refused in one line; the second session still records from outside
+            assert second.returncode == 0, second.stderr
+            no_traceback(second.stdout, second.stderr)
+            (line,) = [ln for ln in second.stderr.splitlines() if "agent" in ln]
+            assert "already runs a sofa-top agent" in line and "second concurrent" in line, line
+        finally:
+            first.terminate()
+            first.communicate(timeout=60)
+        wait_until(lambda: detached(proc.pid), 30, "the first agent to detach")
+        err = _record(proc.pid, tmp_path / "3.sofa")  # attaching again works
+        assert "agent injected" in err
+        wait_until(lambda: detached(proc.pid), 30, "the second agent to detach")
+        _finish(proc, stop)
+
+
+def test_sofa_top_sigkilled_the_agent_detaches(tmp_path: Path, stop: Path) -> None:
+    """sofa-top SIGKILLed while attached: the socket closes, the agent restores and goes."""
+    with running(_target("busy", stop)) as proc:
+        rec = start_sofa("record", "--pid", str(proc.pid), "-o", str(tmp_path / "k.sofa"))
+        wait_until(lambda: bool(sofa_threads(proc.pid)), 60, "the agent")
+        rec.kill()
+        rec.communicate(timeout=30)
+        wait_until(lambda: detached(proc.pid), 30, "the agent to detach")
+        _finish(proc, stop)
+    # a SIGKILLed sofa-top cannot remove its socket directory: nothing else is left
+    for d in Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp").glob("sofa-top-*"):
+        if (d / "agent.sock").exists() and (d / "payload.py").exists():
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def test_target_holds_the_gil_in_a_long_c_call(tmp_path: Path, stop: Path) -> None:
+    """The payload cannot run until the C call returns: the injection gives up at its bound,
+    the session goes on from outside, and the late payload finds its token expired."""
+    with running(_target("gil", stop, "--gil-s", "8"), stderr=subprocess.PIPE) as proc:
+        err = _record(proc.pid, tmp_path / "g.sofa", "--inject-timeout", "1")
+        assert "no agent in PID" in err and "gave up" in err, err
+        assert proc.stdout is not None
+        assert read_line(proc, 60).startswith(b"C CALL DONE")
+        # the late payload ran (the C call is over) and did nothing
+        wait_until(lambda: sofa_threads(proc.pid) == [], 30, "py-spy to read the target")
+        out = _finish(proc, stop)
+        assert proc.stderr is not None and proc.stderr.read() == b"", out
+    msgs = [e.message for e in SessionReader(tmp_path / "g.sofa").events("agent-error")]
+    assert any("gave up" in m for m in msgs), msgs
+
+
+def test_target_exits_during_injection(tmp_path: Path) -> None:
+    """Whatever the race gives (injected, or gone first), sofa-top says so in at most one
+    line, records, and the target's exit code is its own."""
+    argv = [sys.executable, str(ATTACH_TARGET), "exit", "--exit-after", "0.3", "--exit-code", "6"]
+    with running(argv) as proc:
+        rec = sofa("record", "--pid", str(proc.pid), "--json", "-o", str(tmp_path / "e.sofa"))
+        assert proc.wait(timeout=30) == 6
+    no_traceback(rec.stdout, rec.stderr)
+    # recorded (an outside-only session, or injected in time), or gone first: one line, exit 2
+    assert len(rec.stderr.strip().splitlines()) <= 1, rec.stderr
+    assert rec.returncode == 0 or (rec.returncode == 2 and rec.stderr.strip()), rec
+
+
+def test_zombie_is_refused_in_one_line(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    wait_until(lambda: _state(child.pid) == "Z", 30, "a zombie")
+    try:
+        line = one_line_error(sofa("record", "--pid", str(child.pid)))
+        assert "zombie" in line
+    finally:
+        child.wait()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def test_not_python_keeps_an_outside_session(tmp_path: Path) -> None:
+    with running(["sh", "-c", "echo READY; while :; do sleep 0.1; done"]) as proc:
+        err = _record(proc.pid, tmp_path / "n.sofa")
+    assert f"no agent in PID {proc.pid}" in err and "not Python" in err, err
+
+
+INJECT_AS_NOBODY = """
+import sys
+from sofa_top.collectors.agent import AgentServer
+from sofa_top.collectors.inject import inject
+with AgentServer() as server:
+    r = inject(int(sys.argv[1]), server, timeout_s=3)
+print(r.status, r.reason)
+"""
+
+
+@needs_root
+def test_ptrace_denied(shared_tmp: Path) -> None:
+    """sofa-top as nobody, the target (nobody too) non-dumpable: ptrace is denied. Nothing
+    could be attached, so one line and a non-zero exit; the injector itself says "denied" with
+    the fix; the target runs on and exits with its own code."""
+    world_readable(ATTACH_TARGET)
+    stop = shared_tmp / "stop"
+    code = (
+        "import ctypes, runpy, sys; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); "
+        f"sys.argv = {_target('sleep', stop)[1:]!r}; "
+        "runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    env = {"SOFA_TOP_DATA_DIR": str(shared_tmp), "HOME": str(shared_tmp)}
+    with running([sys.executable, "-c", code], user="nobody", ready=b"READY") as proc:
+        line = one_line_error(sofa("record", "--pid", str(proc.pid), user="nobody", env=env))
+        assert "permission denied" in line, line
+        direct = subprocess.run(
+            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+             sys.executable, "-c", INJECT_AS_NOBODY, str(proc.pid)],
+            capture_output=True, text=True, timeout=60, env={**os.environ, **env},
+        )  # fmt: skip
+        assert direct.stdout.startswith("denied "), direct
+        assert "ptrace_scope" in direct.stdout and "root" in direct.stdout
+        assert proc.poll() is None
+        stop.touch()
+        assert proc.wait(timeout=60) == 5
+
+
+@needs_root
+def test_target_of_another_user(shared_tmp: Path) -> None:
+    """sofa-top as root, the target as nobody: the agent is injected, its socket directory
+    belongs to nobody (0700), and it detaches leaving nothing."""
+    world_readable(ATTACH_TARGET)
+    stop = shared_tmp / "stop"
+    with running(_target("sleep", stop), user="nobody") as proc:
+        err = _record(proc.pid, shared_tmp / "u.sofa")
+        assert f"agent injected into PID {proc.pid}" in err, err
+        wait_until(lambda: detached(proc.pid), 30, "the agent to detach")
+        _finish(proc, stop)
+
+
+def test_target_in_a_virtualenv_without_sofa_top(tmp_path: Path, stop: Path) -> None:
+    """The agent is stdlib only and loaded from sofa-top's install by path: a bare venv works,
+    and its sys.path never sees sofa-top's site-packages."""
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    # (not from the repository: its folder would put sofa_top on the path)
+    check = subprocess.run([python, "-c", "import sofa_top"], capture_output=True, cwd=tmp_path)
+    assert check.returncode != 0  # the venv really lacks sofa-top
+    with running(_target("busy", stop, python=python), cwd=tmp_path) as proc:
+        err = _record(proc.pid, tmp_path / "v.sofa")
+        assert f"agent injected into PID {proc.pid}" in err, err
+        wait_until(lambda: detached(proc.pid), 30, "the agent to detach")
+        _finish(proc, stop)
+
+
+PYPY = shutil.which("pypy3")
+
+
+@pytest.mark.skipif(PYPY is None, reason="Debian's pypy3 is not installed (.ci/run installs it)")
+def test_pypy_is_an_unsupported_python(tmp_path: Path, stop: Path) -> None:
+    assert PYPY is not None
+    with running(_target("sleep", stop, python=PYPY)) as proc:
+        err = _record(proc.pid, tmp_path / "pypy.sofa")
+        assert "not CPython" in err, err
+        stop.touch()
+        assert proc.wait(timeout=60) == 5
+
+
+def test_no_inject_keeps_outside_only_mode(tmp_path: Path, stop: Path) -> None:
+    with running(_target("sleep", stop)) as proc:
+        err = _record(proc.pid, tmp_path / "o.sofa", "--no-inject")
+        assert "agent" not in err, err
+        assert not SessionReader(tmp_path / "o.sofa").events("agent-connected")
+        _finish(proc, stop)
+
+
+def world_readable(path: Path) -> None:
+    """Make ``path`` and its directories readable by nobody (the setpriv rows run it)."""
+    for p in [path, *path.parents]:
+        mode = p.stat().st_mode
+        want = mode | (0o005 if p.is_dir() else 0o004)
+        if mode != want and (IS_ROOT or os.access(p, os.W_OK)):
+            os.chmod(p, want)
