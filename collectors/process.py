@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import subprocess
 import threading
 import time
@@ -28,9 +29,11 @@ from typing import Any
 
 import psutil
 
+from sofa_top.agent.rankenv import parse_environ, rank_from_env
 from sofa_top.collectors.base import Emit
 from sofa_top.collectors.discovery import is_python_process
 from sofa_top.model.errors import UserError
+from sofa_top.model.ranks import RankId
 from sofa_top.model.samples import Event, ProcessSample, ProcInfo, SystemSample
 from sofa_top.model.units import Bytes, Percent, Pid, Seconds, Timestamp
 
@@ -45,6 +48,7 @@ ROLE_DATALOADER = "DataLoader worker"
 ROLE_MP_WORKER = "mp worker"
 ROLE_MP_FORKSERVER = "mp forkserver"
 ROLE_MP_TRACKER = "mp resource tracker"
+ROLE_RANK = "rank"  # a rank of a distributed job: "rank 2" (its workers keep their own roles)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +78,8 @@ class _Tracked:
     last_write: Bytes | None = None
     last_ctx: int | None = None
     children: set[Pid] = field(default_factory=set)
+    rank: RankId | None = None  # from /proc/<pid>/environ (torchrun's RANK, TF_CONFIG)
+    exit_code: int | None = None  # read from the zombie's /proc stat, when seen as one
 
 
 class ProcessCollector:
@@ -264,6 +270,9 @@ class ProcessCollector:
         )
         if parent is not None:
             t.role = _role_for(name, cmdline, parent.role)
+        t.rank = rank_of(pid)
+        if t.rank is not None and parent is not None and _is_rank_root(t.rank, parent.rank):
+            t.role = f"{ROLE_RANK} {t.rank.rank}"
         return t
 
     def _read(self, t: _Tracked) -> ProcInfo:
@@ -274,6 +283,7 @@ class ProcessCollector:
             with p.oneshot():
                 status = str(p.status())
                 if status == psutil.STATUS_ZOMBIE:
+                    t.exit_code = zombie_exit_code(t.pid)
                     return self._exited(t)
                 name = _text(p.name())
                 cpu: float | None = float(p.cpu_percent(None))
@@ -303,7 +313,7 @@ class ProcessCollector:
             t.name = name
             with contextlib.suppress(psutil.Error):
                 t.cmdline = tuple(_text(a) for a in p.cmdline())
-            if t.role != ROLE_TARGET:
+            if t.role != ROLE_TARGET and not t.role.startswith(ROLE_RANK):
                 parent = self._tracked.get(t.ppid)
                 t.role = _role_for(name, t.cmdline, parent.role if parent else ROLE_CHILD)
         return self._info(t, status, cpu=cpu, threads=threads, rss=rss, error=error)
@@ -335,6 +345,8 @@ class ProcessCollector:
             alive=alive,
             role=t.role,
             error=error,
+            rank=t.rank,
+            exit_code=None if alive else t.exit_code,
         )
 
     def _exited(self, t: _Tracked) -> ProcInfo:
@@ -467,6 +479,43 @@ def _role_for(name: str, cmdline: tuple[str, ...], parent_role: str) -> str:
     if parent_role == ROLE_MP_FORKSERVER:
         return ROLE_MP_WORKER
     return ROLE_CHILD
+
+
+def rank_of(pid: Pid) -> RankId | None:
+    """The rank of a process from its environment (None: not a rank, or not readable: the
+    environment of another user's process is not, and the agent's hello still names it)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    found = rank_from_env(parse_environ(raw), platform.node())
+    return None if found is None else RankId.from_json(found)
+
+
+def _is_rank_root(rank: RankId, parent: RankId | None) -> bool:
+    # a DataLoader worker inherits its rank's environment: only the top of a rank is the rank
+    return parent is None or (parent.rank, parent.node) != (rank.rank, rank.node)
+
+
+def zombie_exit_code(pid: Pid) -> int | None:
+    """The exit status of a zombie, from the last field of ``/proc/<pid>/stat`` (Linux 3.5+),
+    as ``Popen.returncode`` has it (negative: killed by that signal); None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    rest = stat[stat.rfind(b")") + 2 :].split()
+    if len(rest) < 50:  # exit_code is field 52; fields after the name start at 3
+        return None
+    try:
+        status = int(rest[-1])
+    except ValueError:
+        return None
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
 
 
 def _children_via_psutil(pid: Pid) -> list[Pid]:
