@@ -4,7 +4,9 @@ running PID. The CLI, ``compare`` and the TUI all come through here.
 A request says what to watch and how (``LaunchRequest``, ``AttachRequest``); ``open_launch`` /
 ``open_attach`` build the collectors, the session file and the hub and return a ``Run``, which
 is a ``SnapshotSource`` (``start`` / ``stop``) plus, in launch mode, the workload's process.
-Nothing starts collecting until ``Run.start``.
+Nothing starts collecting until ``Run.start``. With ``metrics`` set, the Prometheus port is
+bound first of all (a port in use stops everything before it starts) and every snapshot also
+goes to the exporter.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from sofa_top.collectors.base import Collector
 from sofa_top.collectors.gpu import GpuCollector
 from sofa_top.collectors.logs import LogCollector
 from sofa_top.collectors.process import ProcessCollector, describe_pid
+from sofa_top.metrics.exporter import MetricsExporter, MetricsSpec
 from sofa_top.model.errors import UserError
-from sofa_top.model.snapshot import TargetInfo
+from sofa_top.model.snapshot import Snapshot, TargetInfo
 from sofa_top.model.source import OnSnapshot
 from sofa_top.recording.hub import Session, session_file
 from sofa_top.recording.store import SessionStore
@@ -57,6 +60,7 @@ class LaunchRequest:
     sampling: Sampling = Sampling()
     # the agent's settings (``sofa_top.agent.settings``), e.g. {"optimize": spec.to_json()}
     settings: Mapping[str, object] = field(default_factory=dict)
+    metrics: MetricsSpec | None = None  # serve /metrics for Prometheus (off by default)
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,8 @@ class AttachRequest:
     mode: Mode = "attach"
     output: str | None = None
     sampling: Sampling = Sampling()
+    metrics: MetricsSpec | None = None  # serve /metrics for Prometheus (off by default)
+    name: str | None = None  # session name (default: the process name and PID)
 
 
 class Run:
@@ -78,17 +84,29 @@ class Run:
         popen: subprocess.Popen[bytes] | None = None,
         server: AgentServer | None = None,
         output_dir: Path | None = None,
+        exporter: MetricsExporter | None = None,
     ) -> None:
         self.session = session
         self.popen = popen
         self.server = server
         self.output_dir = output_dir
+        self.exporter = exporter
         self.session_path = session.session_path
         self.target = session.target
 
     def start(self, on_snapshot: OnSnapshot | None = None) -> None:
-        """SnapshotSource: start the session."""
-        self.session.start(on_snapshot)
+        """SnapshotSource: start the session (its snapshots also feed the metrics exporter)."""
+        exporter = self.exporter
+        if exporter is None:
+            self.session.start(on_snapshot)
+            return
+
+        def both(snapshot: Snapshot) -> None:
+            exporter.update(snapshot)
+            if on_snapshot is not None:
+                on_snapshot(snapshot)
+
+        self.session.start(both)
 
     def stop(self) -> None:
         """SnapshotSource: the user quit the dashboard (and confirmed stopping a launch)."""
@@ -104,6 +122,8 @@ class Run:
             # Let the process collector see the exit, so the session records its code.
             self.session.wait(2.0)
         self.session.stop(reason)
+        if self.exporter is not None:
+            self.exporter.close()
         if self.server is not None:
             self.server.close()
         if self.output_dir is not None:
@@ -137,12 +157,31 @@ def _collectors(
     return collectors
 
 
+def _exporter(spec: MetricsSpec | None, run: str) -> MetricsExporter | None:
+    return None if spec is None else MetricsExporter(spec, run)
+
+
 def open_attach(req: AttachRequest) -> Run:
-    """A session on the running process ``req.pid`` (raises UserError for a bad PID)."""
+    """A session on the running process ``req.pid`` (raises UserError for a bad PID or a
+    metrics port in use)."""
     info = describe_pid(req.pid)
     target = TargetInfo(pid=info.pid, name=info.name, cmdline=info.cmdline or (info.name,))
-    store = SessionStore(session_file(req.output, f"{target.name}-{target.pid}"))
-    return Run(Session(target, _collectors(req.sampling, target.pid, None), store, mode=req.mode))
+    name = req.name or f"{target.name}-{target.pid}"
+    exporter = _exporter(req.metrics, name)
+    try:
+        store = SessionStore(session_file(req.output, name))
+    except UserError:
+        if exporter is not None:
+            exporter.close()
+        raise
+    session = Session(
+        target,
+        _collectors(req.sampling, target.pid, None),
+        store,
+        mode=req.mode,
+        extra_meta={"name": name},
+    )
+    return Run(session, exporter=exporter)
 
 
 def open_launch(req: LaunchRequest) -> Run:
@@ -153,13 +192,21 @@ def open_launch(req: LaunchRequest) -> Run:
         raise UserError("launch needs a command: sofa-top launch -- python train.py")
     name = req.name or os.path.basename(cmd[0])
     path = session_file(req.output, name)
-    # The session file first: a command must never start (only to be stopped again) because
-    # sofa-top then finds that it cannot record.
-    store = SessionStore(path)
+    # The metrics port and the session file first: a command must never start (only to be
+    # stopped again) because sofa-top then finds that it cannot serve or record.
+    exporter = _exporter(req.metrics, name)
+    try:
+        store = SessionStore(path)
+    except UserError:
+        if exporter is not None:
+            exporter.close()
+        raise
     try:
         server = AgentServer()
     except UserError:
         discard(store)
+        if exporter is not None:
+            exporter.close()
         raise
     settings = dict(req.settings)
     env = {**os.environ, **agent_env(server.socket_path, settings)}
@@ -172,14 +219,18 @@ def open_launch(req: LaunchRequest) -> Run:
         server.close()
         shutil.rmtree(out_dir, ignore_errors=True)
         discard(store)
+        if exporter is not None:
+            exporter.close()
         if isinstance(exc, FileNotFoundError):
             raise UserError(f"command not found: {cmd[0]}") from None
         raise UserError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
     target = TargetInfo(pid=popen.pid, name=name, cmdline=tuple(cmd), launched=True)
     collectors = _collectors(req.sampling, popen.pid, popen)
     collectors += [AgentCollector(server), LogCollector(outputs)]
-    session = Session(target, collectors, store, mode=req.mode, extra_meta={"settings": settings})
-    return Run(session, popen, server, out_dir)
+    session = Session(
+        target, collectors, store, mode=req.mode, extra_meta={"settings": settings, "name": name}
+    )
+    return Run(session, popen, server, out_dir, exporter)
 
 
 def _start(

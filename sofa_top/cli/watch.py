@@ -7,14 +7,16 @@ import argparse
 import sys
 
 from sofa_top.cli.failures import failed, thread_failures
-from sofa_top.cli.parser import sampling_of
+from sofa_top.cli.parser import metrics_of, sampling_of
 from sofa_top.launch import AttachRequest, LaunchRequest, Run, Sampling, open_attach, open_launch
 from sofa_top.model.errors import UserError
 
 
 def attach(args: argparse.Namespace) -> int:
     """``sofa-top attach PID``."""
-    req = AttachRequest(pid=args.pid, output=args.output, sampling=sampling_of(args))
+    req = AttachRequest(
+        pid=args.pid, output=args.output, sampling=sampling_of(args), metrics=metrics_of(args)
+    )
     return dashboard(open_attach(req))
 
 
@@ -23,7 +25,11 @@ def launch(args: argparse.Namespace) -> int:
     if not args.cmd:
         raise UserError("launch needs a command: sofa-top launch -- python train.py")
     req = LaunchRequest(
-        cmd=tuple(args.cmd), name=args.name, output=args.output, sampling=sampling_of(args)
+        cmd=tuple(args.cmd),
+        name=args.name,
+        output=args.output,
+        sampling=sampling_of(args),
+        metrics=metrics_of(args),
     )
     return dashboard(open_launch(req))
 
