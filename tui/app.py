@@ -28,6 +28,7 @@ from sofa_top.tui.line_cache import update_static
 from sofa_top.tui.log_pane import LogPane
 from sofa_top.tui.messages import ReplayMoved, SnapshotArrived, SourceStopped
 from sofa_top.tui.processes_panel import ProcessesPane
+from sofa_top.tui.ranks_panel import RanksPane
 from sofa_top.tui.stacks_panel import StacksPanel
 from sofa_top.tui.steps_panel import PipelinePane, StepsPane
 from sofa_top.tui.timelines import TimelinesPane, next_zoom
@@ -165,6 +166,8 @@ class DashboardApp(App[str]):
         self.banner = Static(id="banner")
         self.timelines = TimelinesPane(id="timelines")
         self.processes = ProcessesPane(id="processes")
+        self.ranks = RanksPane(id="ranks")  # shown only for a job with ranks
+        self.ranks.display = False
         self.stacks = StacksPanel(id="stacks")
         self.steps = StepsPane(id="steps")
         self.pipeline = PipelinePane(id="pipeline")
@@ -183,6 +186,7 @@ class DashboardApp(App[str]):
         with self.views:
             with TabPane("1 Overview", id="tab-overview"):
                 yield self.top
+                yield self.ranks
                 yield self.stacks
             with TabPane("2 Steps", id="tab-steps"):
                 yield self.steps
@@ -284,6 +288,10 @@ class DashboardApp(App[str]):
         if view == "tab-overview":
             self.timelines.show(snapshot)
             self.processes.show(snapshot.process)
+            self.ranks.display = bool(snapshot.ranks)
+            if snapshot.ranks:
+                self.ranks.show(snapshot.ranks, snapshot.rank_verdict)
+                self.ranks.styles.height = self.ranks.wanted_height
             self.stacks.show(snapshot)
         elif view == "tab-steps":
             self.steps.show(snapshot)
