@@ -38,12 +38,13 @@ def straggler_key(verdict: Verdict | None) -> tuple[object, object, object] | No
 
 
 def _verdict_cell(s: RankStat) -> str:
+    text = "-"
+    if s.verdict is not None and s.steps:
+        cause, kind = s.cause, s.verdict.kind
+        text = f"{kind} ({cause})" if cause and cause != kind else kind
     if not s.alive:
-        return s.exit or "exited"
-    if s.verdict is None:
-        return "-"
-    cause = s.cause
-    return f"{s.verdict.kind} ({cause})" if cause and cause != s.verdict.kind else s.verdict.kind
+        text = f"✗ {s.exit or 'exited'}" + ("" if text == "-" else f" · {text}")
+    return text
 
 
 def rank_rows(

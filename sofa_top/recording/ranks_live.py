@@ -10,6 +10,7 @@ does the same from a session file, for ``record --json`` and replay.
 
 from __future__ import annotations
 
+import signal
 import statistics
 import time
 from collections import deque
@@ -44,9 +45,14 @@ def rank_event(ts: float, pid: Pid, ident: RankId) -> Event:
 
 def exit_text(code: int | None, error: str) -> str:
     """How a rank ended, as the ranks pane and ``record --json`` say it."""
-    text = "exited"
-    if code is not None:
-        text += f" with signal {-code}" if code < 0 else f" with code {code}"
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        # a signal explains the missing goodbye; an error the agent reported is worth keeping
+        return f"killed by {name}" + (f": {error}" if error and error != NO_GOODBYE else "")
+    text = "exited" if code is None else f"exited with code {code}"
     return f"{text}: {error}" if error else text
 
 
