@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import SOFA_TOP
 from procs import spawned, wait_until
 
 from sofa_top.agent.protocol import FrameError
@@ -341,3 +344,45 @@ def test_rank_and_straggler_json_match_the_record_schema(tmp_path: Path) -> None
 
 def _straggler(ranks: list[RankStat]) -> dict[str, object] | None:
     return straggler_json(cross_rank_verdict(ranks))
+
+
+def test_multi_worker_mirrored_ranks_are_named_from_tf_config(tmp_path: Path) -> None:
+    """Two TF_CONFIG workers (MultiWorkerMirroredStrategy's launch shape, without TensorFlow:
+    only the naming is under test) under ``sofa-top record``: each is its rank."""
+
+    launcher = tmp_path / "tf_launcher.py"
+    launcher.write_text(
+        "import json, os, subprocess, sys, time\n"
+        "cluster = {'worker': ['127.0.0.1:1', '127.0.0.1:2']}\n"
+        "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'],\n"
+        "        env={**os.environ, 'TF_CONFIG': json.dumps(\n"
+        "            {'cluster': cluster, 'task': {'type': 'worker', 'index': i}})})\n"
+        "        for i in (0, 1)]\n"
+        "time.sleep(300)\n"
+    )
+    path = tmp_path / "tf.sofa"
+    proc = subprocess.Popen(
+        [SOFA_TOP, "record", "--no-stacks", "-o", str(path), "--", sys.executable, str(launcher)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+
+    def ranks() -> dict[int, dict[str, object]]:
+        if not path.exists():
+            return {}
+        reader = SessionReader(path)
+        try:
+            return {int(str(e.data["rank"])): e.data for e in reader.events("rank")}
+        finally:
+            reader.close()
+
+    try:
+        assert wait_until(lambda: len(ranks()) == 2, 60, 0.2)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    found = ranks()
+    assert sorted(found) == [0, 1]
+    assert {d["source"] for d in found.values()} == {"tf-config"}
+    assert {d["world_size"] for d in found.values()} == {2}

@@ -221,3 +221,35 @@ def test_a_rank_that_dies_shows_as_that_rank_s_exit(tmp_path: Path) -> None:
     assert summary["steps"]["count"] == len(steps)  # nothing recorded is lost
     logs = "\n".join(log_lines(path))
     assert "failed on purpose" in logs  # the rank's own traceback, as the workload printed it
+
+
+def test_ddp_results_and_the_user_s_comm_hook_are_untouched(tmp_path: Path) -> None:
+    """The collective timing changes nothing: the same weights with and without sofa-top, and
+    the user's own communication hook runs once per step, as without sofa-top."""
+    env = {**os.environ, "SOFA_TOP_DATA_DIR": str(tmp_path / "data")}
+    args = ("0", "--steps", "40", "--comm-hook", "--slow-rank", "1", "--sleep-ms", "1")
+    plain = subprocess.run(torchrun(2, *args), capture_output=True, text=True, timeout=240)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    path = tmp_path / "hook.sofa"
+    r = subprocess.run(
+        [SOFA_TOP, "record", "--json", "--no-stacks", "-o", str(path), "--", *torchrun(2, *args)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    logs = log_lines(path)
+    checksum = [ln for ln in logs if ln.startswith("CHECKSUM=")]
+    assert checksum == [ln for ln in plain.stdout.splitlines() if ln.startswith("CHECKSUM=")]
+    assert "HOOK_CALLS=40" in logs
+    summary = json.loads(r.stdout)
+    assert all(x["collective_wait_fraction"] is not None for x in summary["ranks"])
+    reader = SessionReader(path)
+    try:
+        ranks = {e.data["pid"] for e in reader.events("rank")}
+        applied = {e.data["pid"]: set(e.data["hooks_applied"]) for e in reader.events("agent")}
+    finally:
+        reader.close()
+    for pid in ranks:
+        assert {"torch-ddp", "torch-collectives", "torch-dataloader"} <= applied[pid]

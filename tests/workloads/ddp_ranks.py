@@ -6,6 +6,10 @@ all-reduce every step, so no rank is left waiting in a collective for one that s
 
 ``--slow-rank R --sleep-ms MS``: rank R sleeps MS per sample in ``__getitem__`` (a straggler
 waiting on storage latency); ``--die-rank R --die-after S``: rank R raises after S seconds.
+``--steps N`` stops after N steps instead (a fixed amount of work, so that runs with and
+without sofa-top can be compared: rank 0 prints ``CHECKSUM=`` of the trained weights);
+``--comm-hook`` registers the user's own DDP communication hook (it counts its calls:
+``HOOK_CALLS=``); ``--report`` makes rank 0 print ``STEPS_PER_S=`` (benchmarks).
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--die-rank", type=int, default=-1)
     p.add_argument("--die-after", type=float, default=3.0)
+    p.add_argument("--steps", type=int, default=0)
+    p.add_argument("--comm-hook", action="store_true")
+    p.add_argument("--report", action="store_true")
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -52,6 +59,16 @@ def main() -> None:
     model = torch.nn.parallel.DistributedDataParallel(
         torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
     )
+    calls = [0]
+    if args.comm_hook:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        def counting_hook(state, bucket):  # type: ignore[no-untyped-def]
+            # no annotations: DDP checks them, and postponed ones are strings
+            calls[0] += 1
+            return default_hooks.allreduce_hook(None, bucket)
+
+        model.register_comm_hook(None, counting_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(Samples(sleep_s), batch_size=args.batch, num_workers=args.workers)
     start = time.monotonic()
@@ -65,11 +82,21 @@ def main() -> None:
         steps += 1
         if rank == args.die_rank and time.monotonic() - start >= args.die_after:
             raise RuntimeError(f"rank {rank} failed on purpose after {steps} steps")
-        stop = torch.tensor([int(rank == 0 and time.monotonic() - start >= args.seconds)])
+        elapsed = time.monotonic() - start
+        done = steps >= args.steps if args.steps else elapsed >= args.seconds
+        stop = torch.tensor([int(rank == 0 and done)])
         dist.all_reduce(stop, op=dist.ReduceOp.MAX)
         if stop.item():
             break
+    elapsed = time.monotonic() - start
     print(f"rank {rank}: {steps} steps", flush=True)
+    if rank == 0:
+        checksum = sum(float(p.detach().double().sum()) for p in model.parameters())
+        print(f"CHECKSUM={checksum!r}", flush=True)
+        print(f"HOOK_CALLS={calls[0]}", flush=True)
+        if args.report:
+            print(f"STEPS_PER_S={steps / elapsed:.4f}", flush=True)
+    dist.barrier()  # no rank tears the group down while another still uses it
     dist.destroy_process_group()
 
 
