@@ -501,13 +501,8 @@ def _is_rank_root(rank: RankId, parent: RankId | None) -> bool:
 def zombie_exit_code(pid: Pid) -> int | None:
     """The exit status of a zombie, from the last field of ``/proc/<pid>/stat`` (Linux 3.5+),
     as ``Popen.returncode`` has it (negative: killed by that signal); None if unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    rest = stat[stat.rfind(b")") + 2 :].split()
-    if len(rest) < 50:  # exit_code is field 52; fields after the name start at 3
+    rest = _stat_fields(pid)
+    if rest is None or len(rest) < 50:  # exit_code is field 52; these start at field 3
         return None
     try:
         status = int(rest[-1])
@@ -552,14 +547,21 @@ def _sum_or_none(values: Iterable[int | None]) -> int | None:
     return sum(known) if known else None
 
 
-def _is_kernel_thread(pid: Pid) -> bool:
+def _stat_fields(pid: Pid) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the name (field 3 on); None if unreadable."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
-        return False
+        return None
     # comm may contain spaces and parentheses: fields start after the last ')'.
-    rest = stat[stat.rfind(b")") + 2 :].split()
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def _is_kernel_thread(pid: Pid) -> bool:
+    rest = _stat_fields(pid)
+    if rest is None:
+        return False
     try:
         flags = int(rest[6])
     except (IndexError, ValueError):

@@ -291,7 +291,6 @@ class DashboardApp(App[str]):
             self.ranks.display = bool(snapshot.ranks)
             if snapshot.ranks:
                 self.ranks.show(snapshot.ranks, snapshot.rank_verdict)
-                self.ranks.styles.height = self.ranks.wanted_height
             self.stacks.show(snapshot)
         elif view == "tab-steps":
             self.steps.show(snapshot)
@@ -306,6 +305,11 @@ class DashboardApp(App[str]):
         # Header, tab strip and footer, the verdict (with its border when roomy), the banner.
         fixed = 4 + self.verdict.line_count + (2 if self.verdict.roomy else 0)
         fixed += 1 if self.banner.display else 0
+        if self.ranks.display:
+            # the ranks pane takes at most a third of the rest; it scrolls past that
+            ranks = min(self.ranks.wanted_height, max(4, (self.size.height - fixed) // 3))
+            self.ranks.styles.height = ranks
+            fixed += ranks
         limit = max(6, (self.size.height - fixed) // 2)
         self.top.styles.height = min(lines + 2, limit)
 

@@ -37,14 +37,28 @@ def straggler_key(verdict: Verdict | None) -> tuple[object, object, object] | No
     return ev.get("run"), ev.get("rank"), ev.get("node")
 
 
-def _verdict_cell(s: RankStat) -> str:
+WAITS_FOR = 0.30  # a rank waiting this share of its step in collectives waits for the straggler
+
+
+def _verdict_cell(s: RankStat, straggler: tuple[object, object, object] | None) -> str:
     text = "-"
     if s.verdict is not None and s.steps:
         cause, kind = s.cause, s.verdict.kind
         text = f"{kind} ({cause})" if cause and cause != kind else kind
+        waits = s.collective_wait_fraction or 0.0
+        if straggler is not None and not _is(straggler, s) and waits >= WAITS_FOR:
+            # its own verdict describes the little time it does not spend waiting
+            text = f"waits for rank {straggler[1]} · {text}"
     if not s.alive:
         text = f"✗ {s.exit or 'exited'}" + ("" if text == "-" else f" · {text}")
     return text
+
+
+def _is(straggler: tuple[object, object, object] | None, s: RankStat) -> bool:
+    if straggler is None:
+        return False
+    run, rank, node = straggler
+    return run in (None, s.run or None) and (rank, node) == (s.rank, s.node)
 
 
 def rank_rows(
@@ -52,7 +66,8 @@ def rank_rows(
 ) -> list[tuple[tuple[str, ...], Style | str]]:
     """The cells of each rank and its style (the straggler stands out, exited ranks fade)."""
     rows: list[tuple[tuple[str, ...], Style | str]] = []
-    for s in ranks:
+    # the straggler first: in a pane of many ranks it is the row to see
+    for s in sorted(ranks, key=lambda s: not _is(straggler, s)):
         cells = (
             *((s.run,) if with_run else ()),
             str(s.rank),
@@ -63,13 +78,11 @@ def rank_rows(
             _pct(s.input_wait_fraction),
             _pct(s.compute_fraction),
             _pct(s.collective_wait_fraction),
-            _verdict_cell(s),
+            _verdict_cell(s, straggler),
         )
-        is_straggler = straggler is not None and (
-            (straggler[0] in (None, s.run or None))
-            and (straggler[1], straggler[2]) == (s.rank, s.node)
+        style: Style | str = (
+            STRAGGLER_STYLE if _is(straggler, s) else "" if s.alive else EXITED_STYLE
         )
-        style: Style | str = STRAGGLER_STYLE if is_straggler else "" if s.alive else EXITED_STYLE
         rows.append((cells, style))
     return rows
 
