@@ -105,9 +105,7 @@ def main() -> None:
                 )
                 walls.append(time.perf_counter() - t0)
                 out = json.loads(r.stdout)
-                right += int(
-                    out["straggler"]["rank"] == world - 3 and len(out["ranks"]) == world
-                )
+                right += int(out["straggler"]["rank"] == world - 3 and len(out["ranks"]) == world)
         exporter.close()
         print(
             f"{world} ranks on {world // PER_NODE} nodes: cluster --json named the straggler "

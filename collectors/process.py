@@ -40,6 +40,7 @@ from sofa_top.model.units import Bytes, Percent, Pid, Seconds, Timestamp
 EXIT_CODE_WAIT_S = 10.0  # how long to wait for a launched target's exit code once it looks gone
 _PF_KTHREAD = 0x00200000  # task flag in /proc/<pid>/stat that marks kernel threads
 _SWAP_REFRESH: Seconds = 1.0
+RANK_RECHECK_S: Seconds = 3.0  # a process this young may not have exec'd its rank's environment
 
 # Roles derived from what the process is, best effort (see _role_for).
 ROLE_TARGET = "target"
@@ -270,10 +271,15 @@ class ProcessCollector:
         )
         if parent is not None:
             t.role = _role_for(name, cmdline, parent.role)
-        t.rank = rank_of(pid)
+        self._name_rank(t, parent)
+        return t
+
+    def _name_rank(self, t: _Tracked, parent: _Tracked | None) -> None:
+        """Read ``t``'s rank from its environment (and make it a rank's root when its parent
+        is not that rank)."""
+        t.rank = rank_of(t.pid)
         if t.rank is not None and parent is not None and _is_rank_root(t.rank, parent.rank):
             t.role = f"{ROLE_RANK} {t.rank.rank}"
-        return t
 
     def _read(self, t: _Tracked) -> ProcInfo:
         """One process, one reading. Removes it from the tree when it has exited."""
@@ -308,6 +314,10 @@ class ProcessCollector:
             return self._exited(t)
         except psutil.AccessDenied:
             return self._info(t, "unknown", error="permission denied")
+        if t.rank is None and time.time() - t.create_time < RANK_RECHECK_S:
+            # found between fork and exec, it still had its parent's environment (torchrun
+            # starts ranks as `python`, from `python`: the name need not change on exec)
+            self._name_rank(t, self._tracked.get(t.ppid))
         if name != t.name:
             # exec() happened (fork+exec, or a DataLoader worker renaming itself): re-derive.
             t.name = name

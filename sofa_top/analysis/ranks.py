@@ -179,9 +179,9 @@ def cross_rank_verdict(stats: Sequence[RankStat]) -> Verdict | None:
     what: str = own.kind if own is not None else "slow"
     if own is not None and own.kind == "input-bound" and cause != own.kind:
         what += f" ({cause})"
+    who = "the other rank waits" if len(others) == 1 else f"the other {len(others)} ranks wait"
     wait_text = (
-        f"the other {len(others)} rank{'s' if len(others) > 1 else ''} wait "
-        f"{others_wait:.0%} of each step for it in collectives"
+        f"{who} {others_wait:.0%} of each step for it in collectives"
         if others_wait is not None
         else f"its own time is {gap / job_step:.0%} of a step above the median rank's"
     )
