@@ -329,23 +329,6 @@ class Session:
             rank_verdict=self._rank_verdict,
         )
 
-    def _evidence(self, now: float, summary: StackSummary | None) -> Evidence:
-        """The evidence of the last ``WINDOW_S`` seconds, for the whole tree."""
-        cutoff = now - WINDOW_S
-        windows = [w for w in self._windows if w.ts_end >= cutoff]
-        recent = [(t, c) for ts, t, c in self._cpu if ts >= cutoff and t is not None]
-        return Evidence(
-            steps=[s for s in self._steps if s.ts >= cutoff],
-            stacks=summarize(windows) if windows else summary,
-            tree_cpu=statistics.fmean(t for t, _ in recent) if recent else None,
-            child_cpu=statistics.fmean(c for _, c in recent) if recent else None,
-            cpu_count=os.cpu_count() or 1,
-            system=self._system,
-            gpu=self._gpu,
-            pipeline=self._pipeline,
-            frameworks=self._frameworks,
-        )
-
     def _judge_ranks(self, now: float) -> None:
         """Per-rank statistics and the cross-rank verdict; a marker when the verdict changes."""
         if self.target_exited or not self._ranks.roots:
@@ -375,7 +358,25 @@ class Session:
         """Re-evaluate the verdict over the last ~10 s; store a marker when it changes."""
         if self.target_exited:
             return self._verdict
-        verdict = judge(self._evidence(now, summary))
+        cutoff = now - WINDOW_S
+        steps = [s for s in self._steps if s.ts >= cutoff]
+        windows = [w for w in self._windows if w.ts_end >= cutoff]
+        recent = [(t, c) for ts, t, c in self._cpu if ts >= cutoff and t is not None]
+        tree_cpu = statistics.fmean(t for t, _ in recent) if recent else None
+        child_cpu = statistics.fmean(c for _, c in recent) if recent else None
+        verdict = judge(
+            Evidence(
+                steps=steps,
+                stacks=summarize(windows) if windows else summary,
+                tree_cpu=tree_cpu,
+                child_cpu=child_cpu,
+                cpu_count=os.cpu_count() or 1,
+                system=self._system,
+                gpu=self._gpu,
+                pipeline=self._pipeline,
+                frameworks=self._frameworks,
+            )
+        )
         prev = self._verdict
         if prev is None or (prev.kind, prev.severity) != (verdict.kind, verdict.severity):
             ev = Event(now, "verdict", verdict.headline, verdict.as_json())

@@ -38,6 +38,11 @@ class Samples(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return torch.randn(32, generator=g), torch.randint(0, 10, (), generator=g)
 
 
+def say(line: str) -> None:
+    """One line in one write: the ranks share stdout, and print may split a line in two."""
+    os.write(1, (line + "\n").encode())
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("seconds", type=float)
@@ -72,7 +77,7 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(Samples(sleep_s), batch_size=args.batch, num_workers=args.workers)
     start = time.monotonic()
-    print(f"rank {rank} of {dist.get_world_size()} (pid {os.getpid()}) training", flush=True)
+    say(f"rank {rank} of {dist.get_world_size()} (pid {os.getpid()}) training")
     steps = 0
     for x, y in loader:
         loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -89,13 +94,13 @@ def main() -> None:
         if stop.item():
             break
     elapsed = time.monotonic() - start
-    print(f"rank {rank}: {steps} steps", flush=True)
+    say(f"rank {rank}: {steps} steps")
     if rank == 0:
         checksum = sum(float(p.detach().double().sum()) for p in model.parameters())
-        print(f"CHECKSUM={checksum!r}", flush=True)
-        print(f"HOOK_CALLS={calls[0]}", flush=True)
+        say(f"CHECKSUM={checksum!r}")
+        say(f"HOOK_CALLS={calls[0]}")
         if args.report:
-            print(f"STEPS_PER_S={steps / elapsed:.4f}", flush=True)
+            say(f"STEPS_PER_S={steps / elapsed:.4f}")
     dist.barrier()  # no rank tears the group down while another still uses it
     dist.destroy_process_group()
 
