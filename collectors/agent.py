@@ -28,6 +28,7 @@ from typing import Any
 from sofa_top.agent.protocol import MAX_FRAME, STEP_FIELDS, FrameError, FrameReader
 from sofa_top.collectors.base import Emit
 from sofa_top.model.errors import UserError
+from sofa_top.model.ranks import RankId
 from sofa_top.model.samples import (
     AgentInfo,
     Event,
@@ -254,6 +255,7 @@ def _steps(frame: dict[str, Any], pid: int) -> list[Sample]:
     width = len(STEP_FIELDS)
     if len(data) % width:
         raise FrameError(f"steps.data: length {len(data)} is not a multiple of {width}")
+    collective = _collective(frame, len(data) // width)
     out: list[Sample] = []
     for i in range(0, len(data), width):
         step, start_us, end_us, wait_us, bs, cpu_us = data[i : i + width]
@@ -276,8 +278,25 @@ def _steps(frame: dict[str, Any], pid: int) -> list[Sample]:
                 batch_size=_opt_int(bs, "steps.data: batch size"),
                 pid=pid,
                 wait_cpu_s=None if wait_cpu is None else wait_cpu / 1e6,
+                collective_s=collective[i // width],
             )
         )
+    return out
+
+
+def _collective(frame: dict[str, Any], rows: int) -> list[float | None]:
+    """The optional ``collective_us`` of a steps frame: one value (or null) per row."""
+    raw = frame.get("collective_us")
+    if raw is None:
+        return [None] * rows
+    if not isinstance(raw, list) or len(raw) != rows:
+        raise FrameError("steps.collective_us: expected one value per step")
+    out: list[float | None] = []
+    for v in raw:
+        us = _opt_int(v, "steps.collective_us")
+        if us is not None and us < 0:
+            raise FrameError("steps.collective_us: < 0")
+        out.append(None if us is None else us / 1e6)
     return out
 
 
@@ -387,28 +406,39 @@ def convert_frame(frame: dict[str, Any], pid: int) -> list[Sample]:
         argv = _list(frame, "argv")
         mode = _str(frame, "mode", "launch")  # added in attach's protocol: absent means launch
         how = "injected into" if mode == "attach" else "connected from"
+        hello: dict[str, object] = {
+            "pid": pid,
+            "ppid": _int(frame, "ppid", 0),
+            "version": _int(frame, "v", 0),
+            "argv": [str(a) for a in argv],
+            "settings": _data(frame, "settings"),
+            "mode": mode,
+        }
+        rank = frame.get("rank")
+        if rank is not None:
+            ident = RankId.from_json(rank) if isinstance(rank, dict) else None
+            if ident is None:
+                raise FrameError("hello.rank: expected an object with an integer rank >= 0")
+            hello["rank"] = ident.as_json()
         return [
             Event(
                 ts=_num(frame, "t"),
                 kind="agent-connected",
                 message=f"agent {how} pid {pid} (python {_str(frame, 'python', '?')})",
-                data={
-                    "pid": pid,
-                    "ppid": _int(frame, "ppid", 0),
-                    "version": _int(frame, "v", 0),
-                    "argv": [str(a) for a in argv],
-                    "settings": _data(frame, "settings"),
-                    "mode": mode,
-                },
+                data=hello,
             )
         ]
     if kind == "bye":
+        bye: dict[str, object] = {"pid": pid, "dropped": _int(frame, "dropped", 0)}
+        error = frame.get("error")
+        if error is not None:
+            bye["error"] = _str(frame, "error")
         return [
             Event(
                 ts=_num(frame, "t"),
                 kind="agent-exit",
-                message=f"agent of pid {pid} exited",
-                data={"pid": pid, "dropped": _int(frame, "dropped", 0)},
+                message=f"agent of pid {pid} exited" + (f" ({error})" if error else ""),
+                data=bye,
             )
         ]
     # a newer agent: tell, but keep the connection

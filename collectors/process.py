@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import subprocess
 import threading
 import time
@@ -28,15 +29,18 @@ from typing import Any
 
 import psutil
 
+from sofa_top.agent.rankenv import parse_environ, rank_from_env
 from sofa_top.collectors.base import Emit
 from sofa_top.collectors.discovery import is_python_process
 from sofa_top.model.errors import UserError
+from sofa_top.model.ranks import RankId
 from sofa_top.model.samples import Event, ProcessSample, ProcInfo, SystemSample
 from sofa_top.model.units import Bytes, Percent, Pid, Seconds, Timestamp
 
 EXIT_CODE_WAIT_S = 10.0  # how long to wait for a launched target's exit code once it looks gone
 _PF_KTHREAD = 0x00200000  # task flag in /proc/<pid>/stat that marks kernel threads
 _SWAP_REFRESH: Seconds = 1.0
+RANK_RECHECK_S: Seconds = 3.0  # a process this young may not have exec'd its rank's environment
 
 # Roles derived from what the process is, best effort (see _role_for).
 ROLE_TARGET = "target"
@@ -45,6 +49,7 @@ ROLE_DATALOADER = "DataLoader worker"
 ROLE_MP_WORKER = "mp worker"
 ROLE_MP_FORKSERVER = "mp forkserver"
 ROLE_MP_TRACKER = "mp resource tracker"
+ROLE_RANK = "rank"  # a rank of a distributed job: "rank 2" (its workers keep their own roles)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +79,8 @@ class _Tracked:
     last_write: Bytes | None = None
     last_ctx: int | None = None
     children: set[Pid] = field(default_factory=set)
+    rank: RankId | None = None  # from /proc/<pid>/environ (torchrun's RANK, TF_CONFIG)
+    exit_code: int | None = None  # read from the zombie's /proc stat, when seen as one
 
 
 class ProcessCollector:
@@ -264,7 +271,15 @@ class ProcessCollector:
         )
         if parent is not None:
             t.role = _role_for(name, cmdline, parent.role)
+        self._name_rank(t, parent)
         return t
+
+    def _name_rank(self, t: _Tracked, parent: _Tracked | None) -> None:
+        """Read ``t``'s rank from its environment (and make it a rank's root when its parent
+        is not that rank)."""
+        t.rank = rank_of(t.pid)
+        if t.rank is not None and parent is not None and _is_rank_root(t.rank, parent.rank):
+            t.role = f"{ROLE_RANK} {t.rank.rank}"
 
     def _read(self, t: _Tracked) -> ProcInfo:
         """One process, one reading. Removes it from the tree when it has exited."""
@@ -274,6 +289,7 @@ class ProcessCollector:
             with p.oneshot():
                 status = str(p.status())
                 if status == psutil.STATUS_ZOMBIE:
+                    t.exit_code = zombie_exit_code(t.pid)
                     return self._exited(t)
                 name = _text(p.name())
                 cpu: float | None = float(p.cpu_percent(None))
@@ -298,12 +314,16 @@ class ProcessCollector:
             return self._exited(t)
         except psutil.AccessDenied:
             return self._info(t, "unknown", error="permission denied")
+        if t.rank is None and time.time() - t.create_time < RANK_RECHECK_S:
+            # found between fork and exec, it still had its parent's environment (torchrun
+            # starts ranks as `python`, from `python`: the name need not change on exec)
+            self._name_rank(t, self._tracked.get(t.ppid))
         if name != t.name:
             # exec() happened (fork+exec, or a DataLoader worker renaming itself): re-derive.
             t.name = name
             with contextlib.suppress(psutil.Error):
                 t.cmdline = tuple(_text(a) for a in p.cmdline())
-            if t.role != ROLE_TARGET:
+            if t.role != ROLE_TARGET and not t.role.startswith(ROLE_RANK):
                 parent = self._tracked.get(t.ppid)
                 t.role = _role_for(name, t.cmdline, parent.role if parent else ROLE_CHILD)
         return self._info(t, status, cpu=cpu, threads=threads, rss=rss, error=error)
@@ -335,6 +355,8 @@ class ProcessCollector:
             alive=alive,
             role=t.role,
             error=error,
+            rank=t.rank,
+            exit_code=None if alive else t.exit_code,
         )
 
     def _exited(self, t: _Tracked) -> ProcInfo:
@@ -469,6 +491,38 @@ def _role_for(name: str, cmdline: tuple[str, ...], parent_role: str) -> str:
     return ROLE_CHILD
 
 
+def rank_of(pid: Pid) -> RankId | None:
+    """The rank of a process from its environment (None: not a rank, or not readable: the
+    environment of another user's process is not, and the agent's hello still names it)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    found = rank_from_env(parse_environ(raw), platform.node())
+    return None if found is None else RankId.from_json(found)
+
+
+def _is_rank_root(rank: RankId, parent: RankId | None) -> bool:
+    # a DataLoader worker inherits its rank's environment: only the top of a rank is the rank
+    return parent is None or (parent.rank, parent.node) != (rank.rank, rank.node)
+
+
+def zombie_exit_code(pid: Pid) -> int | None:
+    """The exit status of a zombie, from the last field of ``/proc/<pid>/stat`` (Linux 3.5+),
+    as ``Popen.returncode`` has it (negative: killed by that signal); None if unreadable."""
+    rest = _stat_fields(pid)
+    if rest is None or len(rest) < 50:  # exit_code is field 52; these start at field 3
+        return None
+    try:
+        status = int(rest[-1])
+    except ValueError:
+        return None
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+
+
 def _children_via_psutil(pid: Pid) -> list[Pid]:
     """Fallback where /proc/<pid>/task/<tid>/children does not exist (non-Linux, old kernels)."""
     try:
@@ -503,14 +557,21 @@ def _sum_or_none(values: Iterable[int | None]) -> int | None:
     return sum(known) if known else None
 
 
-def _is_kernel_thread(pid: Pid) -> bool:
+def _stat_fields(pid: Pid) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the name (field 3 on); None if unreadable."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
-        return False
+        return None
     # comm may contain spaces and parentheses: fields start after the last ')'.
-    rest = stat[stat.rfind(b")") + 2 :].split()
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def _is_kernel_thread(pid: Pid) -> bool:
+    rest = _stat_fields(pid)
+    if rest is None:
+        return False
     try:
         flags = int(rest[6])
     except (IndexError, ValueError):

@@ -4,7 +4,9 @@ running PID. The CLI, ``compare`` and the TUI all come through here.
 A request says what to watch and how (``LaunchRequest``, ``AttachRequest``); ``open_launch`` /
 ``open_attach`` build the collectors, the session file and the hub and return a ``Run``, which
 is a ``SnapshotSource`` (``start`` / ``stop``) plus, in launch mode, the workload's process.
-Nothing starts collecting until ``Run.start``.
+Nothing starts collecting until ``Run.start``. With ``metrics`` set, the Prometheus port is
+bound first of all (a port in use stops everything before it starts) and every snapshot also
+goes to the exporter.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from sofa_top.collectors.gpu import GpuCollector
 from sofa_top.collectors.inject import DEFAULT_TIMEOUT_S, InjectResult, agent_uids, inject
 from sofa_top.collectors.logs import LogCollector
 from sofa_top.collectors.process import ProcessCollector, describe_pid
+from sofa_top.metrics.exporter import MetricsExporter, MetricsSpec
 from sofa_top.model.errors import UserError
 from sofa_top.model.samples import Event
-from sofa_top.model.snapshot import TargetInfo
+from sofa_top.model.snapshot import Snapshot, TargetInfo
 from sofa_top.model.source import OnSnapshot
 from sofa_top.recording.hub import Session, session_file
 from sofa_top.recording.store import SessionStore
@@ -64,6 +67,7 @@ class LaunchRequest:
     settings: Mapping[str, object] = field(default_factory=dict)
     cwd: str | None = None  # default: sofa-top's own working directory
     env: Mapping[str, str] | None = None  # the base environment (default: sofa-top's own)
+    metrics: MetricsSpec | None = None  # serve /metrics for Prometheus (off by default)
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ class AttachRequest:
     sampling: Sampling = Sampling()
     inject: bool = True  # False: outside only (--no-inject): py-spy, /proc and NVML
     inject_timeout_s: float = DEFAULT_INJECT_TIMEOUT_S  # the most the injection may wait
+    metrics: MetricsSpec | None = None  # serve /metrics for Prometheus (off by default)
+    name: str | None = None  # session name (default: the process name and PID)
 
 
 class Run:
@@ -87,18 +93,30 @@ class Run:
         popen: subprocess.Popen[bytes] | None = None,
         server: AgentServer | None = None,
         output_dir: Path | None = None,
+        exporter: MetricsExporter | None = None,
     ) -> None:
         self.session = session
         self.popen = popen
         self.server = server
         self.output_dir = output_dir
+        self.exporter = exporter
         self.session_path = session.session_path
         self.target = session.target
         self.injection: InjectResult | None = None  # attach mode: what injecting the agent did
 
     def start(self, on_snapshot: OnSnapshot | None = None) -> None:
-        """SnapshotSource: start the session."""
-        self.session.start(on_snapshot)
+        """SnapshotSource: start the session (its snapshots also feed the metrics exporter)."""
+        exporter = self.exporter
+        if exporter is None:
+            self.session.start(on_snapshot)
+            return
+
+        def both(snapshot: Snapshot) -> None:
+            exporter.update(snapshot)
+            if on_snapshot is not None:
+                on_snapshot(snapshot)
+
+        self.session.start(both)
 
     def stop(self) -> None:
         """SnapshotSource: the user quit the dashboard (and confirmed stopping a launch)."""
@@ -114,6 +132,8 @@ class Run:
             # Let the process collector see the exit, so the session records its code.
             self.session.wait(2.0)
         self.session.stop(reason)
+        if self.exporter is not None:
+            self.exporter.close()
         if self.server is not None:
             self.server.close()
         if self.output_dir is not None:
@@ -147,14 +167,26 @@ def _collectors(
     return collectors
 
 
+def _exporter(spec: MetricsSpec | None, run: str) -> MetricsExporter | None:
+    return None if spec is None else MetricsExporter(spec, run)
+
+
 def open_attach(req: AttachRequest) -> Run:
-    """A session on the running process ``req.pid`` (raises UserError for a bad PID). With
+    """A session on the running process ``req.pid`` (raises UserError for a bad PID or a
+    metrics port in use). With
     ``req.inject`` the agent is injected when it can be; otherwise (a second concurrent attach
     included: the target's agent refuses it) the session records from outside and an event
     says why."""
     info = describe_pid(req.pid)
     target = TargetInfo(pid=info.pid, name=info.name, cmdline=info.cmdline or (info.name,))
-    store = SessionStore(session_file(req.output, f"{target.name}-{target.pid}"))
+    name = req.name or f"{target.name}-{target.pid}"
+    exporter = _exporter(req.metrics, name)
+    try:
+        store = SessionStore(session_file(req.output, name))
+    except UserError:
+        if exporter is not None:
+            exporter.close()
+        raise
     collectors = _collectors(req.sampling, target.pid, None)
     server: AgentServer | None = None
     result = InjectResult("disabled", "--no-inject: recording from outside only")
@@ -163,14 +195,17 @@ def open_attach(req: AttachRequest) -> Run:
             server, result = _inject(target.pid, req.inject_timeout_s)
         except UserError:
             discard(store)
+            if exporter is not None:
+                exporter.close()
             raise
     if server is not None and result.handshake is not None:
         uids = agent_uids(target.pid)
         collectors.append(AgentCollector(server, allowed_uids=uids, handshake=result.handshake))
     else:
         collectors.append(_Note(result))
-    meta = {"inject": {"status": result.status, "reason": result.reason}}
-    run = Run(Session(target, collectors, store, mode=req.mode, extra_meta=meta), server=server)
+    meta = {"name": name, "inject": {"status": result.status, "reason": result.reason}}
+    session = Session(target, collectors, store, mode=req.mode, extra_meta=meta)
+    run = Run(session, server=server, exporter=exporter)
     run.injection = result
     return run
 
@@ -221,13 +256,21 @@ def open_launch(req: LaunchRequest) -> Run:
         raise UserError("launch needs a command: sofa-top launch -- python train.py")
     name = req.name or os.path.basename(cmd[0])
     path = session_file(req.output, name)
-    # The session file first: a command must never start (only to be stopped again) because
-    # sofa-top then finds that it cannot record.
-    store = SessionStore(path)
+    # The metrics port and the session file first: a command must never start (only to be
+    # stopped again) because sofa-top then finds that it cannot serve or record.
+    exporter = _exporter(req.metrics, name)
+    try:
+        store = SessionStore(path)
+    except UserError:
+        if exporter is not None:
+            exporter.close()
+        raise
     try:
         server = AgentServer()
     except UserError:
         discard(store)
+        if exporter is not None:
+            exporter.close()
         raise
     settings = dict(req.settings)
     base = os.environ if req.env is None else req.env
@@ -241,14 +284,18 @@ def open_launch(req: LaunchRequest) -> Run:
         server.close()
         shutil.rmtree(out_dir, ignore_errors=True)
         discard(store)
+        if exporter is not None:
+            exporter.close()
         if isinstance(exc, FileNotFoundError):
             raise UserError(f"command not found: {cmd[0]}") from None
         raise UserError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
     target = TargetInfo(pid=popen.pid, name=name, cmdline=tuple(cmd), launched=True)
     collectors = _collectors(req.sampling, popen.pid, popen)
     collectors += [AgentCollector(server), LogCollector(outputs)]
-    session = Session(target, collectors, store, mode=req.mode, extra_meta={"settings": settings})
-    return Run(session, popen, server, out_dir)
+    session = Session(
+        target, collectors, store, mode=req.mode, extra_meta={"settings": settings, "name": name}
+    )
+    return Run(session, popen, server, out_dir, exporter)
 
 
 def _start(

@@ -141,3 +141,35 @@ def test_home_screen(snap_compare: SnapCompare, size: tuple[int, int], utc: None
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+def ranks_snapshot() -> Snapshot:
+    """A 4-rank DDP job whose rank 2 waits on storage: the ranks pane and the straggler."""
+    import dataclasses
+
+    from sofa_top.analysis.ranks import RankEvidence, cross_rank_verdict, rank_stats
+    from sofa_top.analysis.verdicts import Evidence
+    from sofa_top.model.ranks import RankId
+    from sofa_top.model.samples import StepSample
+
+    now = T0 + 75
+    evidence = []
+    for r in range(4):
+        wait, coll = (0.77, 0.2) if r == 2 else (0.01, 0.96)
+        steps = [
+            StepSample(now - i * 0.041, i, now - (i + 1) * 0.041, 0.041, 0.041 * wait,
+                       "torch-dataloader", 8, 5000 + r, 0.0, 0.041 * coll)
+            for i in range(200)
+        ]  # fmt: skip
+        ident = RankId(r, 4, r, 4, 0, "gpu-host")
+        evidence.append(RankEvidence(ident, 5000 + r, steps, 30.0, 0.0))
+    ranks = rank_stats(evidence, Evidence(cpu_count=8))
+    return dataclasses.replace(
+        launch_snapshot(), ranks=ranks, rank_verdict=cross_rank_verdict(ranks)
+    )
+
+
+@SIZES
+def test_straggler_and_ranks_pane(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    app, run_before = scenario(ranks_snapshot())
+    assert snap_compare(app, terminal_size=size, run_before=run_before)

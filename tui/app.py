@@ -28,6 +28,7 @@ from sofa_top.tui.line_cache import update_static
 from sofa_top.tui.log_pane import LogPane
 from sofa_top.tui.messages import ReplayMoved, SnapshotArrived, SourceStopped
 from sofa_top.tui.processes_panel import ProcessesPane
+from sofa_top.tui.ranks_panel import RanksPane
 from sofa_top.tui.stacks_panel import StacksPanel
 from sofa_top.tui.steps_panel import PipelinePane, StepsPane
 from sofa_top.tui.timelines import TimelinesPane, next_zoom
@@ -165,6 +166,8 @@ class DashboardApp(App[str]):
         self.banner = Static(id="banner")
         self.timelines = TimelinesPane(id="timelines")
         self.processes = ProcessesPane(id="processes")
+        self.ranks = RanksPane(id="ranks")  # shown only for a job with ranks
+        self.ranks.display = False
         self.stacks = StacksPanel(id="stacks")
         self.steps = StepsPane(id="steps")
         self.pipeline = PipelinePane(id="pipeline")
@@ -183,6 +186,7 @@ class DashboardApp(App[str]):
         with self.views:
             with TabPane("1 Overview", id="tab-overview"):
                 yield self.top
+                yield self.ranks
                 yield self.stacks
             with TabPane("2 Steps", id="tab-steps"):
                 yield self.steps
@@ -284,6 +288,9 @@ class DashboardApp(App[str]):
         if view == "tab-overview":
             self.timelines.show(snapshot)
             self.processes.show(snapshot.process)
+            self.ranks.display = bool(snapshot.ranks)
+            if snapshot.ranks:
+                self.ranks.show(snapshot.ranks, snapshot.rank_verdict)
             self.stacks.show(snapshot)
         elif view == "tab-steps":
             self.steps.show(snapshot)
@@ -298,6 +305,11 @@ class DashboardApp(App[str]):
         # Header, tab strip and footer, the verdict (with its border when roomy), the banner.
         fixed = 4 + self.verdict.line_count + (2 if self.verdict.roomy else 0)
         fixed += 1 if self.banner.display else 0
+        if self.ranks.display:
+            # the ranks pane takes at most a third of the rest; it scrolls past that
+            ranks = min(self.ranks.wanted_height, max(4, (self.size.height - fixed) // 3))
+            self.ranks.styles.height = ranks
+            fixed += ranks
         limit = max(6, (self.size.height - fixed) // 2)
         self.top.styles.height = min(lines + 2, limit)
 

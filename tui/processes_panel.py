@@ -89,7 +89,12 @@ def process_rows(sample: ProcessSample, width: int) -> list[tuple[tuple[str, ...
     for proc, depth in tree_order(sample.procs, sample.target_pid):
         exited = not proc.alive or proc.state == "exited"
         role = proc.role or proc.name
-        if not wide:
+        is_rank = proc.rank is not None and role.startswith("rank ")
+        if is_rank and wide and proc.rank is not None:
+            role = f"{role} · {proc.rank.node}"  # a rank heads its group: its workers follow
+        elif is_rank and proc.rank is not None:
+            role = f"rank{proc.rank.rank}"
+        elif not wide:
             # "DataLoader worker" -> "worker": the last word tells roles apart.
             role = role.split()[-1] if role.strip() else role
         indent = "  " * max(depth - 1, 0) + ("└ " if depth else "")

@@ -33,6 +33,10 @@ TOGGLE_STYLE = Style(color="grey62", italic=True)
 def kind_color(verdict: Verdict) -> str:
     """The verdict's colour: red for what costs most, green for a healthy compute-bound job."""
     kind = verdict.kind
+    if kind == "straggler":
+        return RED  # the whole job runs at the slowest rank's pace
+    if kind == "balanced":
+        return GREEN
     if kind == "input-bound":
         return RED if verdict.severity != "moderate" else AMBER
     if kind == "memory-pressure":
@@ -72,8 +76,45 @@ def _fraction(value: object) -> float | None:
     return float(value)
 
 
+def shown_verdict(snapshot: Snapshot | None) -> Verdict | None:
+    """The verdict the panel leads with: a straggler, when the job has one, says more about a
+    distributed job than its processes' averaged verdict."""
+    if snapshot is None:
+        return None
+    rank_verdict = snapshot.rank_verdict
+    if rank_verdict is not None and rank_verdict.kind == "straggler":
+        return rank_verdict
+    return snapshot.verdict
+
+
+def straggler_parts(verdict: Verdict) -> list[Text]:
+    """The straggler's numbers: its own bottleneck, what the others wait, what it costs."""
+    ev = verdict.evidence
+    parts: list[Text] = []
+    own, cause = ev.get("verdict"), ev.get("cause")
+    what = f"{own} ({cause})" if cause and cause != own else str(own or "slow")
+    parts.append(Text.assemble("rank ", (str(ev.get("rank")), BOLD), f" {what}"))
+    wait = _fraction(ev.get("others_collective_wait_fraction"))
+    if wait is not None:
+        parts.append(Text.assemble("others wait ", (f"{wait:.0%}", BOLD), " in collectives"))
+    rate, matched = _fraction(ev.get("steps_per_s")), _fraction(ev.get("steps_per_s_if_matched"))
+    if rate is not None and matched is not None:
+        parts.append(
+            Text.assemble(
+                (human_rate(rate, "steps/s"), BOLD),
+                " → ",
+                (human_rate(matched, "steps/s"), BOLD),
+                " at the median rank's pace",
+            )
+        )
+    parts.append(Text(f"{ev.get('ranks')} ranks", DIM))
+    return parts
+
+
 def evidence_parts(verdict: Verdict | None, snapshot: Snapshot) -> list[Text]:
     """The key numbers: input share, bottleneck stage, CPU saturation, GPU use, throughput."""
+    if verdict is not None and verdict.kind == "straggler":
+        return straggler_parts(verdict)
     ev: Mapping[str, object] = verdict.evidence if verdict is not None else {}
     parts: list[Text] = []
     stats = step_stats(snapshot.steps)
@@ -225,7 +266,7 @@ class VerdictPanel(LineCachedWidget):
     def show(self, snapshot: Snapshot | None) -> None:
         """Draw the verdict of ``snapshot``."""
         self.snapshot = snapshot
-        verdict = snapshot.verdict if snapshot is not None else None
+        verdict = shown_verdict(snapshot)
         self.set_class(verdict is not None and kind_color(verdict) == RED, "-alarm")
         self.redraw()  # the verdict holds for seconds: most snapshots repaint nothing here
 
@@ -249,6 +290,6 @@ class VerdictPanel(LineCachedWidget):
     def text_lines(self) -> list[Text]:
         """Headline, evidence and recommendations (see ``verdict_lines``)."""
         snapshot = self.snapshot
-        verdict = snapshot.verdict if snapshot is not None else None
+        verdict = shown_verdict(snapshot)
         width = max(1, self.size.width)
         return verdict_lines(verdict, snapshot, width, roomy=self.roomy, replay=self.replay)

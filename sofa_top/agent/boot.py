@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sofa_top.agent import core, hooks_tf, hooks_torch, midrun, optimize, protocol
+from sofa_top.agent import core, hooks_dist, hooks_tf, hooks_torch, midrun, optimize, protocol
 from sofa_top.agent.core import Agent, PostImportHooks, log_once
 from sofa_top.agent.settings import ENV_SETTINGS, ENV_SOCKET, AgentSettings, parse_settings
 from sofa_top.agent.transport import Connection
@@ -33,6 +33,10 @@ def installers() -> dict[str, Sequence[tuple[str, Installer]]]:
         "keras.src.callbacks.callback_list": [("keras-fit", hooks_tf.install_keras_epochs)],
         "torch.utils.data.dataloader": [("torch-dataloader", hooks_torch.install_dataloader)],
         "torch.optim.optimizer": [("torch-optimizer", hooks_torch.install_optimizer)],
+        "torch.distributed.distributed_c10d": [
+            ("torch-collectives", hooks_dist.install_collectives)
+        ],
+        "torch.nn.parallel.distributed": [("torch-ddp", hooks_dist.install_ddp)],
     }
 
 

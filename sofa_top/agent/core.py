@@ -16,6 +16,7 @@ import contextlib
 import importlib.abc
 import importlib.machinery
 import os
+import socket
 import sys
 import threading
 import time
@@ -25,6 +26,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from sofa_top.agent import protocol
+from sofa_top.agent.rankenv import rank_from_env
 from sofa_top.agent.settings import (
     HOOK_NAMES,
     AgentSettings,
@@ -107,8 +109,9 @@ class Patches:
 
 
 if TYPE_CHECKING:  # aliases only for the checker: the agent also runs on Python 3.8
-    # source, step, start, end, wait, batch size, process CPU during the wait (< 0: unknown)
-    StepRecord = tuple[str, int, float, float, float, int | None, float]
+    # source, step, start, end, wait, batch size, process CPU during the wait (< 0: unknown);
+    # ``push`` appends the time blocked in collectives when torch.distributed is measured
+    StepRecord = tuple[Any, ...]
     Installer = Callable[["Agent", ModuleType], None]
 
 
@@ -234,6 +237,18 @@ class StepClock:
         self._cur = None
 
 
+def _uncaught_error() -> str:
+    """The exception that is ending the interpreter, if one is (``sys.last_value`` is set by
+    the traceback print, before ``atexit`` runs); "" for a normal exit or ``sys.exit``."""
+    exc = getattr(sys, "last_value", None)
+    if exc is None:
+        return ""
+    try:
+        return f"{type(exc).__name__}: {exc}"[:300]
+    except Exception:
+        return type(exc).__name__
+
+
 def _always() -> object:
     return None
 
@@ -290,15 +305,31 @@ class Agent:
         self._info_dirty = True
         self._last_dropped = 0
         self._clocks: dict[str, StepClock] = {}
+        # seconds blocked in collectives so far (hooks_dist adds to it) and what was handed
+        # to steps already; measured: a hook has timed at least one collective
+        self.collective_s = 0.0
+        self.collective_measured = False
+        self._collective_pushed = 0.0
 
     # -- hot path -------------------------------------------------------------------------
 
     def push(self, record: StepRecord) -> None:
         """Queue one step record; never blocks, drops (and counts) when the queue is full."""
+        if self.collective_measured:
+            # the collectives since the last step belong to this one (never more than its time)
+            total = self.collective_s
+            spent = min(total - self._collective_pushed, record[3] - record[2])
+            self._collective_pushed = total
+            record = (*record, max(0.0, spent))
         if len(self._steps) < self._qmax:
             self._steps.append(record)
         else:
             self.dropped += 1
+
+    def add_collective(self, seconds: float) -> None:
+        """Count time blocked in a collective (``hooks_dist``); the next step carries it."""
+        self.collective_s += seconds
+        self.collective_measured = True
 
     def clock(self, source: str) -> StepClock:
         """The step clock of one source (created on first use)."""
@@ -367,7 +398,7 @@ class Agent:
         }
 
     def _hello_frame(self) -> dict[str, Any]:
-        return {
+        frame = {
             "type": "hello",
             "v": protocol.PROTOCOL_VERSION,
             "pid": self.pid,
@@ -379,6 +410,10 @@ class Agent:
             "mode": self.mode,
             "token": self.token,
         }
+        rank = rank_from_env(os.environ, socket.gethostname())
+        if rank is not None:
+            frame["rank"] = rank
+        return frame
 
     def _control_frames(self) -> Iterator[bytes]:
         while self._control:
@@ -394,9 +429,12 @@ class Agent:
         off = self._offset
         source = steps[0][0]
         data: list[int | None] = []
+        collective: list[int | None] = []
+        measured = False
         limit = _STEPS_PER_FRAME * len(protocol.STEP_FIELDS)
         while steps and len(data) < limit and steps[0][0] == source:
-            _, n, start, end, wait, bs, cpu = steps.popleft()
+            record = steps.popleft()
+            _, n, start, end, wait, bs, cpu = record[:7]
             # a step's start is the previous one's end (same float): they stay equal in µs
             data += (
                 n,
@@ -406,7 +444,15 @@ class Agent:
                 bs,
                 int(cpu * 1e6) if cpu >= 0 else None,
             )
-        return protocol.encode({"type": "steps", "pid": self.pid, "source": source, "data": data})
+            if len(record) > 7:
+                measured = True
+                collective.append(int(record[7] * 1e6))
+            else:
+                collective.append(None)
+        frame: dict[str, Any] = {"type": "steps", "pid": self.pid, "source": source, "data": data}
+        if measured:  # an optional field: a sofa-top that does not know it ignores it
+            frame["collective_us"] = collective
+        return protocol.encode(frame)
 
     def _info_due(self) -> bool:
         return self._info_dirty or self.dropped != self._last_dropped
@@ -443,7 +489,15 @@ class Agent:
                 break
             if not self._send(self._steps_frame(), deadline):
                 return
-        bye = {"type": "bye", "pid": self.pid, "t": time.time(), "dropped": self.dropped}
+        bye: dict[str, Any] = {
+            "type": "bye",
+            "pid": self.pid,
+            "t": time.time(),
+            "dropped": self.dropped,
+        }
+        error = _uncaught_error()
+        if error:
+            bye["error"] = error
         self._send(self._info() + protocol.encode(bye), deadline)
 
     def _send(self, data: bytes, deadline: float | None = None) -> bool:

@@ -3,22 +3,29 @@
 A frame is a 4-byte big-endian unsigned length followed by that many bytes of UTF-8 JSON
 holding one object with a string ``"type"`` field. Frame types (agent to server only):
 
-``hello``     ``{v, pid, ppid, t, python, argv, settings, mode?, token?, refused?}`` -- first
-              frame of a connection; ``mode`` "attach" (absent: "launch") carries the attach
-              ``token`` sofa-top gave the injected bootstrap; ``refused`` (then the last frame):
-              the target already runs an agent
+``hello``     ``{v, pid, ppid, t, python, argv, settings, mode?, token?, refused?, rank?}`` --
+              first frame of a connection; ``mode`` "attach" (absent: "launch") carries the
+              attach ``token`` sofa-top gave the injected bootstrap; ``refused`` (then the last
+              frame): the target already runs an agent; ``rank`` (optional): the process's place
+              in a distributed job, from its environment (``rankenv.rank_from_env``: rank,
+              world_size, local_rank, ...)
 ``info``      ``{pid, t, python, frameworks: [[name, version]], hooks_applied: [hook],
               hooks_skipped: [[hook, reason]], dropped, optimize: {}}``
 ``steps``     ``{pid, source, data: [step, start_us, end_us, wait_us, batch_size|null,
               wait_cpu_us|null, ...]}`` -- flat rows of ``STEP_FIELDS`` (integers; times in
               microseconds since the Unix epoch, ``end_us - start_us`` is the step time,
               ``wait_us`` the input wait, ``wait_cpu_us`` the process's CPU time during it);
-              flat integer rows because encoding them is what the agent pays per step
+              flat integer rows because encoding them is what the agent pays per step;
+              ``collective_us`` (optional, one integer or null per row): the time each step
+              was blocked in torch.distributed collectives (``hooks_dist``)
 ``pipeline``  ``{pid, t, framework, note, stages: [{name, kind, parallelism, buffer,
               self_time_s, is_bottleneck}]}``
 ``workers``   ``{pid, t, framework, workers: [pid]}`` -- e.g. DataLoader worker processes
 ``event``     ``{pid, t, kind, message, data: {}}``
-``bye``       ``{pid, t, dropped, exit: "atexit"}`` -- last frame of a clean interpreter exit
+``bye``       ``{pid, t, dropped, error?}`` -- last frame of an interpreter exit (``atexit``);
+              ``error`` (optional): the uncaught exception that ended it, as one line
+
+Optional fields are additions: a sofa-top that does not know one ignores it.
 """
 
 from __future__ import annotations

@@ -55,6 +55,10 @@ def _dispatch(command: str | None, args: argparse.Namespace) -> int:
         from sofa_top.cli.compare import compare_main
 
         return compare_main(args)
+    if command == "cluster":
+        from sofa_top.cli.cluster import cluster_main
+
+        return cluster_main(args)
     if command == "doctor":
         from sofa_top.cli.doctor import main as doctor_main
 

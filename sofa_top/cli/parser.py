@@ -13,6 +13,9 @@ from sofa_top.launch import (
     DEFAULT_STACK_RATE_HZ,
     Sampling,
 )
+from sofa_top.metrics.cluster import DEFAULT_LOOKBACK_S
+from sofa_top.metrics.exporter import DEFAULT_HOST, MetricsSpec
+from sofa_top.model.errors import UserError
 
 
 class Parser(argparse.ArgumentParser):
@@ -42,6 +45,40 @@ def pid(text: str) -> int:
     if v <= 0:
         raise argparse.ArgumentTypeError(f"not a PID: {text!r}")
     return v
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port (0: any free one)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number (0-65535): {text!r}")
+    return v
+
+
+def metrics_of(args: argparse.Namespace) -> MetricsSpec | None:
+    """The ``--metrics-port`` / ``--metrics-host`` flags (None: no metrics, the default)."""
+    if args.metrics_port is None:
+        if args.metrics_host is not None:
+            raise UserError("--metrics-host needs --metrics-port")
+        return None
+    return MetricsSpec(port=args.metrics_port, host=args.metrics_host or DEFAULT_HOST)
+
+
+def _metrics(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--metrics-port",
+        type=port,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (off by default)",
+    )
+    sp.add_argument(
+        "--metrics-host",
+        metavar="HOST",
+        help=f"address the metrics port listens on (default {DEFAULT_HOST}: this machine only)",
+    )
 
 
 def sampling_of(args: argparse.Namespace) -> Sampling:
@@ -99,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("pid", type=pid, metavar="PID")
     _inject_flag(a)
     _sampling(a)
+    _metrics(a)
 
     r = sub.add_parser(
         "record",
@@ -109,7 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--duration", type=positive_float, metavar="S", help="stop after S seconds")
     r.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     _inject_flag(r)
+    r.add_argument("--name", help="session name, also the run label of its metrics")
     _sampling(r)
+    _metrics(r)
 
     la = sub.add_parser(
         "launch",
@@ -118,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     la.add_argument("--name", help="session name (default: the command)")
     _sampling(la)
+    _metrics(la)
 
     d = sub.add_parser("demo", help="run a bundled input-bound workload under sofa-top")
     d.add_argument("framework", nargs="?", choices=("tf", "torch"), default="tf")
@@ -154,6 +195,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ss.add_argument("--yes", action="store_true", help="with --prune: do not ask")
 
+    c = sub.add_parser(
+        "cluster",
+        help="the ranks and straggler verdict of every sofa-top a Prometheus server scrapes",
+        usage="sofa-top cluster --prometheus URL [--run NAME] [--json]",
+    )
+    c.add_argument("--prometheus", required=True, metavar="URL", help="e.g. http://127.0.0.1:9090")
+    c.add_argument("--run", metavar="NAME", help="only this run (a sofa-top session name)")
+    c.add_argument("--json", action="store_true", help="print JSON once and exit")
+    c.add_argument(
+        "--lookback",
+        type=positive_float,
+        default=DEFAULT_LOOKBACK_S,
+        metavar="S",
+        help=f"the latest value of each series within S seconds (default {DEFAULT_LOOKBACK_S:g})",
+    )
     sub.add_parser("doctor", help="check what sofa-top can see on this machine")
     add_compare_parser(sub)
     return p

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sofa_top.cli.failures import thread_failures
-from sofa_top.cli.parser import sampling_of
+from sofa_top.cli.parser import metrics_of, sampling_of
 from sofa_top.cli.watch import opened_attach
 from sofa_top.launch import AttachRequest, LaunchRequest, open_launch
 from sofa_top.model.errors import UserError
@@ -27,9 +27,15 @@ def record(args: argparse.Namespace) -> int:
     if (args.pid is None) == (not args.cmd):
         raise UserError("record needs either --pid PID or -- CMD [ARGS...] (not both)")
     sampling = sampling_of(args)
+    metrics = metrics_of(args)
     if args.cmd:
         req = LaunchRequest(
-            cmd=tuple(args.cmd), mode="record", output=args.output, sampling=sampling
+            cmd=tuple(args.cmd),
+            mode="record",
+            name=args.name,
+            output=args.output,
+            sampling=sampling,
+            metrics=metrics,
         )
         run = open_launch(req)
     else:
@@ -40,6 +46,8 @@ def record(args: argparse.Namespace) -> int:
             sampling=sampling,
             inject=not args.no_inject,
             inject_timeout_s=args.inject_timeout,
+            metrics=metrics,
+            name=args.name,
         )
         run = opened_attach(attach)
     session = run.session
@@ -50,11 +58,13 @@ def record(args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
-    session.start()
+    run.start()
     deadline = time.monotonic() + args.duration if args.duration else None
     if not args.json:
         what = f"PID {session.target.pid}"
         print(f"recording {what} to {session.session_path} (Ctrl-C stops)", file=sys.stderr)
+    if run.exporter is not None:
+        print(f"serving metrics at {run.exporter.url}", file=sys.stderr)
     while not session.done and not stop_reason:
         if deadline is not None and time.monotonic() >= deadline:
             stop_reason.append("duration reached")

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from sofa_top.cli.failures import failed, thread_failures
-from sofa_top.cli.parser import sampling_of
+from sofa_top.cli.parser import metrics_of, sampling_of
 from sofa_top.launch import AttachRequest, LaunchRequest, Run, Sampling, open_attach, open_launch
 from sofa_top.model.errors import UserError
 
@@ -20,6 +20,7 @@ def attach(args: argparse.Namespace) -> int:
         sampling=sampling_of(args),
         inject=not args.no_inject,
         inject_timeout_s=args.inject_timeout,
+        metrics=metrics_of(args),
     )
     return dashboard(opened_attach(req))
 
@@ -54,7 +55,11 @@ def launch(args: argparse.Namespace) -> int:
     if not args.cmd:
         raise UserError("launch needs a command: sofa-top launch -- python train.py")
     req = LaunchRequest(
-        cmd=tuple(args.cmd), name=args.name, output=args.output, sampling=sampling_of(args)
+        cmd=tuple(args.cmd),
+        name=args.name,
+        output=args.output,
+        sampling=sampling_of(args),
+        metrics=metrics_of(args),
     )
     return dashboard(open_launch(req))
 

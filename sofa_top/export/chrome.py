@@ -295,7 +295,15 @@ def _steps(reader: SessionReader, w: _Events, group: int) -> None:
 
 
 def _metadata(w: _Events, model: SessionModel, tids: dict[tuple[int, int], int]) -> None:
-    order = sorted(model.processes, key=lambda pid: (pid != model.target_pid, pid))
+    # the target (the launcher), then the ranks in rank order, then the rest
+    order = sorted(
+        model.processes,
+        key=lambda pid: (
+            pid != model.target_pid,
+            model.ranks[pid].rank if pid in model.ranks else float("inf"),
+            pid,
+        ),
+    )
     for i, pid in enumerate(order):
         w.meta("process_name", pid, pid, model.process_title(pid))
         w.meta("process_sort_index", pid, pid, i)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from sofa_top.model.errors import UserError
+from sofa_top.model.ranks import RankId
 from sofa_top.model.samples import Event, EventKind, Frame
 from sofa_top.recording.store import SessionReader
 
@@ -20,7 +21,14 @@ from sofa_top.recording.store import SessionReader
 # events; every export plans to stay under this and says what it merged to get there.
 MAX_EVENTS = 1_000_000
 
-MARKER_KINDS: tuple[EventKind, ...] = ("verdict", "target-exit", "optimize", "collector-failed")
+MARKER_KINDS: tuple[EventKind, ...] = (
+    "verdict",
+    "target-exit",
+    "optimize",
+    "collector-failed",
+    "rank-verdict",
+    "rank-exit",
+)
 
 # Synthetic ids for things that are not OS processes/threads. Linux PIDs stay below 2**22, so
 # these never collide with a real one.
@@ -133,9 +141,15 @@ class SessionModel:
     stack_samples: int
     stack_depth_sum: int
     stack_thread_windows: int
+    ranks: dict[int, RankId] = field(default_factory=dict)  # pid -> rank, for a distributed job
 
     def process_title(self, pid: int) -> str:
-        """How a process track is named: its name and role in the target tree."""
+        """How a process track is named: its name and role in the target tree; a rank leads
+        with its rank and node, so that each rank reads as its own track."""
+        rank = self.ranks.get(pid)
+        if rank is not None:
+            p = self.processes.get(pid)
+            return f"rank {rank.rank} · node {rank.node} ({p.name if p else f'pid {pid}'})"
         p = self.processes.get(pid)
         if p is None:
             return self.target_name if pid == self.target_pid else f"pid {pid}"
@@ -186,7 +200,17 @@ def load_model(reader: SessionReader) -> SessionModel:
         stack_samples=samples,
         stack_depth_sum=depth,
         stack_thread_windows=reader.stack_thread_windows() if rows else 0,
+        ranks=_ranks(reader),
     )
+
+
+def _ranks(reader: SessionReader) -> dict[int, RankId]:
+    out: dict[int, RankId] = {}
+    for e in reader.events("rank"):
+        pid, ident = e.data.get("pid"), RankId.from_json(e.data)
+        if isinstance(pid, int) and ident is not None:
+            out[pid] = ident
+    return out
 
 
 def allocate(needs: Mapping[str, int], budget: int) -> dict[str, int]:
@@ -380,6 +404,8 @@ def marker_name(ev: Event) -> str:
         return f"verdict: {ev.message}"
     if ev.kind == "optimize":
         return f"optimizer: {ev.message}"
+    if ev.kind == "rank-verdict":
+        return f"ranks: {ev.message}"
     return ev.message or ev.kind
 
 

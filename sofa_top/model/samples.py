@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from sofa_top.model.ranks import RankId
 from sofa_top.model.units import Bytes, Celsius, Hertz, MHz, Percent, Pid, Timestamp, Watts
 
 StackClass = Literal["input", "compute", "python", "idle"]
@@ -33,8 +34,12 @@ class ProcInfo:
     ctx_switches: int | None  # voluntary + involuntary, cumulative
     state: str  # psutil status, e.g. "running", "sleeping", "zombie"; "exited" once gone
     alive: bool = True
-    role: str = ""  # e.g. "target", "child", "DataLoader worker"
+    role: str = ""  # e.g. "target", "child", "DataLoader worker", "rank 2"
     error: str | None = None
+    # the process's place in a distributed job (from its environment); a DataLoader worker
+    # carries its rank's, so the tree groups by rank
+    rank: RankId | None = None
+    exit_code: int | None = None  # once exited, when it could be read (a zombie's /proc stat)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +161,10 @@ EventKind = Literal[
     # how the store keeps the agent's reports: read back as events of these kinds
     "agent",  # an AgentInfo (data: its fields)
     "pipeline",  # a PipelineSample (data: its fields)
+    # ranks of a distributed job
+    "rank",  # a process is a rank (data: pid, RankId.as_json())
+    "rank-exit",  # a rank's process exited (data: pid, rank, exit_code, error)
+    "rank-verdict",  # the cross-rank verdict changed (data: Verdict.as_json())
 ]
 EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
 
@@ -193,6 +202,9 @@ class StepSample:
     # CPU seconds the process used (all its threads) while the loop waited: input work done in
     # the process (tf.data's threads, a DataLoader without workers); None when not measured
     wait_cpu_s: float | None = None
+    # time the step spent blocked in collectives (all-reduce, broadcast, barrier: waiting for
+    # the other ranks); None when not measured (no torch.distributed)
+    collective_s: float | None = None
 
 
 StageKind = Literal["source", "map", "interleave", "batch", "prefetch", "other"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import (
     AgentInfo,
     Event,
@@ -97,3 +98,5 @@ class Snapshot:
     logs: tuple[Event, ...] = ()  # workload output lines (kind "log"), last LOG_LINES, oldest first
     logs_dropped: int = 0  # output lines not kept (flood protection)
     read_only: bool = False  # a replay: no live data, ``ts`` is the cursor
+    ranks: tuple[RankStat, ...] = ()  # a distributed job's ranks, by rank (about the last 10 s)
+    rank_verdict: Verdict | None = None  # "straggler" or "balanced", with two or more ranks

@@ -20,12 +20,16 @@ VerdictKind = Literal[
     "memory-pressure",
     "idle",
     "unknown",
+    # across the ranks of a distributed job (``sofa_top.analysis.ranks``); never a process's own
+    "straggler",
+    "balanced",
 ]
 VERDICT_KINDS: tuple[VerdictKind, ...] = get_args(VerdictKind)
 Severity = Literal["", "high", "moderate"]
 # The optimizer toggle a recommendation can be tried with (compare's configuration names).
 ToggleName = Literal["prefetch", "xla", "depth-first"]
 InputCauseKind = Literal["cpu", "latency", "mixed"]
+RANK_VERDICT_KINDS: tuple[VerdictKind, ...] = ("straggler", "balanced")
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from sofa_top import __version__
+from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats
 from sofa_top.analysis.stackstats import summarize, summarize_by_thread
 from sofa_top.analysis.verdicts import WINDOW_S, Evidence, judge
 from sofa_top.collectors.base import BACKPRESSURE, Collector
+from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import (
     AgentInfo,
     Event,
@@ -38,6 +40,7 @@ from sofa_top.model.samples import (
 from sofa_top.model.snapshot import LOG_LINES, Snapshot, StackSummary, TargetInfo
 from sofa_top.model.source import OnSnapshot
 from sofa_top.model.verdict import Verdict
+from sofa_top.recording.ranks_live import RankTracker
 from sofa_top.recording.rings import Rings
 from sofa_top.recording.series import SeriesPoint
 from sofa_top.recording.store import SessionStore
@@ -97,6 +100,9 @@ class Session:
         self._logs_dropped = 0
         self._frameworks: tuple[str, ...] = ()
         self._verdict: Verdict | None = None
+        self._ranks = RankTracker()
+        self._rank_stats: tuple[RankStat, ...] = ()
+        self._rank_verdict: Verdict | None = None
         self.target_exited = False
         self._exit_seen = 0.0
         self.exit_code: int | None = None
@@ -235,6 +241,10 @@ class Session:
     def _absorb(self, s: Sample, points: list[SeriesPoint]) -> None:
         for name, value, _err in points:
             self._rings.add(name, s.ts, value)
+        rank_events = self._ranks.absorb(s)
+        if rank_events:
+            self._events.extend(rank_events)
+            self.store.write(rank_events)
         if isinstance(s, ProcessSample):
             self._process = s
             children = sum(
@@ -272,6 +282,8 @@ class Session:
         if self._finalized:
             return
         self._finalized = True
+        with contextlib.suppress(Exception):  # the store may be what failed
+            self.store.write(self._ranks.flush(time.time()))
         meta: dict[str, Any] = {"ended": time.time(), "end_reason": self.end_reason or "stopped"}
         if self.exit_code is not None:
             meta["exit_code"] = self.exit_code
@@ -289,6 +301,7 @@ class Session:
         )[-1:]
         summary, by_thread = summarize_by_thread(recent)
         verdict = self._judge(now, summary, by_thread)
+        self._judge_ranks(now)
         return Snapshot(
             ts=now,
             started=self.started,
@@ -312,7 +325,32 @@ class Session:
             agent=self._agent,
             logs=tuple(self._logs),
             logs_dropped=self._logs_dropped,
+            ranks=self._rank_stats,
+            rank_verdict=self._rank_verdict,
         )
+
+    def _judge_ranks(self, now: float) -> None:
+        """Per-rank statistics and the cross-rank verdict; a marker when the verdict changes."""
+        if self.target_exited or not self._ranks.roots:
+            return  # after the exit the last judgement stands, as for the verdict
+        common = Evidence(
+            cpu_count=os.cpu_count() or 1,
+            system=self._system,
+            gpu=self._gpu,
+            frameworks=self._frameworks,
+        )
+        self._rank_stats = rank_stats(self._ranks.evidence(now - WINDOW_S), common)
+        verdict = cross_rank_verdict(self._rank_stats)
+        prev = self._rank_verdict
+        if verdict is not None and (
+            prev is None
+            or (prev.kind, prev.evidence.get("rank"))
+            != (verdict.kind, verdict.evidence.get("rank"))
+        ):
+            ev = Event(now, "rank-verdict", verdict.headline, verdict.as_json())
+            self._events.append(ev)
+            self.store.write([ev])
+        self._rank_verdict = verdict
 
     def _judge(
         self, now: float, summary: StackSummary | None, by_thread: dict[int, StackSummary]

@@ -13,7 +13,9 @@ have shown at ``ts`` from the stored tables:
   left unknown);
 - ``stacks``: the stack windows of the 5 s up to ``ts``, summarized like the hub does;
 - ``verdict``: the last verdict event at or before ``ts``; ``events`` and ``steps``: the recent
-  ones up to ``ts``.
+  ones up to ``ts``;
+- ``ranks`` and ``rank_verdict``: a distributed job's ranks over the verdict window up to
+  ``ts`` (their steps; the CPU of their workers is not replayed), judged as the hub judges them.
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats
 from sofa_top.analysis.stackstats import summarize_by_thread
+from sofa_top.analysis.verdicts import WINDOW_S, Evidence
 from sofa_top.model.errors import UserError
+from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import (
     Event,
     GpuDevice,
@@ -38,6 +43,7 @@ from sofa_top.model.samples import (
 from sofa_top.model.snapshot import LOG_LINES, Snapshot, TargetInfo
 from sofa_top.model.source import OnSnapshot, SnapshotSource
 from sofa_top.model.verdict import Verdict
+from sofa_top.recording.ranks_live import session_ranks
 from sofa_top.recording.rings import HISTORY_S
 from sofa_top.recording.store import SessionReader
 
@@ -45,6 +51,7 @@ STACK_SUMMARY_S = 5.0  # as the live hub (session.STACK_SUMMARY_S)
 EVENTS_KEPT = 50  # as many events and steps as the hub hands the UI
 STEPS_KEPT = 600
 HIDDEN_EVENT_KINDS = ("agent", "pipeline", "log", "log-dropped")  # stored, not hub events
+RANK_STEPS_KEPT = 50_000  # the ranks' steps of one verdict window (8 ranks at 600 steps/s)
 MARKER_KIND = "verdict"
 _GPU_FIELDS = ("util", "mem_used", "power", "temp", "sm_clock", "target_mem")
 
@@ -186,6 +193,18 @@ class ReplaySource:
             verdict_ev = r.last_event(MARKER_KIND, ts)
             events = r.events_before(ts, EVENTS_KEPT, HIDDEN_EVENT_KINDS)
             steps = r.steps_before(ts, STEPS_KEPT)
+            rank_events = r.events_of_kind_before("rank", ts, 100_000)
+            ranks: tuple[RankStat, ...] = ()
+            if rank_events:
+                evidence = session_ranks(
+                    rank_events,
+                    r.events_of_kind_before("rank-exit", ts, 100_000),
+                    r.steps_before(ts, RANK_STEPS_KEPT, since=ts - WINDOW_S),
+                    {},
+                    {},
+                    {},
+                )
+                ranks = rank_stats(evidence, Evidence(cpu_count=int(meta.get("cpu_count") or 1)))
         summary, by_thread = summarize_by_thread(windows)
         exit_code = _exit_code(exit_ev)
         started = meta.get("started")
@@ -210,6 +229,8 @@ class ReplaySource:
             steps=tuple(steps),
             logs=tuple(r.events_of_kind_before("log", ts, LOG_LINES)),
             read_only=True,
+            ranks=ranks,
+            rank_verdict=cross_rank_verdict(ranks),
         )
 
 

@@ -15,7 +15,11 @@ The JSON schema is ``record.schema.json`` beside this file (tests validate again
      "gpu": {"devices": [{"index", "util_mean_percent", "mem_max_bytes", "power_mean_w"}]} | null,
      "stacks": {"thread_samples", "rate_hz", "split": {class: fraction}, "error": STR|null,
                 "hint": STR|null, "top": [{"function", "file", "line", "own_pct", "total_pct",
-                                           "thread", "class"}]}}
+                                           "thread", "class"}]},
+     "ranks": [{"rank", "local_rank", "node", "pid", "step_s", "input_wait_fraction",
+                "collective_wait_fraction", "verdict", ...}] (empty: not a distributed job),
+     "straggler": {"rank", "cause", "verdict", "others_collective_wait_fraction", ...} | null,
+     "rank_verdict": the cross-rank verdict ("straggler" / "balanced") | null}
 """
 
 from __future__ import annotations
@@ -25,10 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats, straggler_json
 from sofa_top.analysis.stackstats import summarize
 from sofa_top.analysis.verdicts import Evidence, judge
+from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import PipelineSample, StackWindow, StepSample
 from sofa_top.model.snapshot import StackSummary
+from sofa_top.recording.ranks_live import session_ranks
 from sofa_top.recording.store import SessionReader
 
 SCHEMA_VERSION = 1
@@ -54,6 +61,29 @@ class _Read:
     steps: list[StepSample]
     pipeline: PipelineSample | None
     agent_dropped: int
+    ranks: tuple[RankStat, ...]
+
+
+def _ranks(reader: SessionReader, steps: list[StepSample], cpu_count: int) -> tuple[RankStat, ...]:
+    """Every rank over the whole session (empty when the session has no ranks)."""
+    rank_events = reader.events("rank")
+    if not rank_events:
+        return ()
+    procs = reader.processes()
+    cpu: dict[int, float] = {}
+    for p in procs:
+        mean, _ = _stats([v for _, v, _ in reader.points(f"proc.{p['pid']}.cpu")])
+        if mean is not None:
+            cpu[int(p["pid"])] = mean
+    evidence = session_ranks(
+        rank_events,
+        reader.events("rank-exit"),
+        steps,
+        {int(p["pid"]): int(p["ppid"] or 0) for p in procs},
+        cpu,
+        reader.last_pipelines(),
+    )
+    return rank_stats(evidence, Evidence(cpu_count=cpu_count))
 
 
 def _read(path: Path) -> _Read:
@@ -61,6 +91,7 @@ def _read(path: Path) -> _Read:
     try:
         meta = reader.meta()
         target_pid = (meta.get("target") or {}).get("pid")
+        steps = reader.steps()
         return _Read(
             meta=meta,
             points={
@@ -70,9 +101,10 @@ def _read(path: Path) -> _Read:
             },
             target_cpu=[v for _, v, _ in reader.points(f"proc.{target_pid}.cpu")],
             windows=list(reader.stack_windows()),
-            steps=reader.steps(),
+            steps=steps,
             pipeline=reader.last_pipeline(),
             agent_dropped=_agent_dropped(reader),
+            ranks=_ranks(reader, steps, int(meta.get("cpu_count") or 1)),
         )
     finally:
         reader.close()
@@ -151,6 +183,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
             child_cpu=None if tree_mean is None else max(0.0, tree_mean - (target_mean or 0.0)),
         )
     )
+    rank_verdict = cross_rank_verdict(r.ranks)
     return {
         "schema": SCHEMA_VERSION,
         "session": str(path),
@@ -174,6 +207,9 @@ def session_summary(path: str | Path) -> dict[str, Any]:
         },
         "gpu": _gpu_json(pts),
         "stacks": _stacks_json(r.windows, summary),
+        "ranks": [s.as_json() for s in r.ranks],
+        "straggler": straggler_json(rank_verdict),
+        "rank_verdict": None if rank_verdict is None else rank_verdict.as_json(),
     }
 
 

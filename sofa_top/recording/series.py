@@ -10,7 +10,8 @@ disagree about what a series means. Series names are documented here and nowhere
   ``sys.swap_used``
 - ``gpu.<i>.util`` (%), ``gpu.<i>.mem_used`` (bytes), ``gpu.<i>.power`` (W), ``gpu.<i>.temp``
   (C), ``gpu.<i>.sm_clock`` (MHz), ``gpu.<i>.target_mem`` (bytes)
-- ``step.duration`` / ``step.input_wait`` (s) and ``step.input_fraction`` (0..1), per step
+- ``step.duration`` / ``step.input_wait`` (s) and ``step.input_fraction`` (0..1), per step;
+  ``step.collective_wait`` (s), per step where torch.distributed collectives were timed
 - ``stacks.rate`` (Hz) and ``stacks.sampler_cpu`` (%), per stack window
 """
 
@@ -48,6 +49,7 @@ UNITS: dict[str, str] = {
     "duration": "s",
     "input_wait": "s",
     "input_fraction": "",
+    "collective_wait": "s",
     "rate": "Hz",
     "sampler_cpu": "%",
 }
@@ -121,11 +123,14 @@ def points_of(sample: Sample, rates: RateState) -> list[SeriesPoint]:
         return pts
     if isinstance(sample, StepSample):
         frac = sample.input_wait_s / sample.duration_s if sample.duration_s > 0 else None
-        return [
+        pts = [
             ("step.duration", sample.duration_s, None),
             ("step.input_wait", sample.input_wait_s, None),
             ("step.input_fraction", frac, None),
         ]
+        if sample.collective_s is not None:
+            pts.append(("step.collective_wait", sample.collective_s, None))
+        return pts
     if isinstance(sample, StackWindow):
         return [
             ("stacks.rate", sample.rate_hz, sample.error),

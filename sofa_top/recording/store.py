@@ -14,10 +14,12 @@ Schema (version ``SCHEMA_VERSION``, also in ``PRAGMA user_version``):
   ``[[function, filename, line], ...]`` outermost first.
 - ``stack_windows(id INTEGER PRIMARY KEY, ts_start, ts_end, rate_hz, samples, sampler_cpu,
   error, hint)`` and ``stack_counts(window_id, pid, tid, thread_name, stack_id, count, klass)``.
-- ``steps(ts, step, start, duration_s, input_wait_s, source, batch_size, pid, wait_cpu_s)``
-  (``wait_cpu_s`` since v2; v1 files read it as NULL).
+- ``steps(ts, step, start, duration_s, input_wait_s, source, batch_size, pid, wait_cpu_s,
+  collective_s)`` (``wait_cpu_s`` since v2, ``collective_s`` -- the time the step was blocked
+  in torch.distributed collectives -- since v3; older files read them as NULL).
 - ``events(ts REAL, kind TEXT, message TEXT, data TEXT)`` -- markers (JSON data); agent reports
-  and tf.data pipelines are stored here too (kinds ``agent``, ``pipeline``).
+  and tf.data pipelines are stored here too (kinds ``agent``, ``pipeline``), and so are the
+  ranks of a distributed job (kinds ``rank``, ``rank-exit``, ``rank-verdict``).
 
 Durability: the writer commits at least once per second (``Session`` calls ``commit``), WAL
 with ``synchronous=NORMAL`` survives the writer being SIGKILLed (only an OS crash can lose the
@@ -54,7 +56,7 @@ from sofa_top.model.samples import (
 )
 from sofa_top.recording.series import RateState, SeriesPoint, points_of, unit_of
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -72,7 +74,8 @@ CREATE TABLE IF NOT EXISTS stack_counts (window_id INTEGER, pid INTEGER, tid INT
     thread_name TEXT, stack_id INTEGER, count INTEGER, klass TEXT);
 CREATE INDEX IF NOT EXISTS stack_counts_by_window ON stack_counts (window_id);
 CREATE TABLE IF NOT EXISTS steps (ts REAL, step INTEGER, start REAL, duration_s REAL,
-    input_wait_s REAL, source TEXT, batch_size INTEGER, pid INTEGER, wait_cpu_s REAL);
+    input_wait_s REAL, source TEXT, batch_size INTEGER, pid INTEGER, wait_cpu_s REAL,
+    collective_s REAL);
 CREATE TABLE IF NOT EXISTS events (ts REAL NOT NULL, kind TEXT NOT NULL, message TEXT,
     data TEXT);
 CREATE INDEX IF NOT EXISTS events_by_kind ON events (kind, ts);
@@ -196,7 +199,8 @@ class SessionStore:
             )
         elif isinstance(s, StepSample):
             db.execute(
-                "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO steps (ts, step, start, duration_s, input_wait_s, source, batch_size, "
+                "pid, wait_cpu_s, collective_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     s.ts,
                     s.step,
@@ -207,6 +211,7 @@ class SessionStore:
                     s.batch_size,
                     s.pid,
                     s.wait_cpu_s,
+                    s.collective_s,
                 ),
             )
         elif isinstance(s, Event):
@@ -268,8 +273,10 @@ class SessionReader:
         if version < 1:
             raise UserError(f"not a sofa-top session: {path}")
         cols = {r[1] for r in self._db.execute("PRAGMA table_info(steps)")}
-        self._step_cols = "ts, step, start, duration_s, input_wait_s, source, batch_size, pid, " + (
-            "wait_cpu_s" if "wait_cpu_s" in cols else "NULL"
+        # columns added since v1 read as NULL from files that predate them
+        optional = ", ".join(c if c in cols else "NULL" for c in ("wait_cpu_s", "collective_s"))
+        self._step_cols = (
+            f"ts, step, start, duration_s, input_wait_s, source, batch_size, pid, {optional}"
         )
 
     def meta(self) -> dict[str, Any]:
@@ -320,17 +327,18 @@ class SessionReader:
         row = self._db.execute(
             "SELECT data FROM events WHERE kind = 'pipeline' ORDER BY ts DESC LIMIT 1"
         ).fetchone()
-        if row is None or not row[0]:
-            return None
-        try:
-            d = json.loads(row[0])
-            stages = tuple(
-                PipelineStage(**{**st, "kind": stage_kind(st.get("kind"))})
-                for st in d.pop("stages", ())
-            )
-            return PipelineSample(**{**d, "stages": stages})
-        except (TypeError, ValueError):
-            return None
+        return None if row is None else _pipeline(row[0])
+
+    def last_pipelines(self) -> dict[int, PipelineSample]:
+        """The last input pipeline each process's agent described, by pid."""
+        out: dict[int, PipelineSample] = {}
+        for (data,) in self._db.execute(
+            "SELECT data FROM events WHERE kind = 'pipeline' ORDER BY ts"
+        ):
+            p = _pipeline(data)
+            if p is not None:
+                out[p.pid] = p
+        return out
 
     def events(self, kind: str | None = None) -> list[Event]:
         q = "SELECT ts, kind, message, data FROM events"
@@ -636,6 +644,21 @@ class SessionReader:
             float(r[0])
             for r in self._db.execute("SELECT ts FROM events WHERE kind = ? ORDER BY ts", (kind,))
         ]
+
+
+def _pipeline(data: str | None) -> PipelineSample | None:
+    """A stored ``pipeline`` event's data as a PipelineSample (None if unreadable)."""
+    if not data:
+        return None
+    try:
+        d = json.loads(data)
+        stages = tuple(
+            PipelineStage(**{**st, "kind": stage_kind(st.get("kind"))})
+            for st in d.pop("stages", ())
+        )
+        return PipelineSample(**{**d, "stages": stages})
+    except (TypeError, ValueError):
+        return None
 
 
 def _event(ts: float, kind: str, message: str | None, data: str | None) -> Event:
