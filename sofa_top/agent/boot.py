@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sofa_top.agent import core, hooks_dist, hooks_tf, hooks_torch, midrun, optimize, protocol
-from sofa_top.agent.core import Agent, PostImportHooks, log_once
+from sofa_top.agent.core import Agent, log_once
+from sofa_top.agent.post_import import PostImportHooks
 from sofa_top.agent.settings import ENV_SETTINGS, ENV_SOCKET, AgentSettings, parse_settings
 from sofa_top.agent.transport import Connection
 

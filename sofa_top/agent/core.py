@@ -13,19 +13,18 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
-import importlib.abc
-import importlib.machinery
 import os
 import socket
 import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sofa_top.agent import protocol
+from sofa_top.agent.patches import Patches
 from sofa_top.agent.rankenv import rank_from_env
 from sofa_top.agent.settings import (
     HOOK_NAMES,
@@ -50,62 +49,14 @@ def log_once(message: str) -> None:
         pass
 
 
+class _Finder(Protocol):
+    """The post-import hooks as the agent sees them (``post_import.PostImportHooks``)."""
+
+    def uninstall(self) -> None: ...
+
+
 class HookSkipped(Exception):
     """Raised by an installer when its hook cannot apply; the message is the reason."""
-
-
-_MISSING = object()
-
-
-class Patches:
-    """Every change the agent makes to the workload's objects, with what was there before.
-
-    Hooks patch only through ``set`` (and register other undo steps with ``on_detach``), so that
-    detaching (attach mode) can put every function back exactly as it was: an attribute the
-    object had of its own is set back, one it inherited is deleted again.
-    """
-
-    def __init__(self) -> None:
-        self._undo: list[tuple[str, Callable[[], None]]] = []
-
-    def set(self, obj: Any, name: str, value: Any) -> None:
-        """``setattr(obj, name, value)``, remembering the original."""
-        try:
-            own = vars(obj)
-        except TypeError:  # no __dict__ (slots): whatever getattr sees is the original
-            own = None
-        # own: the raw descriptor (not a bound method); no __dict__: whatever getattr sees
-        old = getattr(obj, name, _MISSING) if own is None else own.get(name, _MISSING)
-        setattr(obj, name, value)
-
-        def undo() -> None:
-            current = vars(obj).get(name) if own is not None else getattr(obj, name, None)
-            if current is not value:
-                return  # someone patched over us: theirs stays, and so does ours below it
-            if old is _MISSING:
-                delattr(obj, name)
-            else:
-                setattr(obj, name, old)
-
-        self._undo.append((f"{getattr(obj, '__qualname__', type(obj).__name__)}.{name}", undo))
-
-    def on_detach(self, what: str, undo: Callable[[], None]) -> None:
-        """Run ``undo`` at detach (e.g. remove a framework hook handle)."""
-        self._undo.append((what, undo))
-
-    def __len__(self) -> int:
-        return len(self._undo)
-
-    def restore(self) -> list[str]:
-        """Undo everything, newest first; returns what could not be undone (and why)."""
-        problems: list[str] = []
-        while self._undo:
-            what, undo = self._undo.pop()
-            try:
-                undo()
-            except Exception as e:
-                problems.append(f"{what}: {e!r}")
-        return problems
 
 
 if TYPE_CHECKING:  # aliases only for the checker: the agent also runs on Python 3.8
@@ -279,7 +230,7 @@ class Agent:
         self.mode = mode  # "launch" (sitecustomize) or "attach" (injected into a running job)
         self.token = token  # attach mode: proves to sofa-top that this is the agent it injected
         self.patches = Patches()
-        self.finder: PostImportHooks | None = None
+        self.finder: _Finder | None = None  # attach mode: the import hooks, removed at detach
         self.detached = False
         self.pid = os.getpid()
         self.dropped = 0
@@ -616,103 +567,6 @@ class Agent:
 
 
 # -- lazy hooks -----------------------------------------------------------------------------
-
-
-class _HookingLoader(importlib.abc.Loader):
-    """Runs the real loader, puts it back on the module, then calls the hook installer."""
-
-    def __init__(
-        self,
-        loader: importlib.abc.Loader,
-        spec: importlib.machinery.ModuleSpec,
-        after: Callable[[ModuleType], None],
-    ) -> None:
-        self._loader = loader
-        self._spec = spec
-        self._after = after
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        create = getattr(self._loader, "create_module", None)
-        return None if create is None else create(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        try:
-            self._loader.exec_module(module)
-        finally:
-            # from here on the module looks exactly as if we had never been there
-            self._spec.loader = self._loader
-            module.__loader__ = self._loader
-        self._after(module)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
-
-
-class PostImportHooks(importlib.abc.MetaPathFinder):
-    """Applies installers right after the workload itself imports the watched modules."""
-
-    def __init__(
-        self, agent: Agent, installers: dict[str, Sequence[tuple[str, Installer]]]
-    ) -> None:
-        self._agent = agent
-        self._pending = dict(installers)
-
-    def install(self) -> None:
-        """Put the finder first on sys.meta_path, and apply hooks of already-imported modules."""
-        for name in list(self._pending):
-            mod = sys.modules.get(name)
-            if mod is not None:
-                self._apply(name, mod)
-        if self._pending:
-            sys.meta_path.insert(0, self)
-
-    def uninstall(self) -> None:
-        """Stop watching imports (detach): off sys.meta_path, nothing left pending."""
-        self._pending.clear()
-        with contextlib.suppress(ValueError):
-            sys.meta_path.remove(self)
-
-    def find_spec(
-        self,
-        fullname: str,
-        path: Sequence[str] | None,
-        target: ModuleType | None = None,
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in self._pending:
-            return None
-        for finder in sys.meta_path:
-            if finder is self:
-                continue
-            find = getattr(finder, "find_spec", None)
-            if find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return None
-        spec.loader = _HookingLoader(loader, spec, lambda m: self._apply(fullname, m))
-        return spec  # type: ignore[no-any-return]
-
-    def _apply(self, name: str, module: ModuleType) -> None:
-        if self._agent.detached:
-            return
-        entries = self._pending.pop(name, ())
-        if not self._pending:
-            with contextlib.suppress(ValueError):
-                sys.meta_path.remove(self)
-        for hook, installer in entries:
-            if self._agent.is_disabled(hook):
-                continue
-            try:
-                installer(self._agent, module)
-            except HookSkipped as e:
-                self._agent.hook_skipped(hook, str(e))
-            except Exception as e:
-                self._agent.hook_skipped(hook, f"install failed: {e!r}")
 
 
 # The agent of this process, once ``sofa_top.agent.boot.start`` made one.

@@ -5,12 +5,12 @@ The launcher passes ``settings["optimize"]``, e.g.::
     {"xla": true, "prefetch": {"parallelism": 16, "deterministic": false}, "depth_first": true}
 
 (``"prefetch": true`` means the defaults). Nothing framework-specific runs here at import: the
-agent's lazy import hooks (``core.PostImportHooks``) call the installers below right after the
-workload imports the module they patch. Each toggle is reported through the agent's ``info``
-frame as hook ``opt:<toggle>`` (applied, or skipped with the reason) and, each time it changes
-something in the workload, an ``optimize`` event whose data says where (``{"toggle", "applied",
-"where", "reason", ...}``). A toggle that never finds anything to change stays skipped with a
-reason saying so.
+agent's lazy import hooks (``post_import.PostImportHooks``) call the installers below right
+after the workload imports the module they patch. Each toggle is reported through the agent's
+``info`` frame as hook ``opt:<toggle>`` (applied, or skipped with the reason) and, each time it
+changes something in the workload, an ``optimize`` event whose data says where (``{"toggle",
+"applied", "where", "reason", ...}``). A toggle that never finds anything to change stays
+skipped with a reason saying so.
 
 xla
     TensorFlow: ``TF_XLA_FLAGS=--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit`` is set at agent

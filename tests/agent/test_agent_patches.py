@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sofa_top.agent.core import Patches
+from sofa_top.agent.patches import Patches
 
 
 class Base:
