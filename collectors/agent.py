@@ -23,11 +23,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sofa_top.agent.protocol import MAX_FRAME, STEP_FIELDS, FrameError, FrameReader
+from sofa_top.agent.protocol import (
+    BUSY_SOURCES,
+    GPU_STEP_FIELDS,
+    MAX_FRAME,
+    STEP_FIELDS,
+    FrameError,
+    FrameReader,
+)
 from sofa_top.collectors.base import Emit
 from sofa_top.model.errors import UserError
 from sofa_top.model.samples import (
     AgentInfo,
+    CudaSample,
+    CudaWindow,
     Event,
     EventKind,
     PipelineSample,
@@ -35,6 +44,7 @@ from sofa_top.model.samples import (
     Sample,
     StepSample,
     event_kind,
+    gpu_busy_source,
     stage_kind,
 )
 
@@ -167,15 +177,40 @@ def _opt_num(v: object, what: str) -> float | None:
     return float(v)
 
 
+def _gpu_rows(frame: dict[str, Any], rows: int) -> list[tuple[float | None, float | None, int]]:
+    """The optional ``gpu`` field of a steps frame: (span s, busy s, source code) per row."""
+    if "gpu" not in frame:
+        return [(None, None, 0)] * rows
+    gpu = _list(frame, "gpu")
+    width = len(GPU_STEP_FIELDS)
+    if len(gpu) != rows * width:
+        raise FrameError(f"steps.gpu: length {len(gpu)} is not {width} per step")
+    out: list[tuple[float | None, float | None, int]] = []
+    for i in range(0, len(gpu), width):
+        span = _opt_int(gpu[i], "steps.gpu: span")
+        busy = _opt_int(gpu[i + 1], "steps.gpu: busy")
+        code = _opt_int(gpu[i + 2], "steps.gpu: busy source") or 0
+        if (span is not None and span < 0) or (busy is not None and busy < 0):
+            raise FrameError("steps.gpu: a GPU time < 0")
+        if not 0 <= code < len(BUSY_SOURCES):
+            raise FrameError(f"steps.gpu: unknown busy source {code}")
+        out.append(
+            (None if span is None else span / 1e6, None if busy is None else busy / 1e6, code)
+        )
+    return out
+
+
 def _steps(frame: dict[str, Any], pid: int) -> list[Sample]:
     source = _str(frame, "source")
     data = _list(frame, "data")
     width = len(STEP_FIELDS)
     if len(data) % width:
         raise FrameError(f"steps.data: length {len(data)} is not a multiple of {width}")
+    gpu = _gpu_rows(frame, len(data) // width)
     out: list[Sample] = []
     for i in range(0, len(data), width):
         step, start_us, end_us, wait_us, bs, cpu_us = data[i : i + width]
+        span, busy, code = gpu[i // width]
         for v in (step, start_us, end_us, wait_us):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise FrameError("steps.data: step and times must be integers")
@@ -195,9 +230,75 @@ def _steps(frame: dict[str, Any], pid: int) -> list[Sample]:
                 batch_size=_opt_int(bs, "steps.data: batch size"),
                 pid=pid,
                 wait_cpu_s=None if wait_cpu is None else wait_cpu / 1e6,
+                gpu_span_s=span,
+                gpu_busy_s=busy,
+                gpu_busy_source=gpu_busy_source(BUSY_SOURCES[code]) if busy is not None else None,
             )
         )
     return out
+
+
+_WINDOW_INTS = (
+    "steps", "kernels", "short_gaps", "long_gaps", "h2d_copies", "h2d_bytes", "pageable_h2d",
+    "blocking_h2d", "d2h_copies", "launches", "syncs", "conv_kernels", "bf16_kernels",
+)  # fmt: skip
+_WINDOW_FLOATS = (
+    "wall_s", "busy_s", "input_wait_s", "kernel_s", "short_gap_s", "long_gap_s", "h2d_s",
+    "pageable_h2d_s", "d2h_s",
+)  # fmt: skip
+
+
+def cuda_window(w: object, where: str = "cuda.window") -> CudaWindow | None:
+    """A ``CudaWindow`` from its JSON object (a frame's or a stored one's)."""
+    if w is None:
+        return None
+    if not isinstance(w, dict):
+        raise FrameError(f"{where}: expected an object or null")
+    ints: dict[str, int] = {}
+    for k in _WINDOW_INTS:
+        v = w.get(k, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise FrameError(f"{where}.{k}: expected a count")
+        ints[k] = v
+    floats: dict[str, float] = {}
+    for k in _WINDOW_FLOATS:
+        v = w.get(k, 0.0)
+        if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+            raise FrameError(f"{where}.{k}: expected a number >= 0")
+        floats[k] = float(v)
+    return CudaWindow(
+        **ints,
+        **floats,  # type: ignore[arg-type]
+        median_kernel_s=_opt_num(w.get("median_kernel_s"), f"{where}.median_kernel_s"),
+    )
+
+
+def _opt_bool(v: object, what: str) -> bool | None:
+    if v is None or isinstance(v, bool):
+        return v
+    raise FrameError(f"{what}: expected true, false or null")
+
+
+def _cuda(frame: dict[str, Any], pid: int) -> CudaSample:
+    error = frame.get("error")
+    if error is not None and not isinstance(error, str):
+        raise FrameError("cuda.error: expected a string or null")
+    return CudaSample(
+        ts=_num(frame, "t"),
+        pid=pid,
+        device=_int(frame, "device", 0),
+        device_name=_str(frame, "device_name", ""),
+        bf16_supported=_opt_bool(frame.get("bf16_supported"), "cuda.bf16_supported"),
+        capability=_str(frame, "capability", ""),
+        mem_allocated=_opt_int(frame.get("mem_allocated"), "cuda.mem_allocated"),
+        mem_reserved=_opt_int(frame.get("mem_reserved"), "cuda.mem_reserved"),
+        mem_total=_opt_int(frame.get("mem_total"), "cuda.mem_total"),
+        mem_free=_opt_int(frame.get("mem_free"), "cuda.mem_free"),
+        alloc_retries=_opt_int(frame.get("alloc_retries"), "cuda.alloc_retries"),
+        ooms=_opt_int(frame.get("ooms"), "cuda.ooms"),
+        window=cuda_window(frame.get("window")),
+        error=error,
+    )
 
 
 def _info(frame: dict[str, Any], pid: int) -> AgentInfo:
@@ -268,6 +369,8 @@ def convert_frame(frame: dict[str, Any], pid: int) -> list[Sample]:
         return [_info(frame, pid)]
     if kind == "pipeline":
         return [_pipeline(frame, pid)]
+    if kind == "cuda":
+        return [_cuda(frame, pid)]
     if kind == "workers":
         workers = _list(frame, "workers")
         if not all(isinstance(w, int) and not isinstance(w, bool) for w in workers):

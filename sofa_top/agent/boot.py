@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sofa_top.agent import core, hooks_tf, hooks_torch, optimize
+from sofa_top.agent import core, hooks_cuda, hooks_tf, hooks_torch, optimize
 from sofa_top.agent.core import Agent, PostImportHooks, log_once
 from sofa_top.agent.settings import ENV_SETTINGS, ENV_SOCKET, parse_settings
 from sofa_top.agent.transport import Connection
@@ -29,6 +29,7 @@ def installers() -> dict[str, Sequence[tuple[str, Installer]]]:
         "keras.src.callbacks.callback_list": [("keras-fit", hooks_tf.install_keras_epochs)],
         "torch.utils.data.dataloader": [("torch-dataloader", hooks_torch.install_dataloader)],
         "torch.optim.optimizer": [("torch-optimizer", hooks_torch.install_optimizer)],
+        "torch.cuda": [("torch-cuda", hooks_cuda.install)],
     }
 
 

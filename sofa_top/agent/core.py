@@ -53,8 +53,10 @@ class HookSkipped(Exception):
 
 
 if TYPE_CHECKING:  # aliases only for the checker: the agent also runs on Python 3.8
-    # source, step, start, end, wait, batch size, process CPU during the wait (< 0: unknown)
-    StepRecord = tuple[str, int, float, float, float, int | None, float]
+    # source, step, start, end, wait, batch size, process CPU during the wait (< 0: unknown);
+    # a CUDA loop's records carry three more: GPU span, GPU busy (s, < 0: unknown) and the
+    # busy time's source code (protocol.BUSY_SOURCES)
+    StepRecord = tuple[Any, ...]
     Installer = Callable[["Agent", ModuleType], None]
 
 
@@ -225,11 +227,24 @@ class Agent:
         self._info_dirty = True
         self._last_dropped = 0
         self._clocks: dict[str, StepClock] = {}
+        # hooks_cuda's step observer: it sees every step record first (to record a CUDA event
+        # at the boundary) and queues it once its GPU time is known; None: no CUDA hook
+        self.step_observer: Callable[[StepRecord], None] | None = None
+        # called by the drain thread before each flush (hooks_cuda releases stale records)
+        self.before_flush: Callable[[bool], None] | None = None
 
     # -- hot path -------------------------------------------------------------------------
 
     def push(self, record: StepRecord) -> None:
-        """Queue one step record; never blocks, drops (and counts) when the queue is full."""
+        """Hand one step record on (to the CUDA observer, else the queue); never blocks."""
+        observer = self.step_observer
+        if observer is not None:
+            observer(record)
+        else:
+            self.enqueue(record)
+
+    def enqueue(self, record: StepRecord) -> None:
+        """Queue one step record; drops (and counts) when the queue is full."""
         if len(self._steps) < self._qmax:
             self._steps.append(record)
         else:
@@ -327,9 +342,12 @@ class Agent:
         off = self._offset
         source = steps[0][0]
         data: list[int | None] = []
+        gpu: list[int | None] = []
+        has_gpu = False
         limit = _STEPS_PER_FRAME * len(protocol.STEP_FIELDS)
         while steps and len(data) < limit and steps[0][0] == source:
-            _, n, start, end, wait, bs, cpu = steps.popleft()
+            rec = steps.popleft()
+            _, n, start, end, wait, bs, cpu = rec[:7]
             # a step's start is the previous one's end (same float): they stay equal in µs
             data += (
                 n,
@@ -339,7 +357,20 @@ class Agent:
                 bs,
                 int(cpu * 1e6) if cpu >= 0 else None,
             )
-        return protocol.encode({"type": "steps", "pid": self.pid, "source": source, "data": data})
+            if len(rec) > 7:
+                span, busy, src = rec[7:10]
+                has_gpu = True
+                gpu += (
+                    int(span * 1e6) if span >= 0 else None,
+                    int(busy * 1e6) if busy >= 0 else None,
+                    src,
+                )
+            else:
+                gpu += (None, None, 0)
+        frame: dict[str, Any] = {"type": "steps", "pid": self.pid, "source": source, "data": data}
+        if has_gpu:
+            frame["gpu"] = gpu
+        return protocol.encode(frame)
 
     def _info_due(self) -> bool:
         return self._info_dirty or self.dropped != self._last_dropped
@@ -349,8 +380,18 @@ class Agent:
         self._last_dropped = self.dropped
         return protocol.encode(self._info_frame())
 
+    def _release(self, final: bool) -> None:
+        hook = self.before_flush
+        if hook is not None:
+            try:
+                hook(final)
+            except Exception as e:
+                self.before_flush = None
+                log_once(f"internal error before a flush: {e!r}")
+
     def _flush(self) -> bool:
         """Send everything queued, a frame at a time; False once the connection is gone."""
+        self._release(False)
         for data in self._control_frames():
             if not self._send(data):
                 return False
@@ -365,6 +406,7 @@ class Agent:
     def _final_flush(self) -> None:
         """At exit: send what fits in ``exit_flush_s``, count the rest as dropped, say bye."""
         deadline = time.perf_counter() + self.settings.exit_flush_s
+        self._release(True)
         for data in self._control_frames():
             if not self._send(data, deadline):
                 return
@@ -438,6 +480,9 @@ class Agent:
         # child that execs Python again gets its own agent through sitecustomize
         self.enabled = False
         self.pid = os.getpid()
+        # CUDA cannot be used in a forked child: its observer must never run there
+        self.step_observer = None
+        self.before_flush = None
         if self._conn is not None:
             self._conn.detach_after_fork()
             self._conn = None

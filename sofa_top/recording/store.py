@@ -14,10 +14,12 @@ Schema (version ``SCHEMA_VERSION``, also in ``PRAGMA user_version``):
   ``[[function, filename, line], ...]`` outermost first.
 - ``stack_windows(id INTEGER PRIMARY KEY, ts_start, ts_end, rate_hz, samples, sampler_cpu,
   error, hint)`` and ``stack_counts(window_id, pid, tid, thread_name, stack_id, count, klass)``.
-- ``steps(ts, step, start, duration_s, input_wait_s, source, batch_size, pid, wait_cpu_s)``
-  (``wait_cpu_s`` since v2; v1 files read it as NULL).
-- ``events(ts REAL, kind TEXT, message TEXT, data TEXT)`` -- markers (JSON data); agent reports
-  and tf.data pipelines are stored here too (kinds ``agent``, ``pipeline``).
+- ``steps(ts, step, start, duration_s, input_wait_s, source, batch_size, pid, wait_cpu_s,
+  gpu_span_s, gpu_busy_s, gpu_busy_source)`` (``wait_cpu_s`` since v2, the ``gpu_*`` columns
+  since v3; older files read them as NULL).
+- ``events(ts REAL, kind TEXT, message TEXT, data TEXT)`` -- markers (JSON data); agent reports,
+  tf.data pipelines and CUDA readings are stored here too (kinds ``agent``, ``pipeline``,
+  ``cuda``).
 
 Durability: the writer commits at least once per second (``Session`` calls ``commit``), WAL
 with ``synchronous=NORMAL`` survives the writer being SIGKILLed (only an OS crash can lose the
@@ -39,6 +41,7 @@ from typing import Any
 from sofa_top.model.errors import UserError
 from sofa_top.model.samples import (
     AgentInfo,
+    CudaSample,
     Event,
     Frame,
     PipelineSample,
@@ -50,11 +53,12 @@ from sofa_top.model.samples import (
     StackWindow,
     StepSample,
     event_kind,
+    gpu_busy_source,
     stage_kind,
 )
 from sofa_top.recording.series import RateState, SeriesPoint, points_of, unit_of
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -72,11 +76,18 @@ CREATE TABLE IF NOT EXISTS stack_counts (window_id INTEGER, pid INTEGER, tid INT
     thread_name TEXT, stack_id INTEGER, count INTEGER, klass TEXT);
 CREATE INDEX IF NOT EXISTS stack_counts_by_window ON stack_counts (window_id);
 CREATE TABLE IF NOT EXISTS steps (ts REAL, step INTEGER, start REAL, duration_s REAL,
-    input_wait_s REAL, source TEXT, batch_size INTEGER, pid INTEGER, wait_cpu_s REAL);
+    input_wait_s REAL, source TEXT, batch_size INTEGER, pid INTEGER, wait_cpu_s REAL,
+    gpu_span_s REAL, gpu_busy_s REAL, gpu_busy_source TEXT);
 CREATE TABLE IF NOT EXISTS events (ts REAL NOT NULL, kind TEXT NOT NULL, message TEXT,
     data TEXT);
 CREATE INDEX IF NOT EXISTS events_by_kind ON events (kind, ts);
 """
+
+
+_STEP_COLUMNS = (
+    "ts", "step", "start", "duration_s", "input_wait_s", "source", "batch_size", "pid",
+    "wait_cpu_s", "gpu_span_s", "gpu_busy_s", "gpu_busy_source",
+)  # fmt: skip
 
 
 def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
@@ -196,7 +207,7 @@ class SessionStore:
             )
         elif isinstance(s, StepSample):
             db.execute(
-                "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     s.ts,
                     s.step,
@@ -207,6 +218,9 @@ class SessionStore:
                     s.batch_size,
                     s.pid,
                     s.wait_cpu_s,
+                    s.gpu_span_s,
+                    s.gpu_busy_s,
+                    s.gpu_busy_source,
                 ),
             )
         elif isinstance(s, Event):
@@ -215,6 +229,8 @@ class SessionStore:
             self._event(s.ts, "pipeline", s.framework, asdict(s))
         elif isinstance(s, AgentInfo):
             self._event(s.ts, "agent", f"agent in pid {s.pid}", asdict(s))
+        elif isinstance(s, CudaSample):
+            self._event(s.ts, "cuda", f"CUDA in pid {s.pid}", asdict(s))
         return pts
 
     def _event(self, ts: float, kind: str, message: str, data: dict[str, Any]) -> None:
@@ -268,9 +284,8 @@ class SessionReader:
         if version < 1:
             raise UserError(f"not a sofa-top session: {path}")
         cols = {r[1] for r in self._db.execute("PRAGMA table_info(steps)")}
-        self._step_cols = "ts, step, start, duration_s, input_wait_s, source, batch_size, pid, " + (
-            "wait_cpu_s" if "wait_cpu_s" in cols else "NULL"
-        )
+        # columns a file written by an older version lacks read as NULL
+        self._step_cols = ", ".join(c if c in cols else "NULL" for c in _STEP_COLUMNS)
 
     def meta(self) -> dict[str, Any]:
         """All metadata keys, JSON-decoded."""
@@ -311,9 +326,13 @@ class SessionReader:
 
     def steps(self) -> list[StepSample]:
         return [
-            StepSample(*r)
-            for r in self._db.execute(f"SELECT {self._step_cols} FROM steps ORDER BY ts")
+            _step(r) for r in self._db.execute(f"SELECT {self._step_cols} FROM steps ORDER BY ts")
         ]
+
+    def cuda_samples(self) -> list[CudaSample]:
+        """The agent's CUDA readings, in time order (unreadable ones left out)."""
+        samples = (CudaSample.from_json(e.data) for e in self.events("cuda"))
+        return [c for c in samples if c is not None]
 
     def last_pipeline(self) -> PipelineSample | None:
         """The last input pipeline the agent described (None if none, or unreadable)."""
@@ -579,7 +598,7 @@ class SessionReader:
             "ORDER BY ts DESC LIMIT ?",
             (at, float("-inf") if since is None else since, limit),
         ).fetchall()
-        return [StepSample(*r) for r in reversed(rows)]
+        return [_step(r) for r in reversed(rows)]
 
     def count_events(self, kinds: Iterable[str]) -> int:
         ks = sorted(set(kinds))
@@ -636,6 +655,12 @@ class SessionReader:
             float(r[0])
             for r in self._db.execute("SELECT ts FROM events WHERE kind = ? ORDER BY ts", (kind,))
         ]
+
+
+def _step(row: tuple[Any, ...]) -> StepSample:
+    values = list(row)
+    values[11] = gpu_busy_source(values[11])
+    return StepSample(*values)
 
 
 def _event(ts: float, kind: str, message: str | None, data: str | None) -> Event:
