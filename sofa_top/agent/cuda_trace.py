@@ -9,12 +9,13 @@ read too. ``window_stats`` turns one window of it into the numbers of a ``CudaWi
 
 What counts:
 
-- **busy**: the union of the intervals in which the device ran a kernel, a copy or a memset (on
-  any stream), at most the window's wall time;
-- **gaps**: the idle intervals between two GPU activities. A gap shorter than ``SHORT_GAP_S`` is
-  the GPU waiting for the host to launch the next kernel (Python dispatch of one op takes ~10-50
-  us); a longer one is the host doing something else (waiting for input, its own computation,
-  a synchronisation);
+- **busy**: the union of the intervals in which the device ran a kernel (on any stream), at most
+  the window's wall time. Copies and memsets run on the copy engines while the SMs wait: they
+  are counted apart (HTA's "non-compute" time), not as busy;
+- **gaps**: the idle intervals between two GPU activities (kernels, copies, memsets). A gap
+  shorter than ``SHORT_GAP_S`` is the GPU waiting for the host to launch the next kernel
+  (Python dispatch of one eager op takes ~10-50 us); a longer one is the host doing something
+  else (waiting for input, its own computation, a synchronisation);
 - **pageable copies**: host-to-device copies from memory that is not pinned (a ``DataLoader``
   without ``pin_memory``), which the driver stages through a bounce buffer, synchronously;
 - **blocking copies**: host-to-device copies the host waited for: a synchronous ``cudaMemcpy``,
@@ -145,7 +146,8 @@ def window_stats(
                 gpu.append(e)
         elif cat in HOST_CATEGORIES:
             host.append(e)
-    intervals: list[tuple[float, float]] = []
+    intervals: list[tuple[float, float]] = []  # every GPU activity
+    compute: list[tuple[float, float]] = []  # kernels
     kernels: list[float] = []
     names: list[str] = []
     h2d: list[Mapping[str, Any]] = []
@@ -159,6 +161,7 @@ def window_stats(
         name = str(e.get("name", ""))
         secs = dur / 1e6
         if e.get("cat") == "kernel":
+            compute.append((ts, ts + dur))
             kernels.append(secs)
             names.append(name)
         elif e.get("cat") == "gpu_memcpy":
@@ -173,13 +176,14 @@ def window_stats(
                 d2h += 1
                 d2h_s += secs
     merged = _merge(intervals)
-    busy = sum(end - start for start, end in merged) / 1e6
+    busy = sum(end - start for start, end in _merge(compute)) / 1e6
+    active = sum(end - start for start, end in merged) / 1e6
     gaps = [(merged[i + 1][0] - merged[i][1]) / 1e6 for i in range(len(merged) - 1)]
     short = [g for g in gaps if g < SHORT_GAP_S]
     long_ = [g for g in gaps if g >= SHORT_GAP_S]
     wall = max(wall_s, 0.0)
     busy = min(busy, wall) if wall > 0 else busy
-    idle = max(0.0, wall - busy)
+    idle = max(0.0, wall - active)
     gap_total = sum(gaps)
     # GPU time runs a little past the host's window (work queued before its end): keep the
     # parts within the wall time, in proportion

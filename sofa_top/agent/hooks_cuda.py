@@ -234,15 +234,18 @@ class CudaSteps:
         self._windows_off = self.window_every <= 0
         self._busy_per_step: float | None = None
         self._memory: dict[str, Any] = {}
+        self._taken = False  # the current record is in the pending queue
 
     # -- the training thread, at each step boundary -------------------------------------------
 
     def __call__(self, record: StepRecord) -> None:
+        self._taken = False
         try:
             self._step(record)
         except Exception as e:
             self.stop(f"{type(e).__name__}: {e}")
-            self.agent.enqueue(record)
+            if not self._taken:  # else it went out with the pending ones
+                self.agent.enqueue(record)
 
     def _step(self, record: StepRecord) -> None:
         now = time.perf_counter()
@@ -264,6 +267,7 @@ class CudaSteps:
             window.wait += record[4]
         with self._lock:
             self._pending.append(_Pending(record, start_ev, end_ev, window, now))
+            self._taken = True
             self._poll()
         self._window_tick(now)
         if now >= self._next_memory:

@@ -248,9 +248,9 @@ class StepSample:
     # CUDA (agent, hooks_cuda): the GPU time between CUDA events recorded on the current stream
     # at the step's two boundaries. A span, not busy time: it includes the GPU's idle gaps
     gpu_span_s: float | None = None
-    # time the GPU executed kernels, copies and memsets for this step: measured in a profiler
-    # window ("profiler"), else the last window's busy time per step capped by the span
-    # ("estimate"); None without CUDA or before the first window
+    # time the GPU ran kernels for this step: measured in a profiler window ("profiler"), else
+    # the last window's busy time per step capped by the span ("estimate"); None without CUDA
+    # or before the first window
     gpu_busy_s: float | None = None
     gpu_busy_source: GpuBusySource | None = None
 
@@ -275,10 +275,10 @@ class CudaWindow:
     """A short ``torch.profiler`` window of CUDA activity over a few whole steps.
 
     Times are seconds. ``wall_s`` is the host time the window's steps took; ``busy_s`` the union
-    of the intervals in which the GPU ran a kernel, a copy or a memset; the idle rest is split
-    into the gaps between GPU activities (short ones: < ``hooks_cuda.SHORT_GAP_S``, the mark of
-    kernel-launch overhead; long ones: the host doing something else) and the time outside any
-    activity at the window's ends."""
+    of the intervals in which the GPU ran a kernel (copies and memsets are counted apart); the
+    time without any GPU activity is split into the gaps between activities (short ones: <
+    ``agent.cuda_trace.SHORT_GAP_S``, the mark of kernel-launch overhead; long ones: the host
+    doing something else) and the time outside any activity at the window's ends."""
 
     steps: int
     wall_s: float

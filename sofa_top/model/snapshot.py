@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from sofa_top.model.samples import (
     AgentInfo,
+    CudaSample,
     Event,
     GpuSample,
     PipelineSample,
@@ -97,3 +98,4 @@ class Snapshot:
     logs: tuple[Event, ...] = ()  # workload output lines (kind "log"), last LOG_LINES, oldest first
     logs_dropped: int = 0  # output lines not kept (flood protection)
     read_only: bool = False  # a replay: no live data, ``ts`` is the cursor
+    cuda: CudaSample | None = None  # the agent's latest CUDA reading (GPU loops)

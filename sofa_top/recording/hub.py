@@ -26,6 +26,7 @@ from sofa_top.analysis.verdicts import WINDOW_S, Evidence, judge
 from sofa_top.collectors.base import BACKPRESSURE, Collector
 from sofa_top.model.samples import (
     AgentInfo,
+    CudaSample,
     Event,
     GpuSample,
     PipelineSample,
@@ -49,6 +50,7 @@ QUEUE_MAX = 10_000
 # collectors that cannot (process, system, GPU, stacks, logs).
 QUEUE_WAITING_MAX = QUEUE_MAX - 2_000
 EXIT_GRACE_S = 0.5  # after the target exits, let its last output and agent frames arrive
+CUDA_WINDOW_S = 90.0  # the agent's profiler windows come every ~30 s: the verdict sees 3
 
 
 class Session:
@@ -93,6 +95,7 @@ class Session:
         self._cpu: deque[tuple[float, float | None, float]] = deque(maxlen=400)
         self._pipeline: PipelineSample | None = None
         self._agent: AgentInfo | None = None
+        self._cuda: deque[CudaSample] = deque(maxlen=200)
         self._logs: deque[Event] = deque(maxlen=LOG_LINES)
         self._logs_dropped = 0
         self._frameworks: tuple[str, ...] = ()
@@ -265,6 +268,8 @@ class Session:
         elif isinstance(s, AgentInfo):
             self._agent = s
             self._frameworks = tuple(name for name, _v in s.frameworks)
+        elif isinstance(s, CudaSample):
+            self._cuda.append(s)
 
     _finalized = False
 
@@ -312,6 +317,7 @@ class Session:
             agent=self._agent,
             logs=tuple(self._logs),
             logs_dropped=self._logs_dropped,
+            cuda=self._cuda[-1] if self._cuda else None,
         )
 
     def _judge(
@@ -337,6 +343,7 @@ class Session:
                 gpu=self._gpu,
                 pipeline=self._pipeline,
                 frameworks=self._frameworks,
+                cuda=[c for c in self._cuda if c.ts >= now - CUDA_WINDOW_S],
             )
         )
         prev = self._verdict
