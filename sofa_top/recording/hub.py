@@ -17,6 +17,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -317,8 +318,16 @@ class Session:
             agent=self._agent,
             logs=tuple(self._logs),
             logs_dropped=self._logs_dropped,
-            cuda=self._cuda[-1] if self._cuda else None,
+            cuda=self._latest_cuda(),
         )
+
+    def _latest_cuda(self) -> CudaSample | None:
+        """The agent's latest CUDA reading, with the latest profiler window it sent."""
+        if not self._cuda:
+            return None
+        last = self._cuda[-1]
+        window = next((c.window for c in reversed(self._cuda) if c.window is not None), None)
+        return last if last.window is not None or window is None else replace(last, window=window)
 
     def _judge(
         self, now: float, summary: StackSummary | None, by_thread: dict[int, StackSummary]

@@ -19,6 +19,7 @@ import argparse
 import os
 import sys
 import time
+from typing import Any
 
 SIZES = {"cuda": 4096, "cpu": 256}
 
@@ -32,7 +33,20 @@ def _args() -> argparse.Namespace:
     p.add_argument("--fake", help="a fake_cuda shape (no GPU: the agent sees a modelled one)")
     p.add_argument("--fail-after", type=int, help="with --fake: the GPU is lost at event N")
     p.add_argument("--size", type=int, help="matmul: layer width (default: 4096 cuda, 256 cpu)")
+    p.add_argument("--layers", type=int, default=100, help="tiny: Linear+ReLU pairs")
+    p.add_argument("--fail-at-step", type=int, help="raise --fail-with at this step")
+    p.add_argument("--fail-with", choices=("oom", "cuda-error"), default="oom")
     return p.parse_args()
+
+
+def _fail(torch: Any, kind: str) -> None:
+    """The workload's own failure, as PyTorch raises it on a GPU."""
+    if kind == "oom":
+        raise torch.cuda.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+            "139.81 GiB of which 1.02 GiB is free."
+        )
+    raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
 
 def main() -> int:
@@ -55,6 +69,9 @@ def main() -> int:
 
     torch.manual_seed(0)
     device = torch.device(args.device)
+    if device.type == "cpu":
+        # small ops: intra-op threads only spin against each other (and the machine's others)
+        torch.set_num_threads(1)
     if device.type == "cuda":
         torch.cuda.init()
     deadline = time.monotonic() + args.seconds
@@ -80,7 +97,7 @@ def main() -> int:
         data = TensorDataset(torch.randn(100_000, 32), torch.randint(0, 10, (100_000,)))
         loader = DataLoader(data, batch_size=16, shuffle=True, num_workers=0)
         layers: list[nn.Module] = []
-        for _ in range(100):
+        for _ in range(args.layers):
             layers += [nn.Linear(32, 32), nn.ReLU()]
         model = nn.Sequential(*layers, nn.Linear(32, 10))
     else:
@@ -93,14 +110,17 @@ def main() -> int:
     step = 0
 
     def train(x: torch.Tensor, y: torch.Tensor) -> float:
+        if step == args.fail_at_step:
+            _fail(torch, args.fail_with)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()
-        opt.step()
-        value = float(loss.item())  # a sync per step, as most loops have
         if fake is not None:
-            fake.sync()  # the modelled GPU's part of that wait
-        return value
+            # the modelled GPU's part of the step (before optimizer.step, which may be the
+            # step's boundary: the GPU started at the last boundary and ran alongside the host)
+            fake.sync()
+        opt.step()
+        return float(loss.item())  # a sync per step, as most loops have
 
     while time.monotonic() < deadline:
         if loader is None:

@@ -6,7 +6,8 @@ an event recorded at host time t is passed by the GPU at t (after ``lag`` querie
 lazy reading is exercised), and a profiler window's trace is written in the format
 ``torch.profiler`` (Kineto) exports, laid out over the window's real step boundaries. Where the
 loop waits for the GPU, the workload calls ``sync()`` after its loss (as ``loss.item()`` would
-wait): it sleeps until the modelled GPU work of the step is done. Per shape:
+wait): it sleeps until the modelled GPU work of the step, begun at the step's start, is done.
+Per shape:
 
 - ``compute``: 60 ms of kernels per step (95% dense), the host waiting for them: GPU-bound;
 - ``launch``: 2 us kernels every 25 us over 90% of each step (the gaps: Python dispatching
