@@ -20,6 +20,7 @@ from conftest import WORKLOADS, log_lines, validate_record_json
 
 from sofa_top.launch import LaunchRequest, Sampling, open_launch
 from sofa_top.model.snapshot import Snapshot
+from sofa_top.recording.replay import ReplaySource
 from sofa_top.recording.report import session_summary
 from sofa_top.recording.store import SessionReader
 
@@ -104,6 +105,15 @@ def test_launch_bound_loop_is_told_apart(tmp_path: Path) -> None:
     }
     assert all(s.gpu_span_s is not None for s in steps[-10:])
     assert snap is not None and snap.verdict is not None and snap.verdict.kind == v["kind"]
+    # a replay shows the same: the CUDA reading with its window, GPU busy per step
+    replay = ReplaySource(path)
+    try:
+        at = replay.snapshot_at(steps[-1].ts)
+    finally:
+        replay.stop()
+    assert at.cuda is not None and at.cuda.window is not None
+    assert any(s.gpu_busy_s is not None for s in at.steps)
+    assert not any(e.kind == "cuda" for e in at.events)
 
 
 def test_gpu_compute_bound_loop_is_told_apart(tmp_path: Path) -> None:
