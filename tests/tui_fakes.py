@@ -533,9 +533,8 @@ def cuda_sample(now: float = T0 + 75) -> CudaSample:
 
 def gpu_loop_agent(now: float = T0 + 75) -> AgentInfo:
     """PyTorch on CUDA, every torch hook applied."""
-    return AgentInfo(
-        ts=now,
-        pid=TARGET_PID,
+    return dataclasses.replace(
+        make_agent(now),
         python="3.12.3",
         frameworks=(("torch", "2.11.0+cu130"),),
         hooks_applied=("torch-dataloader", "torch-optimizer", "torch-cuda"),

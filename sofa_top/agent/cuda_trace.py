@@ -26,6 +26,7 @@ What counts:
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -87,14 +88,6 @@ def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
         else:
             merged.append((start, end))
     return merged
-
-
-def _median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
 def _blocking(copies: list[Mapping[str, Any]], host: list[Mapping[str, Any]]) -> int:
@@ -196,7 +189,7 @@ def window_stats(
         "input_wait_s": max(0.0, input_wait_s),
         "kernels": len(kernels),
         "kernel_s": sum(kernels),
-        "median_kernel_s": _median(kernels),
+        "median_kernel_s": statistics.median(kernels) if kernels else None,
         "short_gaps": len(short),
         "short_gap_s": sum(short) * scale,
         "long_gaps": len(long_),

@@ -16,7 +16,9 @@ torch-cuda
       (``cuda_trace.window_stats``): kernel busy time and the gaps between kernels, copies
       (pageable, blocking), launches, syncs. The window's steps carry its busy time per step
       (``gpu_busy_source="profiler"``); the steps after it carry the same busy time per step,
-      capped by their own span (``"estimate"``).
+      capped by their own span (``"estimate"``). Closing a window synchronises the device
+      once (``torch.profiler`` does, to collect the GPU's records): the only wait this hook
+      causes, every ``cuda_window_s``.
     - **The allocator**: ``torch.cuda.memory_stats`` / ``mem_get_info`` every ``cuda_memory_s``.
 
     Everything is sent as ``cuda`` frames (``protocol``). A CUDA call that fails (a CUDA error in
@@ -293,7 +295,10 @@ class CudaSteps:
             window = p.window
             if window is not None and not window.done:
                 break
-            if p.end is not None and not self.backend.done(p.end):
+            waiting = p.end is not None and not self.backend.done(p.end)
+            # on another stream (the loop switched streams) the start may still be ahead
+            waiting = waiting or (p.start is not None and not self.backend.done(p.start))
+            if waiting:
                 if len(pending) <= PENDING_MAX:
                     break
                 pending.popleft()
