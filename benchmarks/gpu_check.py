@@ -246,6 +246,9 @@ def _compare(
     took = time.monotonic() - t0
     if rc is None:
         say(f"  compare timed out after {took:.0f} s (a cold torch.compile may take longer)")
+        for line in err.splitlines():  # the runs that finished (compare's progress lines)
+            if line.startswith("  "):
+                say(f"  finished before the timeout:{line}")
         return
     try:
         result = json.loads(out)
