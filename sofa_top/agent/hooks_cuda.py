@@ -18,7 +18,9 @@ torch-cuda
       (``gpu_busy_source="profiler"``); the steps after it carry the same busy time per step,
       capped by their own span (``"estimate"``). Closing a window synchronises the device
       once (``torch.profiler`` does, to collect the GPU's records): the only wait this hook
-      causes, every ``cuda_window_s``.
+      causes, every ``cuda_window_s``. A step that begins with such work of this hook (over
+      ``OWN_TIME_S``: CUPTI's first start can take a second) gets no busy time, and the
+      window's wall time starts after it: the hook's own time is not the GPU's idle time.
     - **The allocator**: ``torch.cuda.memory_stats`` / ``mem_get_info`` every ``cuda_memory_s``.
 
     Everything is sent as ``cuda`` frames (``protocol``). A CUDA call that fails (a CUDA error in
@@ -54,6 +56,7 @@ PENDING_MAX_S = 5.0  # a step record waits at most this long for its GPU time
 PENDING_MAX = 512  # ... and at most this many records wait
 READY_CHECK_S = 0.5  # how often a loop without CUDA (yet) is checked again
 WINDOW_MAX_S = 5.0  # a profiler window closes after this long even with fewer steps
+OWN_TIME_S = 0.002  # this hook's own work at a boundary beyond this: the next step is tainted
 _WAITING = "the workload has not initialised CUDA"
 
 
@@ -200,16 +203,25 @@ class _Window:
 
 
 class _Pending:
-    __slots__ = ("end", "record", "start", "t", "window")
+    __slots__ = ("end", "record", "start", "t", "tainted", "window")
 
     def __init__(
-        self, record: StepRecord, start: object, end: object, window: _Window | None, t: float
+        self,
+        record: StepRecord,
+        start: object,
+        end: object,
+        window: _Window | None,
+        t: float,
+        tainted: bool,
     ) -> None:
         self.record = record
         self.start = start
         self.end = end
         self.window = window
         self.t = t
+        # the step began with this hook's own work (a profiler start or stop, an allocator
+        # reading): its wall time is not the workload's, so it gets no busy time
+        self.tainted = tainted
 
 
 class CudaSteps:
@@ -237,6 +249,7 @@ class CudaSteps:
         self._busy_per_step: float | None = None
         self._memory: dict[str, Any] = {}
         self._taken = False  # the current record is in the pending queue
+        self._tainted = False  # this hook spent OWN_TIME_S or more at the last boundary
 
     # -- the training thread, at each step boundary -------------------------------------------
 
@@ -267,14 +280,17 @@ class CudaSteps:
         if window is not None:
             window.steps += 1
             window.wait += record[4]
+        tainted = self._tainted and start_ev is not None
         with self._lock:
-            self._pending.append(_Pending(record, start_ev, end_ev, window, now))
+            self._pending.append(_Pending(record, start_ev, end_ev, window, now, tainted))
             self._taken = True
             self._poll()
         self._window_tick(now)
         if now >= self._next_memory:
             self._next_memory = now + self.memory_every
             self._read_memory()
+        # the next step starts at this boundary: it carries what this hook just spent
+        self._tainted = time.perf_counter() - now > OWN_TIME_S
 
     def _activate(self, now: float) -> bool:
         self._next_check = now + READY_CHECK_S
@@ -313,7 +329,9 @@ class CudaSteps:
             span = max(0.0, self.backend.elapsed_s(p.start, p.end))
         busy, source = -1.0, 0
         window = p.window
-        if window is not None and window.busy_per_step is not None:
+        if p.tainted:
+            pass
+        elif window is not None and window.busy_per_step is not None:
             busy, source = window.busy_per_step, 1
         elif self._busy_per_step is not None and span >= 0:
             busy, source = self._busy_per_step, 2
@@ -336,7 +354,8 @@ class CudaSteps:
                     {"reading": "profiler window", "reason": f"{type(e).__name__}: {e}"},
                 )
                 return
-            self._window = _Window(now)
+            # from after the start: CUPTI's first start can take a second, not the GPU's time
+            self._window = _Window(time.perf_counter())
             return
         if w.steps < self.window_steps and now - w.start < WINDOW_MAX_S:
             return

@@ -114,6 +114,28 @@ def test_window_busy_goes_to_its_steps_and_estimates_follow() -> None:
     assert obs._window is None  # closed after its steps
 
 
+def test_the_hooks_own_time_is_not_counted_as_the_gpus() -> None:
+    class SlowStart(FakeCuda):
+        def start_profiler(self) -> None:
+            time.sleep(0.05)  # CUPTI's first start can take far longer than a step
+            super().start_profiler()
+
+    agent = _agent(cuda_first_window_s=0.0, cuda_window_steps=3, cuda_window_s=3600.0)
+    _observer(agent, SlowStart("input", lag=0))
+    loop = _Loop(agent)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(f["window"] for f in _frames(agent, "cuda")):
+        loop.step(work_s=0.004, wait_s=0.006)
+    for _ in range(4):  # the window's steps go out at the next boundaries
+        loop.step(work_s=0.004, wait_s=0.006)
+    rows = _queued(agent)
+    first = next(i for i, r in enumerate(rows) if r[3] - r[2] > 0.04)  # the step that waited
+    assert (rows[first][8], rows[first][9]) == (-1.0, 0)  # no busy time for it
+    assert [r[9] for r in rows[first + 1 : first + 3]] == [1, 1]  # the window's other steps
+    (window,) = [f["window"] for f in _frames(agent, "cuda") if f["window"]]
+    assert window["wall_s"] < 3 * 0.010 + 0.03  # the 50 ms start is not in the window
+
+
 def test_a_cuda_error_switches_the_hook_off_and_steps_go_on() -> None:
     agent = _agent()
     fake = FakeCuda("compute", lag=0, fail_after=3)
