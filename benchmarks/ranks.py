@@ -64,7 +64,7 @@ def run_plain(ranks: int, steps: int) -> float:
 
 def run_recorded(ranks: int, steps: int, stacks: bool, where: Path) -> tuple[float, float, float]:
     """(steps/s, sofa-top's own CPU %, py-spy's CPU %), CPU as % of one core."""
-    from sofa_top.recording.store import SessionReader
+    from sofa_top.recording.reader import SessionReader
 
     path = where / f"run-{time.monotonic_ns()}.sofa"
     cmd = [SOFA_TOP, "record", "-o", str(path), *([] if stacks else ["--no-stacks"]), "--"]

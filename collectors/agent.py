@@ -25,20 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sofa_top.agent.protocol import MAX_FRAME, STEP_FIELDS, FrameError, FrameReader
+from sofa_top.agent.protocol import (
+    MAX_FRAME,
+    FrameError,
+    FrameReader,
+)
+from sofa_top.collectors.agent_frames import convert_frame, int_field
 from sofa_top.collectors.base import Emit
 from sofa_top.model.errors import UserError
-from sofa_top.model.ranks import RankId
 from sofa_top.model.samples import (
-    AgentInfo,
     Event,
     EventKind,
-    PipelineSample,
-    PipelineStage,
-    Sample,
-    StepSample,
-    event_kind,
-    stage_kind,
 )
 
 SOCKET_NAME = "agent.sock"
@@ -193,263 +190,13 @@ def _handshake(
     if frame.get("type") != "hello" or frame.get("token") != token:
         conn.close()
         return None
-    pid = creds[0] if creds else _int(frame, "pid", 0)
+    pid = creds[0] if creds else int_field(frame, "pid", 0)
     refused = frame.get("refused")
     if isinstance(refused, str):
         conn.close()
         return Handshake(conn, pid, frame, reader, refused)
     conn.setblocking(False)
     return Handshake(conn, pid, frame, reader)
-
-
-# -- frame conversion -------------------------------------------------------------------------
-
-
-def _num(obj: dict[str, Any], key: str) -> float:
-    v = obj.get(key)
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise FrameError(f"{obj.get('type')}.{key}: expected a number")
-    return float(v)
-
-
-def _int(obj: dict[str, Any], key: str, default: int | None = None) -> int:
-    v = obj.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise FrameError(f"{obj.get('type')}.{key}: expected an integer")
-    return v
-
-
-def _str(obj: dict[str, Any], key: str, default: str | None = None) -> str:
-    v = obj.get(key, default)
-    if not isinstance(v, str):
-        raise FrameError(f"{obj.get('type')}.{key}: expected a string")
-    return v
-
-
-def _list(obj: dict[str, Any], key: str) -> list[Any]:
-    v = obj.get(key, [])
-    if not isinstance(v, list):
-        raise FrameError(f"{obj.get('type')}.{key}: expected a list")
-    return v
-
-
-def _opt_int(v: object, what: str) -> int | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise FrameError(f"{what}: expected an integer or null")
-    return v
-
-
-def _opt_num(v: object, what: str) -> float | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise FrameError(f"{what}: expected a number or null")
-    return float(v)
-
-
-def _steps(frame: dict[str, Any], pid: int) -> list[Sample]:
-    source = _str(frame, "source")
-    data = _list(frame, "data")
-    width = len(STEP_FIELDS)
-    if len(data) % width:
-        raise FrameError(f"steps.data: length {len(data)} is not a multiple of {width}")
-    collective = _collective(frame, len(data) // width)
-    out: list[Sample] = []
-    for i in range(0, len(data), width):
-        step, start_us, end_us, wait_us, bs, cpu_us = data[i : i + width]
-        for v in (step, start_us, end_us, wait_us):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise FrameError("steps.data: step and times must be integers")
-        if end_us < start_us or wait_us < 0:
-            raise FrameError("steps.data: a step ends before it starts, or waits < 0")
-        wait_cpu = _opt_int(cpu_us, "steps.data: wait CPU")
-        if wait_cpu is not None and wait_cpu < 0:
-            raise FrameError("steps.data: wait CPU < 0")
-        out.append(
-            StepSample(
-                ts=end_us / 1e6,
-                step=step,
-                start=start_us / 1e6,
-                duration_s=(end_us - start_us) / 1e6,
-                input_wait_s=wait_us / 1e6,
-                source=source,
-                batch_size=_opt_int(bs, "steps.data: batch size"),
-                pid=pid,
-                wait_cpu_s=None if wait_cpu is None else wait_cpu / 1e6,
-                collective_s=collective[i // width],
-            )
-        )
-    return out
-
-
-def _collective(frame: dict[str, Any], rows: int) -> list[float | None]:
-    """The optional ``collective_us`` of a steps frame: one value (or null) per row."""
-    raw = frame.get("collective_us")
-    if raw is None:
-        return [None] * rows
-    if not isinstance(raw, list) or len(raw) != rows:
-        raise FrameError("steps.collective_us: expected one value per step")
-    out: list[float | None] = []
-    for v in raw:
-        us = _opt_int(v, "steps.collective_us")
-        if us is not None and us < 0:
-            raise FrameError("steps.collective_us: < 0")
-        out.append(None if us is None else us / 1e6)
-    return out
-
-
-def _info(frame: dict[str, Any], pid: int) -> AgentInfo:
-    frameworks: list[tuple[str, str]] = []
-    for fw in _list(frame, "frameworks"):
-        if not (isinstance(fw, list) and len(fw) == 2 and all(isinstance(x, str) for x in fw)):
-            raise FrameError("info.frameworks: expected [name, version] pairs")
-        frameworks.append((fw[0], fw[1]))
-    applied = _list(frame, "hooks_applied")
-    if not all(isinstance(h, str) for h in applied):
-        raise FrameError("info.hooks_applied: expected strings")
-    skipped: list[tuple[str, str]] = []
-    for sk in _list(frame, "hooks_skipped"):
-        if not (isinstance(sk, list) and len(sk) == 2 and all(isinstance(x, str) for x in sk)):
-            raise FrameError("info.hooks_skipped: expected [hook, reason] pairs")
-        skipped.append((sk[0], sk[1]))
-    return AgentInfo(
-        ts=_num(frame, "t"),
-        pid=pid,
-        python=_str(frame, "python", ""),
-        frameworks=tuple(frameworks),
-        hooks_applied=tuple(applied),
-        hooks_skipped=tuple(skipped),
-        dropped=_int(frame, "dropped", 0),
-    )
-
-
-def _pipeline(frame: dict[str, Any], pid: int) -> PipelineSample:
-    stages: list[PipelineStage] = []
-    for st in _list(frame, "stages"):
-        if not isinstance(st, dict):
-            raise FrameError("pipeline.stages: expected objects")
-        bottleneck = st.get("is_bottleneck", False)
-        if not isinstance(bottleneck, bool):
-            raise FrameError("pipeline.stages.is_bottleneck: expected a boolean")
-        stages.append(
-            PipelineStage(
-                name=_str(st, "name"),
-                kind=stage_kind(st.get("kind")),
-                parallelism=_opt_int(st.get("parallelism"), "pipeline.stages.parallelism"),
-                buffer=_opt_int(st.get("buffer"), "pipeline.stages.buffer"),
-                self_time_s=_opt_num(st.get("self_time_s"), "pipeline.stages.self_time_s"),
-                is_bottleneck=bottleneck,
-            )
-        )
-    return PipelineSample(
-        ts=_num(frame, "t"),
-        framework=_str(frame, "framework"),
-        stages=tuple(stages),
-        pid=pid,
-        note=_str(frame, "note", ""),
-    )
-
-
-def _data(frame: dict[str, Any], key: str) -> dict[str, object]:
-    v = frame.get(key, {})
-    if not isinstance(v, dict):
-        raise FrameError(f"{frame.get('type')}.{key}: expected an object")
-    return dict(v)
-
-
-def convert_frame(frame: dict[str, Any], pid: int) -> list[Sample]:
-    """Turn one decoded frame from the agent of process ``pid`` into samples."""
-    kind = frame["type"]
-    if kind == "steps":
-        return _steps(frame, pid)
-    if kind == "info":
-        return [_info(frame, pid)]
-    if kind == "pipeline":
-        return [_pipeline(frame, pid)]
-    if kind == "workers":
-        workers = _list(frame, "workers")
-        if not all(isinstance(w, int) and not isinstance(w, bool) for w in workers):
-            raise FrameError("workers.workers: expected pids")
-        framework = _str(frame, "framework", "")
-        return [
-            Event(
-                ts=_num(frame, "t"),
-                kind="agent-workers",
-                message=f"pid {pid}: {len(workers)} {framework} data-loading worker(s)",
-                data={"pid": pid, "framework": framework, "workers": list(workers)},
-            )
-        ]
-    if kind == "event":
-        told = _str(frame, "kind")
-        data = {"pid": pid, **_data(frame, "data")}
-        event = event_kind(told)
-        if event is None:  # an agent newer than this sofa-top: keep what it said, as data
-            return [
-                Event(
-                    ts=_num(frame, "t"),
-                    kind="agent-unknown-frame",
-                    message=f"pid {pid}: unknown event kind {told!r}: {_str(frame, 'message', '')}",
-                    data={"pid": pid, "type": "event", "kind": told},
-                )
-            ]
-        return [
-            Event(
-                ts=_num(frame, "t"),
-                kind=event,
-                message=_str(frame, "message", ""),
-                data=data,
-            )
-        ]
-    if kind == "hello":
-        argv = _list(frame, "argv")
-        mode = _str(frame, "mode", "launch")  # added in attach's protocol: absent means launch
-        how = "injected into" if mode == "attach" else "connected from"
-        hello: dict[str, object] = {
-            "pid": pid,
-            "ppid": _int(frame, "ppid", 0),
-            "version": _int(frame, "v", 0),
-            "argv": [str(a) for a in argv],
-            "settings": _data(frame, "settings"),
-            "mode": mode,
-        }
-        rank = frame.get("rank")
-        if rank is not None:
-            ident = RankId.from_json(rank) if isinstance(rank, dict) else None
-            if ident is None:
-                raise FrameError("hello.rank: expected an object with an integer rank >= 0")
-            hello["rank"] = ident.as_json()
-        return [
-            Event(
-                ts=_num(frame, "t"),
-                kind="agent-connected",
-                message=f"agent {how} pid {pid} (python {_str(frame, 'python', '?')})",
-                data=hello,
-            )
-        ]
-    if kind == "bye":
-        bye: dict[str, object] = {"pid": pid, "dropped": _int(frame, "dropped", 0)}
-        error = frame.get("error")
-        if error is not None:
-            bye["error"] = _str(frame, "error")
-        return [
-            Event(
-                ts=_num(frame, "t"),
-                kind="agent-exit",
-                message=f"agent of pid {pid} exited" + (f" ({error})" if error else ""),
-                data=bye,
-            )
-        ]
-    # a newer agent: tell, but keep the connection
-    return [
-        Event(
-            ts=time.time(),
-            kind="agent-unknown-frame",
-            message=f"pid {pid}: unknown frame type {kind!r} ignored",
-            data={"pid": pid, "type": kind},
-        )
-    ]
 
 
 # -- the collector ------------------------------------------------------------------------------
@@ -663,4 +410,4 @@ def _uids_text(uids: frozenset[int]) -> str:
     return " or ".join(str(u) for u in sorted(uids))
 
 
-__all__ = ["MAX_FRAME", "SOCKET_NAME", "AgentCollector", "AgentServer", "convert_frame"]
+__all__ = ["MAX_FRAME", "SOCKET_NAME", "AgentCollector", "AgentServer"]

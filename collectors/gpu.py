@@ -1,4 +1,4 @@
-"""GPU collector over NVML (nvidia-ml-py), behind a small backend protocol.
+"""GPU collector over NVML (nvidia-ml-py), behind a small backend protocol (``nvml.py``).
 
 ``GpuCollector`` talks to an ``NvmlBackend``: ``PynvmlBackend`` is the real NVML, and
 ``RecordedNvmlBackend`` replays readings from a JSON recording (tests and demos: CI has no GPU).
@@ -8,320 +8,41 @@ emits ``GpuSample(status="no-driver"/"no-gpu", message="no NVIDIA GPU: <reason>"
 again every ``retry_interval`` seconds (retrying NVML each time) rather than at every tick. A
 reading that fails mid-run (``GPU is lost``, ``Not Supported`` for power on some cards, ...) makes
 that field None and is listed in ``GpuDevice.errors``; everything else keeps going.
+
+Beyond the basic readings, where the device supports them: the target tree's share (memory from
+the running-process lists, SM utilisation from ``nvmlDeviceGetProcessUtilization``), the
+enforced power limit, memory and maximum SM clocks, the clock event ("throttle") reasons, MIG
+mode and its instances. One of these that the device does not support (``Not Supported`` on the
+first try) is left out quietly from then on; any other failure is listed in ``errors``.
+
+The target's share needs NVML's process ids to be this PID namespace's. In a container they are
+often the host's: when none of the listed processes exists here, the device totals stand in for
+the target (``GpuDevice.target_scope == "device"``), and the panes say so.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, NamedTuple, NoReturn, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from sofa_top.collectors.base import Emit
-from sofa_top.model.samples import GpuDevice, GpuSample, GpuStatus
+from sofa_top.collectors.nvml import GpuProcess, MiB, NvmlBackend, PynvmlBackend
+from sofa_top.collectors.nvml_recorded import RecordedNvmlBackend
+from sofa_top.model.samples import GpuDevice, GpuSample, GpuStatus, TargetScope, throttle_names
 from sofa_top.model.units import Bytes, Pid, Seconds
 
-MiB = 1024 * 1024
-
-
-class GpuProcess(NamedTuple):
-    """One entry of NVML's running-process lists."""
-
-    pid: Pid
-    used_memory: Bytes | None  # None where NVML cannot tell (NVML_VALUE_NOT_AVAILABLE)
-
-
-class NvmlBackend(Protocol):
-    """The NVML calls the GPU collector uses. Every method may raise (``pynvml.NVMLError`` and
-    subclasses for the real library); the collector turns that into data."""
-
-    def init(self) -> None:
-        """nvmlInit; raises ImportError when pynvml is missing."""
-        ...
-
-    def shutdown(self) -> None: ...
-
-    def driver_version(self) -> str: ...
-
-    def device_count(self) -> int: ...
-
-    def handle(self, index: int) -> object: ...
-
-    def name(self, handle: object) -> str: ...
-
-    def utilization(self, handle: object) -> int:
-        """GPU utilization in percent (nvmlDeviceGetUtilizationRates().gpu)."""
-        ...
-
-    def memory_info(self, handle: object) -> tuple[Bytes, Bytes]:
-        """(used, total) bytes."""
-        ...
-
-    def power_usage_mw(self, handle: object) -> int: ...
-
-    def temperature_c(self, handle: object) -> int: ...
-
-    def sm_clock_mhz(self, handle: object) -> int: ...
-
-    def compute_processes(self, handle: object) -> list[GpuProcess]: ...
-
-    def graphics_processes(self, handle: object) -> list[GpuProcess]: ...
-
-
-class PynvmlBackend:
-    """The real NVML through pynvml; pynvml is imported in ``init`` so that a missing package
-    becomes the "no-driver" state instead of an import error of sofa-top."""
-
-    def __init__(self) -> None:
-        self._nvml: Any = None
-
-    def _lib(self) -> Any:
-        if self._nvml is None:
-            raise RuntimeError("NVML is not initialised")
-        return self._nvml
-
-    def init(self) -> None:
-        import pynvml
-
-        pynvml.nvmlInit()
-        self._nvml = pynvml
-
-    def shutdown(self) -> None:
-        nvml, self._nvml = self._nvml, None
-        if nvml is not None:
-            nvml.nvmlShutdown()
-
-    def driver_version(self) -> str:
-        return _text(self._lib().nvmlSystemGetDriverVersion())
-
-    def device_count(self) -> int:
-        return int(self._lib().nvmlDeviceGetCount())
-
-    def handle(self, index: int) -> object:
-        return self._lib().nvmlDeviceGetHandleByIndex(index)
-
-    def name(self, handle: object) -> str:
-        return _text(self._lib().nvmlDeviceGetName(handle))
-
-    def utilization(self, handle: object) -> int:
-        return int(self._lib().nvmlDeviceGetUtilizationRates(handle).gpu)
-
-    def memory_info(self, handle: object) -> tuple[Bytes, Bytes]:
-        info = self._lib().nvmlDeviceGetMemoryInfo(handle)
-        return int(info.used), int(info.total)
-
-    def power_usage_mw(self, handle: object) -> int:
-        return int(self._lib().nvmlDeviceGetPowerUsage(handle))
-
-    def temperature_c(self, handle: object) -> int:
-        nvml = self._lib()
-        return int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
-
-    def sm_clock_mhz(self, handle: object) -> int:
-        nvml = self._lib()
-        return int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
-
-    def compute_processes(self, handle: object) -> list[GpuProcess]:
-        return _procs(self._lib().nvmlDeviceGetComputeRunningProcesses(handle))
-
-    def graphics_processes(self, handle: object) -> list[GpuProcess]:
-        return _procs(self._lib().nvmlDeviceGetGraphicsRunningProcesses(handle))
-
-
-def _text(v: object) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def _procs(entries: Sequence[Any]) -> list[GpuProcess]:
-    out = []
-    for e in entries:
-        used = e.usedGpuMemory
-        out.append(GpuProcess(int(e.pid), None if used is None else int(used)))
-    return out
-
-
-# --------------------------------------------------------------------------- replay
-
-_CALLS = (
-    "handle",
-    "name",
-    "utilization",
-    "memory_info",
-    "power_usage",
-    "temperature",
-    "sm_clock",
-    "compute_processes",
-    "graphics_processes",
-)
-
-
-class RecordedNvmlBackend:
-    """RECORDING REPLAY, not a GPU: replays NVML readings from a JSON file, because CI (and the
-    machine this was written on) has no NVIDIA GPU. Errors are raised as the real
-    ``pynvml.NVMLError_*`` classes, so the collector's error handling is the production path.
-
-    Format (see tests/data/nvml/*.json)::
-
-        {"source": "where the numbers come from",
-         "driver_version": "570.124.06",
-         "init_error": null,               # or an NVML error name, e.g. "LibraryNotFound"
-         "devices": [{"name": "NVIDIA H200"}],
-         "frames": [{"devices": [{"util": 97, "mem_used_mib": 71234, "mem_total_mib": 143771,
-                                  "power_mw": 652000, "temp_c": 58, "sm_clock_mhz": 1980,
-                                  "compute_processes": [{"pid": 4242, "used_mib": 70656}],
-                                  "graphics_processes": [],
-                                  "errors": {"power_usage": "NotSupported"}}]}]}
-
-    ``errors`` maps a call name (one of ``handle name utilization memory_info power_usage
-    temperature sm_clock compute_processes graphics_processes``, or ``"*"`` for all of them) to
-    the NVML error it raises in that frame. Each call on each device has its own cursor: its
-    k-th call reads frame k, and the last frame repeats.
-    """
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
-        self._data = _validate(json.loads(Path(path).read_text()), self.path)
-        self._cursor: dict[tuple[int, str], int] = {}
-        self.initialized = False
-        self.init_calls = 0
-        self.shutdown_calls = 0
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RecordedNvmlBackend:
-        """A replay from an in-memory recording (same format as the file)."""
-        self = cls.__new__(cls)
-        self.path = "<dict>"
-        self._data = _validate(dict(data), self.path)
-        self._cursor = {}
-        self.initialized = False
-        self.init_calls = 0
-        self.shutdown_calls = 0
-        return self
-
-    @property
-    def source(self) -> str:
-        return str(self._data.get("source", ""))
-
-    def init(self) -> None:
-        self.init_calls += 1
-        err = self._data.get("init_error")
-        if err:
-            _raise(str(err))
-        self.initialized = True
-
-    def shutdown(self) -> None:
-        self.shutdown_calls += 1
-        self.initialized = False
-
-    def _check_init(self) -> None:
-        if not self.initialized:
-            _raise("Uninitialized")
-
-    def driver_version(self) -> str:
-        self._check_init()
-        return str(self._data.get("driver_version", ""))
-
-    def device_count(self) -> int:
-        self._check_init()
-        return len(self._data["devices"])
-
-    def _frame(self, index: int, call: str) -> Mapping[str, Any]:
-        """The frame this call reads, raising the recorded error if it has one."""
-        self._check_init()
-        if not 0 <= index < len(self._data["devices"]):
-            _raise("InvalidArgument")
-        frames: list[Mapping[str, Any]] = self._data["frames"]
-        k = self._cursor.get((index, call), 0)
-        self._cursor[(index, call)] = k + 1
-        if not frames:
-            return {}
-        frame: Mapping[str, Any] = frames[min(k, len(frames) - 1)]["devices"][index]
-        errors: Mapping[str, str] = frame.get("errors", {})
-        err = errors.get(call) or errors.get("*")
-        if err:
-            _raise(err)
-        return frame
-
-    def handle(self, index: int) -> object:
-        self._frame(index, "handle")
-        return index
-
-    def name(self, handle: object) -> str:
-        i = _index(handle)
-        self._frame(i, "name")
-        return str(self._data["devices"][i]["name"])
-
-    def utilization(self, handle: object) -> int:
-        return int(self._frame(_index(handle), "utilization")["util"])
-
-    def memory_info(self, handle: object) -> tuple[Bytes, Bytes]:
-        f = self._frame(_index(handle), "memory_info")
-        return int(f["mem_used_mib"]) * MiB, int(f["mem_total_mib"]) * MiB
-
-    def power_usage_mw(self, handle: object) -> int:
-        return int(self._frame(_index(handle), "power_usage")["power_mw"])
-
-    def temperature_c(self, handle: object) -> int:
-        return int(self._frame(_index(handle), "temperature")["temp_c"])
-
-    def sm_clock_mhz(self, handle: object) -> int:
-        return int(self._frame(_index(handle), "sm_clock")["sm_clock_mhz"])
-
-    def compute_processes(self, handle: object) -> list[GpuProcess]:
-        return _recorded_procs(self._frame(_index(handle), "compute_processes"), "compute")
-
-    def graphics_processes(self, handle: object) -> list[GpuProcess]:
-        return _recorded_procs(self._frame(_index(handle), "graphics_processes"), "graphics")
-
-
-def _index(handle: object) -> int:
-    if not isinstance(handle, int):
-        _raise("InvalidArgument")
-    return handle
-
-
-def _recorded_procs(frame: Mapping[str, Any], kind: str) -> list[GpuProcess]:
-    out = []
-    for p in frame.get(f"{kind}_processes", []):
-        used = p.get("used_mib")
-        out.append(GpuProcess(int(p["pid"]), None if used is None else int(used) * MiB))
-    return out
-
-
-def _nvml_error_class(name: str) -> type[Exception]:
-    import pynvml
-
-    cls = getattr(pynvml, f"NVMLError_{name}", None)
-    if not (isinstance(cls, type) and issubclass(cls, Exception)):
-        raise ValueError(f"unknown NVML error name {name!r}")
-    return cls
-
-
-def _raise(name: str) -> NoReturn:
-    raise _nvml_error_class(name)()
-
-
-def _validate(data: dict[str, Any], where: str) -> dict[str, Any]:
-    """Check a recording up front, so a typo fails loading rather than replaying oddly."""
-    devices = data.setdefault("devices", [])
-    frames = data.setdefault("frames", [])
-    if data.get("init_error"):
-        _nvml_error_class(str(data["init_error"]))
-    for n, frame in enumerate(frames):
-        if len(frame.get("devices", [])) != len(devices):
-            raise ValueError(f"{where}: frame {n} does not have {len(devices)} devices")
-        for dev in frame["devices"]:
-            for call, err in dev.get("errors", {}).items():
-                if call != "*" and call not in _CALLS:
-                    raise ValueError(f"{where}: frame {n}: unknown call {call!r}")
-                _nvml_error_class(str(err))
-    return data
-
-
-# --------------------------------------------------------------------------- collector
+__all__ = [
+    "GpuCollector",
+    "GpuProcess",
+    "MiB",
+    "NvmlBackend",
+    "PynvmlBackend",
+    "RecordedNvmlBackend",
+    "probe_gpus",
+]
 
 # nvmlInit failures that mean "this machine has no usable NVIDIA GPU" rather than a fault.
 _ABSENT: dict[str, tuple[GpuStatus, str]] = {
@@ -335,9 +56,20 @@ def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _pid_exists(pid: Pid) -> bool:
+    import psutil
+
+    return bool(psutil.pid_exists(pid))
+
+
+def _not_supported(exc: BaseException) -> bool:
+    return type(exc).__name__ == "NVMLError_NotSupported"
+
+
 class GpuCollector:
     """Samples every NVIDIA GPU every ``interval`` seconds; ``target_pids`` gives the PIDs of
-    the target tree (for ``GpuDevice.target_mem``)."""
+    the target tree (for ``GpuDevice.target_mem`` / ``target_util``); ``pid_visible`` says
+    whether a PID NVML lists exists in this namespace (default: psutil)."""
 
     name = "gpu"
 
@@ -348,16 +80,25 @@ class GpuCollector:
         backend: NvmlBackend | None = None,
         *,
         retry_interval: Seconds = 10.0,
+        pid_visible: Callable[[Pid], bool] | None = None,
     ) -> None:
         self.target_pids = target_pids
         self.interval = interval
         self.retry_interval = retry_interval
         self.backend: NvmlBackend = backend if backend is not None else PynvmlBackend()
+        # A replay says which of its PIDs exist in its world (``RecordedNvmlBackend.pid_visible``):
+        # this machine's processes have nothing to do with a recording's.
+        self.pid_visible: Callable[[Pid], bool] = (
+            pid_visible or getattr(self.backend, "pid_visible", None) or _pid_exists
+        )
         self._open = False
         self._driver = ""
         self._handles: list[object | None] = []
         self._handle_errors: list[str] = []
         self._names: list[str] = []
+        # per device: the optional readings it does not support (not tried again)
+        self._unsupported: dict[int, set[str]] = {}
+        self._util_since: dict[int, int] = {}  # per device: last process-utilisation sample
 
     def run(self, emit: Emit, stop: threading.Event) -> None:
         """Sample until ``stop`` is set; NVML is shut down on the way out."""
@@ -467,13 +208,35 @@ class GpuCollector:
                 errors.extend((f, _reason(exc)) for f in fields)
                 return None
 
+        unsupported = self._unsupported.setdefault(index, set())
+
+        def optional(field: str, fn: Callable[[object], Any]) -> Any:
+            if field in unsupported:
+                return None
+            try:
+                return fn(h)
+            except Exception as exc:
+                if _not_supported(exc):
+                    unsupported.add(field)
+                else:
+                    errors.append((field, _reason(exc)))
+                return None
+
         b = self.backend
         util = read(("util",), b.utilization)
         mem = read(("mem_used", "mem_total"), b.memory_info)
         power_mw = read(("power_w",), b.power_usage_mw)
         temp = read(("temp_c",), b.temperature_c)
         clock = read(("sm_clock_mhz",), b.sm_clock_mhz)
-        target_mem = self._target_mem(h, tree, errors)
+        procs = self._processes(h, errors)
+        target_mem, scope = self._target_mem(procs, tree, mem)
+        target_util = self._target_util(index, h, tree, scope, util, unsupported, errors)
+        limit = optional("power_limit", b.power_limit_mw)
+        mem_clock = optional("mem_clock", b.mem_clock_mhz)
+        clock_max = optional("sm_clock_max", b.sm_clock_max_mhz)
+        throttle = optional("throttle", b.throttle_reasons)
+        mig = optional("mig", b.mig_mode)
+        instances = optional("mig_instances", b.mig_devices) if mig else None
         return GpuDevice(
             index=index,
             name=self._names[index],
@@ -485,26 +248,89 @@ class GpuCollector:
             sm_clock_mhz=None if clock is None else float(clock),
             target_mem=target_mem,
             errors=tuple(errors),
+            target_util=target_util,
+            target_scope=scope,
+            power_limit_w=None if limit is None else limit / 1000.0,
+            mem_clock_mhz=None if mem_clock is None else float(mem_clock),
+            sm_clock_max_mhz=None if clock_max is None else float(clock_max),
+            throttle=None if throttle is None else throttle_names(int(throttle)),
+            mig=None if mig is None else bool(mig),
+            mig_instances=tuple(instances or ()),
         )
 
-    def _target_mem(self, h: object, tree: set[Pid], errors: list[tuple[str, str]]) -> Bytes | None:
-        """GPU memory of the target tree's processes; None when neither list could be read."""
-        used: dict[Pid, Bytes] = {}
+    def _processes(self, h: object, errors: list[tuple[str, str]]) -> list[GpuProcess] | None:
+        """Both running-process lists; None when neither could be read."""
+        out: list[GpuProcess] = []
         failed: list[str] = []
         for fn in (self.backend.compute_processes, self.backend.graphics_processes):
             try:
-                procs = fn(h)
+                out.extend(fn(h))
             except Exception as exc:
                 failed.append(_reason(exc))
-                continue
-            for p in procs:
-                # A process with CUDA and graphics contexts is listed twice for the same memory.
-                if p.used_memory is not None and p.pid in tree:
-                    used[p.pid] = max(used.get(p.pid, 0), p.used_memory)
         if len(failed) == 2:
             errors.append(("target_mem", failed[0]))
             return None
-        return sum(used.values())
+        return out
+
+    def _foreign(self, procs: list[GpuProcess]) -> bool:
+        """NVML lists processes, and none of them exists in this PID namespace."""
+        try:
+            return bool(procs) and not any(self.pid_visible(p.pid) for p in procs)
+        except Exception:
+            return False
+
+    def _target_mem(
+        self, procs: list[GpuProcess] | None, tree: set[Pid], mem: tuple[Bytes, Bytes] | None
+    ) -> tuple[Bytes | None, TargetScope]:
+        """GPU memory of the target tree's processes, and how it was found."""
+        if procs is None:
+            return None, ""
+        used: dict[Pid, Bytes] = {}
+        if self._foreign(procs):
+            # a container: NVML speaks of the host's PIDs; the device's total stands in
+            for p in procs:
+                used[p.pid] = max(used.get(p.pid, 0), p.used_memory or 0)
+            total = sum(used.values())
+            return (total or (mem[0] if mem is not None else None)), "device"
+        for p in procs:
+            # A process with CUDA and graphics contexts is listed twice for the same memory.
+            if p.used_memory is not None and p.pid in tree:
+                used[p.pid] = max(used.get(p.pid, 0), p.used_memory)
+        return sum(used.values()), "pids"
+
+    def _target_util(
+        self,
+        index: int,
+        h: object,
+        tree: set[Pid],
+        scope: TargetScope,
+        util: int | None,
+        unsupported: set[str],
+        errors: list[tuple[str, str]],
+    ) -> float | None:
+        """SM utilisation of the tree's processes since the last reading (the device's when
+        NVML's PIDs are foreign)."""
+        if scope == "device":
+            return None if util is None else float(util)
+        if "target_util" in unsupported:
+            return None
+        since = self._util_since.get(index, 0)
+        try:
+            samples = self.backend.process_utilization(h, since)
+        except Exception as exc:
+            name = type(exc).__name__
+            if name == "NVMLError_NotFound":
+                return 0.0  # no process ran a kernel since the last reading
+            if _not_supported(exc):
+                unsupported.add("target_util")
+            else:
+                errors.append(("target_util", _reason(exc)))
+            return None
+        per_pid: dict[Pid, list[int]] = {}
+        for pid, sm, ts in samples:
+            per_pid.setdefault(pid, []).append(sm)
+            self._util_since[index] = max(self._util_since.get(index, 0), ts)
+        return float(sum(sum(v) / len(v) for pid, v in per_pid.items() if pid in tree))
 
 
 def probe_gpus(backend: NvmlBackend | None = None) -> GpuSample:

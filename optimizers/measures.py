@@ -50,6 +50,7 @@ class RunOutcome:
     batch_size: float | None = None  # median over the measured steps
     input: InputStats | None = None
     evidence: Mapping[str, object] = field(default_factory=dict)  # the verdict's
+    loss: float | None = None  # the loss the workload logged last (median of its last 5)
 
     @classmethod
     def failure(cls, session: str, why: str) -> RunOutcome:

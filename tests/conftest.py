@@ -51,7 +51,7 @@ def run_cli(
 
 def log_lines(session: str | Path) -> list[str]:
     """The workload output lines a session recorded."""
-    from sofa_top.recording.store import SessionReader
+    from sofa_top.recording.reader import SessionReader
 
     reader = SessionReader(Path(session))
     try:

@@ -17,7 +17,7 @@ import pytest
 from conftest import SOFA_TOP, run_cli, validate_record_json
 
 from sofa_top import __version__
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 
 def _one_line_error(proc: subprocess.CompletedProcess[str]) -> str:

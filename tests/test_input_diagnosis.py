@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import WORKLOADS, run_cli
 
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 
 @pytest.mark.parametrize("framework", ["tf", "torch"])

@@ -15,7 +15,7 @@ import pytest
 from conftest import SOFA_TOP, WORKLOADS, run_cli, validate_record_json
 
 from sofa_top.analysis.verdicts import HIGH_INPUT_FRACTION
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 TOLERANCE = 0.10
 

@@ -115,3 +115,45 @@ def test_torch_compile_applies_and_reports_compile_time(tmp_path: Path) -> None:
     assert out.compile_s is not None and out.compile_s > 0
     losses = _losses(out.session)
     assert losses and all(math.isfinite(v) for v in losses)
+
+
+def test_gpu_toggles_parse_and_name() -> None:
+    s = parse_settings(
+        '{"optimize": {"pin_memory": true, "bf16": true, "compile_mode": "reduce-overhead"}}'
+    )
+    assert s.optimize == OptimizeSpec(pin_memory=True, bf16=True, compile_mode="reduce-overhead")
+    assert s.optimize.toggles() == ("pin_memory", "bf16", "compile_mode")
+    assert s.optimize.to_json() == {
+        "pin_memory": True,
+        "bf16": True,
+        "compile_mode": "reduce-overhead",
+    }
+    assert hook_name("compile_mode") == "opt:compile-mode"
+    assert toggle_of_hook("opt:pin-memory") == "pin_memory"
+    spec, problems = OptimizeSpec.from_json({"compile_mode": "turbo"})
+    assert spec.compile_mode is None and problems and "compile_mode" in problems[0]
+
+
+TINY = [sys.executable, str(WORKLOADS / "cuda_shapes.py"), "--shape", "tiny", "--layers", "4"]
+
+
+@pytest.mark.slow
+def test_bf16_autocast_applies_and_the_loss_is_checked(tmp_path: Path) -> None:
+    out = _run(tmp_path, [*TINY, "--seconds", "120"], {"bf16": True}, steps=40)
+    assert out.failed is None, out.failed
+    assert out.applied == ("bf16",), out.not_applied
+    assert any("torch.autocast('cpu', bf16)" in w for w in out.where)
+    assert out.loss is not None and math.isfinite(out.loss) and not out.nonfinite_loss
+
+
+@pytest.mark.slow
+def test_compile_mode_applies_and_pin_memory_says_why_not_on_a_cpu(tmp_path: Path) -> None:
+    opt = {"compile_mode": "reduce-overhead", "pin_memory": True, "depth_first": True}
+    out = _run(tmp_path, [*TINY, "--seconds", "240"], opt, steps=30)
+    assert out.failed is None, out.failed
+    assert out.applied == ("compile_mode",), out.not_applied
+    assert any("compile(mode='reduce-overhead')" in w for w in out.where)
+    reasons = dict(out.not_applied)
+    assert "no CUDA device" in reasons["pin_memory"]
+    assert "torch.compile" in reasons["depth_first"]
+    assert out.compile_s is not None and out.compile_s > 0

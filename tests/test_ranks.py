@@ -28,14 +28,15 @@ from sofa_top.analysis.ranks import (
     straggler_json,
 )
 from sofa_top.analysis.verdicts import Evidence
-from sofa_top.collectors.agent import convert_frame
+from sofa_top.collectors.agent_frames import convert_frame
 from sofa_top.collectors.process import ROLE_RANK, ProcessCollector, zombie_exit_code
 from sofa_top.model.errors import UserError
 from sofa_top.model.ranks import RankId, RankStat
 from sofa_top.model.samples import Event, ProcInfo, StepSample
 from sofa_top.model.verdict import Verdict
 from sofa_top.recording.ranks_live import RankTracker
-from sofa_top.recording.store import SessionReader, SessionStore
+from sofa_top.recording.reader import SessionReader
+from sofa_top.recording.store import SessionStore
 
 TORCHRUN_ENV = {
     "RANK": "5",

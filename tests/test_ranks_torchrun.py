@@ -22,7 +22,7 @@ from procs import wait_until
 from prom import free_port
 from test_tui_pilot import run_async, wait_for
 
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 pytestmark = pytest.mark.slow
 

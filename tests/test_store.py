@@ -19,7 +19,8 @@ from sofa_top.model.samples import (
     StackWindow,
     StepSample,
 )
-from sofa_top.recording.store import SCHEMA_VERSION, SessionReader, SessionStore
+from sofa_top.recording.reader import SessionReader
+from sofa_top.recording.store import SCHEMA_VERSION, SessionStore
 
 
 def _proc(ts: float, cpu: float, read: int) -> ProcessSample:
@@ -180,4 +181,43 @@ def test_steps_keep_their_wait_cpu_and_v1_files_still_read(tmp_path: Path) -> No
     reader = SessionReader(path)
     assert [s.wait_cpu_s for s in reader.steps()] == [None, None]
     assert reader.steps()[0].input_wait_s == 0.5
+    reader.close()
+
+
+def test_gpu_step_times_and_cuda_readings_round_trip_and_v2_files_still_read(
+    tmp_path: Path,
+) -> None:
+    from sofa_top.model.samples import CudaSample, CudaWindow
+
+    path = tmp_path / "s.sofa"
+    store = SessionStore(path)
+    steps = [
+        StepSample(2.0, 0, 1.0, 1.0, 0.1, "torch-dataloader", 8, 42, 0.05, 0.9, 0.6, "profiler"),
+        StepSample(3.0, 1, 2.0, 1.0, 0.1, "torch-dataloader", 8, 42, 0.05, 0.9, 0.6, "estimate"),
+        StepSample(4.0, 2, 3.0, 1.0, 0.1, "torch-dataloader", 8, 42, 0.05),
+    ]
+    window = CudaWindow(5, 0.05, 0.01, 0.0, 500, 0.01, 2e-5, 495, 0.03, 4, 0.005, 5, 1e-3,
+                        5 << 20, 5, 1e-3, 5, 5, 1e-4, 500, 10, 0, 0)  # fmt: skip
+    cuda = CudaSample(3.5, 42, 0, "NVIDIA H200", True, "9.0", 1 << 30, 2 << 30, 140 << 30,
+                      130 << 30, 0, 0, window)  # fmt: skip
+    store.write([*steps, cuda])
+    store.close(ended=4.0)
+    reader = SessionReader(path)
+    assert reader.steps() == steps
+    assert steps[0].gpu_busy_fraction == pytest.approx(0.6)
+    assert reader.cuda_samples() == [cuda]
+    assert [v for _, v, _ in reader.points("step.gpu_busy_fraction")] == [0.6, 0.6]
+    reader.close()
+    # a v2 file (before the GPU columns) reads with them unknown
+    db = sqlite3.connect(path)
+    for col in ("gpu_span_s", "gpu_busy_s", "gpu_busy_source"):
+        db.execute(f"ALTER TABLE steps DROP COLUMN {col}")
+    db.execute("PRAGMA user_version = 2")
+    db.commit()
+    db.close()
+    reader = SessionReader(path)
+    assert [(s.gpu_span_s, s.gpu_busy_s, s.gpu_busy_source) for s in reader.steps()] == [
+        (None, None, None)
+    ] * 3
+    assert reader.steps()[0].wait_cpu_s == 0.05
     reader.close()

@@ -12,7 +12,15 @@ from typing import Any
 from rich.console import Console
 from textual.pilot import Pilot
 from textual.widgets import Button, Checkbox, Input, ProgressBar, Static
-from tui_fakes import CMDLINE, T0, FakeSource, compute_bound_verdict, launch_snapshot, make_snapshot
+from tui_fakes import (
+    CMDLINE,
+    T0,
+    FakeSource,
+    compute_bound_verdict,
+    gpu_loop_snapshot,
+    launch_snapshot,
+    make_snapshot,
+)
 
 from sofa_top.agent.toggles import OptimizeSpec, PrefetchOptions
 from sofa_top.collectors.discovery import JobCopy
@@ -197,6 +205,37 @@ async def test_o_opens_the_panel_with_toggles_from_the_verdict() -> None:
         await settle(pilot)
         assert not isinstance(app.screen, OptimizerScreen)
         assert app.screen is app.screen_stack[0]
+
+
+@run_async
+async def test_gpu_toggles_are_offered_only_where_the_workload_uses_cuda() -> None:
+    app = dashboard(launch_snapshot())  # a CPU tf.data loop
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_panel(app, pilot)
+        assert not screen.query("#opt-gpu-toggles") and not screen.query("#opt-bf16")
+    app = dashboard(gpu_loop_snapshot())  # launch-bound on CUDA: CUDA graphs recommended
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_panel(app, pilot)
+        assert screen.query_one("#opt-compile-mode", Checkbox).value is True
+        assert screen.query_one("#opt-pin-memory", Checkbox).value is False
+        assert screen.query_one("#opt-bf16", Checkbox).value is False
+        screen.query_one("#opt-bf16", Checkbox).value = True
+        screen.query_one("#opt-depth-first", Checkbox).value = True
+        await settle(pilot)
+        assert screen.selected() == ["depth-first", "bf16", "compile-mode"]
+        # CUDA graphs compile too: depth-first cannot go with them
+        assert screen.query_one("#opt-note", Static).has_class("-conflict")
+        configs, extra = plan(screen.selected())
+        assert configs == [
+            "baseline",
+            "depth-first",
+            "bf16",
+            "compile-mode",
+            "depth-first+bf16+compile-mode",
+        ]
+        assert extra["depth-first+bf16+compile-mode"] == OptimizeSpec(
+            depth_first=True, bf16=True, compile_mode="reduce-overhead"
+        )
 
 
 @run_async

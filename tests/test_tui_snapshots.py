@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,8 +20,10 @@ from tui_fakes import (
     T0,
     FakeSource,
     compute_bound_verdict,
+    gpu_loop_snapshot,
     launch_snapshot,
     make_snapshot,
+    nvml_gpu,
 )
 
 from sofa_top.model.snapshot import Snapshot
@@ -173,3 +176,29 @@ def ranks_snapshot() -> Snapshot:
 def test_straggler_and_ranks_pane(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
     app, run_before = scenario(ranks_snapshot())
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+# -- GPU loops: the verdict, GPU busy per step, NVML per device (recorded backends, NO GPU) ------
+
+
+@SIZES
+def test_gpu_loop(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    """A launch-bound CUDA loop: the verdict's cause, GPU busy, NVML clocks and throttle."""
+    app, run_before = scenario(gpu_loop_snapshot())
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@SIZES
+def test_gpu_loop_steps(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    """The steps view: GPU busy per step under the input-wait / compute bars."""
+    app, run_before = scenario(gpu_loop_snapshot(), "2")
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("recording", ["a100_mig.json", "container_foreign_pids.json"])
+def test_nvml_device_160x48(snap_compare: SnapCompare, recording: str) -> None:
+    """A MIG device's instances; NVML's PIDs of another namespace (device totals stand in)."""
+    snapshot = gpu_loop_snapshot()
+    gpu = nvml_gpu(snapshot.ts, recording)
+    app, run_before = scenario(replace(snapshot, gpu=gpu))
+    assert snap_compare(app, terminal_size=(160, 48), run_before=run_before)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
+from sofa_top.analysis.verdicts import Evidence, judge
+from sofa_top.collectors.gpu import GpuCollector, RecordedNvmlBackend
 from sofa_top.model.samples import (
     AgentInfo,
+    CudaSample,
+    CudaWindow,
     Event,
     GpuDevice,
     GpuSample,
@@ -455,3 +461,118 @@ PTRACE_HINT = (
     "run sofa-top as root, or allow ptrace: sudo sysctl kernel.yama.ptrace_scope=0 "
     "(in a container: --cap-add SYS_PTRACE)"
 )
+
+
+# -- a CUDA loop (launch-bound), GPU readings from recorded NVML --------------------------------
+
+NVML_DATA = Path(__file__).parent / "data" / "nvml"
+GPU_STEP_S = 0.012
+H200 = "NVIDIA H200"
+
+
+def nvml_gpu(now: float, recording: str, frame: int = 0, tree: set[int] | None = None) -> GpuSample:
+    """The real GpuCollector's reading of frame ``frame`` of a recorded NVML backend
+    (tests/data/nvml: hand-made recordings, NO GPU), stamped ``now``."""
+    collector = GpuCollector(
+        lambda: tree or {TARGET_PID}, backend=RecordedNvmlBackend(NVML_DATA / recording)
+    )
+    assert collector.open() is None
+    try:
+        samples = [collector.sample() for _ in range(frame + 1)]
+    finally:
+        collector.close()
+    return dataclasses.replace(samples[-1], ts=now)
+
+
+def gpu_steps(now: float = T0 + 75, count: int = 150) -> tuple[StepSample, ...]:
+    """A launch-bound CUDA loop: 12 ms steps, GPU busy 2-3 ms of each (every 9th step is one
+    of the agent's profiler window: measured; the others estimated)."""
+    out: list[StepSample] = []
+    end = now
+    for k in range(count - 1, -1, -1):
+        busy = 0.0026 + 0.0004 * math.sin(k / 5)
+        out.append(
+            StepSample(
+                ts=end,
+                step=4000 + k,
+                start=end - GPU_STEP_S,
+                duration_s=GPU_STEP_S,
+                input_wait_s=0.0003,
+                source="torch-dataloader",
+                batch_size=16,
+                pid=TARGET_PID,
+                gpu_span_s=GPU_STEP_S,
+                gpu_busy_s=busy,
+                gpu_busy_source="profiler" if k % 9 == 0 else "estimate",
+            )
+        )
+        end -= GPU_STEP_S
+    return tuple(reversed(out))
+
+
+def launch_window() -> CudaWindow:
+    """A profiler window of five launch-bound steps (as cuda_trace.window_stats reads one)."""
+    return CudaWindow(
+        steps=5, wall_s=0.060, busy_s=0.013, input_wait_s=0.0015, kernels=4500, kernel_s=0.013,
+        median_kernel_s=2.6e-6, short_gaps=4495, short_gap_s=0.040, long_gaps=5,
+        long_gap_s=0.0065, h2d_copies=10, h2d_s=0.0001, h2d_bytes=5 * 16 * 33 * 4,
+        pageable_h2d=10, pageable_h2d_s=0.0001, blocking_h2d=10, d2h_copies=5, d2h_s=0.00002,
+        launches=4500, syncs=15, conv_kernels=0, bf16_kernels=0,
+    )  # fmt: skip
+
+
+def cuda_sample(now: float = T0 + 75) -> CudaSample:
+    """The agent's CUDA reading of that loop: H200, 8.6 GiB reserved."""
+    return CudaSample(
+        ts=now, pid=TARGET_PID, device=0, device_name=H200, bf16_supported=True,
+        capability="9.0", mem_allocated=6 * GIB, mem_reserved=int(8.6 * GIB),
+        mem_total=int(139.8 * GIB), mem_free=int(130 * GIB), alloc_retries=0, ooms=0,
+        window=launch_window(),
+    )  # fmt: skip
+
+
+def gpu_loop_agent(now: float = T0 + 75) -> AgentInfo:
+    """PyTorch on CUDA, every torch hook applied."""
+    return dataclasses.replace(
+        make_agent(now),
+        python="3.12.3",
+        frameworks=(("torch", "2.11.0+cu130"),),
+        hooks_applied=("torch-dataloader", "torch-optimizer", "torch-cuda"),
+        hooks_skipped=(),
+    )
+
+
+def gpu_loop_snapshot(now: float = T0 + 75, **kw: object) -> Snapshot:
+    """A launched, launch-bound CUDA loop: the verdict is what ``verdicts.judge`` says of it."""
+    steps = gpu_steps(now)
+    gpu = nvml_gpu(now, "h200_gpu_loop.json", frame=2)
+    cuda = cuda_sample(now)
+    pipeline = PipelineSample(
+        ts=now, framework="torch", pid=TARGET_PID,
+        stages=(PipelineStage("TensorDataset", "source", 1, None, None, True),
+                PipelineStage("BatchSampler", "batch", None, 16, None)),
+        note="DataLoader num_workers=0, batch_size=16; batches are loaded on the training "
+        "loop's thread",
+    )  # fmt: skip
+    verdict = judge(
+        Evidence(
+            steps=steps[-80:], tree_cpu=99.0, cpu_count=16, gpu=gpu, pipeline=pipeline,
+            frameworks=("torch",), cuda=[cuda],
+        )
+    )  # fmt: skip
+    defaults: dict[str, object] = {
+        "verdict": verdict,
+        "steps": steps,
+        "pipeline": pipeline,
+        "agent": gpu_loop_agent(now),
+        "logs": make_logs(now=now),
+        "launched": True,
+        "cpu_count": 16,
+    }
+    defaults.update(kw)
+    snapshot = make_snapshot(now, **defaults)  # type: ignore[arg-type]
+    history = dict(snapshot.history)
+    history["gpu.0.util"] = series(T0, now, _scaled(36, 6, 17, 0))
+    history["gpu.0.mem_used"] = series(T0, now, lambda t: 9311 * MIB)
+    history["gpu.0.power"] = series(T0, now, _scaled(215, 20, 11, 1))
+    return dataclasses.replace(snapshot, gpu=gpu, cuda=cuda, history=history)

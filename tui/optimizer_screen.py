@@ -68,6 +68,12 @@ TOGGLES: tuple[tuple[str, str], ...] = (
     ("xla", "XLA / torch.compile"),
     ("depth-first", "depth-first (BrainSlug)"),
 )
+# offered only when the workload uses CUDA (the agent saw it initialised)
+GPU_TOGGLES: tuple[tuple[str, str], ...] = (
+    ("pin-memory", "pin_memory + non_blocking"),
+    ("bf16", "bf16 autocast (numerics change)"),
+    ("compile-mode", "CUDA graphs (reduce-overhead)"),
+)
 DEFAULT_REPEATS = 3
 DEFAULT_STEPS = 50
 MAX_REPEATS = 20
@@ -265,9 +271,14 @@ class OptimizerScreen(Screen[None]):
     OptimizerScreen { layout: vertical; }
     #opt-title { height: 1; text-style: bold; padding: 0 1; }
     #opt-toggles { height: 1; padding: 0 1; }
-    #opt-toggles Checkbox { margin-right: 3; }
-    #opt-toggles Checkbox > .toggle--button { color: $text-disabled; }
-    #opt-toggles Checkbox.-on > .toggle--button { color: $success; text-style: bold; }
+    #opt-gpu-toggles { height: 1; padding: 0 1; }
+    #opt-toggles Checkbox, #opt-gpu-toggles Checkbox { margin-right: 3; }
+    #opt-toggles Checkbox > .toggle--button, #opt-gpu-toggles Checkbox > .toggle--button {
+        color: $text-disabled;
+    }
+    #opt-toggles Checkbox.-on > .toggle--button, #opt-gpu-toggles Checkbox.-on > .toggle--button {
+        color: $success; text-style: bold;
+    }
     #opt-note { height: auto; padding: 0 1; color: $text-muted; }
     #opt-note.-conflict { color: $warning; text-style: bold; }
     #opt-form { height: 1; padding: 0 1; margin-top: 1; }
@@ -292,11 +303,14 @@ class OptimizerScreen(Screen[None]):
         runner: Runner = run_compare,
         out_dir: str | Path | None = None,
         copier: Callable[[int], JobCopy] = job_copy,
+        cuda: bool = False,
     ) -> None:
         super().__init__()
         self.target = target
         self.copier = copier
         self.verdict = verdict
+        self.cuda = cuda  # the workload uses CUDA: the GPU toggles are offered
+        self.toggles = TOGGLES + (GPU_TOGGLES if cuda else ())
         self.runner = runner
         self.out_dir = out_dir
         self.running = False
@@ -306,7 +320,7 @@ class OptimizerScreen(Screen[None]):
         self.done_runs = 0
         self.total_runs = 0
         wanted = {r.toggle for r in (verdict.recommendations if verdict else ()) if r.toggle}
-        self.preselected = {t for t, _label in TOGGLES if t in wanted}
+        self.preselected = {t for t, _label in self.toggles if t in wanted}
 
     @property
     def can_run(self) -> bool:
@@ -326,6 +340,11 @@ class OptimizerScreen(Screen[None]):
         with Horizontal(id="opt-toggles"):
             for toggle, label in TOGGLES:
                 yield Checkbox(label, toggle in self.preselected, id=f"opt-{toggle}", compact=True)
+        if self.cuda:
+            with Horizontal(id="opt-gpu-toggles"):
+                for toggle, label in GPU_TOGGLES:
+                    checked = toggle in self.preselected
+                    yield Checkbox(label, checked, id=f"opt-{toggle}", compact=True)
         yield Static(EXCLUSIVE_NOTE, id="opt-note")
         with Horizontal(id="opt-form"):
             yield Label("repeats")
@@ -364,8 +383,8 @@ class OptimizerScreen(Screen[None]):
     # -- form -----------------------------------------------------------------------------------
 
     def selected(self) -> list[str]:
-        """The ticked toggles, in TOGGLES order."""
-        return [t for t, _label in TOGGLES if self.query_one(f"#opt-{t}", Checkbox).value]
+        """The ticked toggles, in TOGGLES (then GPU_TOGGLES) order."""
+        return [t for t, _label in self.toggles if self.query_one(f"#opt-{t}", Checkbox).value]
 
     @on(Checkbox.Changed)
     def _toggled(self) -> None:
@@ -373,7 +392,8 @@ class OptimizerScreen(Screen[None]):
 
     def _update_note(self) -> None:
         chosen = self.selected()
-        conflict = "xla" in chosen and "depth-first" in chosen
+        compiles = "xla" in chosen or "compile-mode" in chosen
+        conflict = compiles and "depth-first" in chosen
         note = self.query_one("#opt-note", Static)
         text = EXCLUSIVE_NOTE
         if conflict:
@@ -566,16 +586,22 @@ def _search_text(event: CompareEvent) -> str:
     return progress_line(event).strip()
 
 
-def _dashboard_target(app: App[Any]) -> tuple[TargetInfo | None, Verdict | None]:
+def uses_cuda(snapshot: Snapshot) -> bool:
+    """The agent saw the workload use CUDA (its readings, or its torch-cuda hook applied)."""
+    agent = snapshot.agent
+    return snapshot.cuda is not None or (agent is not None and "torch-cuda" in agent.hooks_applied)
+
+
+def _dashboard_target(app: App[Any]) -> tuple[TargetInfo | None, Verdict | None, bool]:
     snapshot = getattr(app, "latest", None)
     if isinstance(snapshot, Snapshot):
-        return snapshot.target, snapshot.verdict
+        return snapshot.target, snapshot.verdict, uses_cuda(snapshot)
     source = getattr(app, "source", None)
     for holder in (source, getattr(source, "session", None)):
         target = getattr(holder, "target", None)
         if isinstance(target, TargetInfo):
-            return target, None
-    return None, None
+            return target, None, False
+    return None, None, False
 
 
 def open_optimizer(app: App[Any], runner: Runner | None = None) -> None:
@@ -591,8 +617,9 @@ def open_optimizer(app: App[Any], runner: Runner | None = None) -> None:
             app.push_screen(SCREEN_NAME)
             return
         app.uninstall_screen(SCREEN_NAME)
-    target, verdict = _dashboard_target(app)
+    target, verdict, cuda = _dashboard_target(app)
     chosen: Runner = runner or getattr(app, "optimizer_runner", None) or run_compare
     copier = getattr(app, "optimizer_copier", None) or job_copy
-    app.install_screen(OptimizerScreen(target, verdict, runner=chosen, copier=copier), SCREEN_NAME)
+    screen = OptimizerScreen(target, verdict, runner=chosen, copier=copier, cuda=cuda)
+    app.install_screen(screen, SCREEN_NAME)
     app.push_screen(SCREEN_NAME)

@@ -1,5 +1,6 @@
-"""Steps view: per-step input wait vs compute, throughput, the tf.data / DataLoader stages and
-what the in-process agent hooked (launch mode)."""
+"""Steps view: per-step input wait vs compute (and, in CUDA loops, how busy the GPU was),
+throughput, the tf.data / DataLoader stages and what the in-process agent hooked (launch
+mode)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ BLOCKS = " ▁▂▃▄▅▆▇█"
 
 INPUT_STYLE = Style(color=CLASS_COLORS["input"])
 COMPUTE_STYLE = Style(color=CLASS_COLORS["compute"])
+GPU_STYLE = Style(color="#af87ff")
 CLIPPED_STYLE = Style(color="bright_white", bold=True)
 AXIS_STYLE = Style(color="grey62")
 DIM = Style(color="grey62", italic=True)
@@ -55,6 +57,10 @@ class StepStats:
     input_fraction: float | None
     batch_size: int | None
     source: str
+    # CUDA loops: GPU busy time over the wall time of the steps whose busy time is known, and
+    # how it was known ("profiler": measured in a window; "estimate": from the last window)
+    gpu_busy: float | None = None
+    gpu_source: str = ""
 
 
 def step_stats(steps: Sequence[StepSample], window_s: float = STATS_WINDOW_S) -> StepStats | None:
@@ -72,6 +78,9 @@ def step_stats(steps: Sequence[StepSample], window_s: float = STATS_WINDOW_S) ->
     # wall-clock time: their sum is the time the window's steps took.
     rate = len(recent) / busy if busy > 0 else None
     batch = next((s.batch_size for s in reversed(recent) if s.batch_size), None)
+    timed = [s for s in recent if s.gpu_busy_s is not None]
+    timed_s = sum(max(s.duration_s, 0.0) for s in timed)
+    sources = {s.gpu_busy_source for s in timed}
     return StepStats(
         count=len(recent),
         last_step=last.step,
@@ -81,6 +90,8 @@ def step_stats(steps: Sequence[StepSample], window_s: float = STATS_WINDOW_S) ->
         input_fraction=min(1.0, wait / busy) if busy > 0 else None,
         batch_size=batch,
         source=last.source,
+        gpu_busy=min(1.0, sum(s.gpu_busy_s or 0.0 for s in timed) / timed_s) if timed_s else None,
+        gpu_source="profiler" if sources == {"profiler"} else "estimate" if sources else "",
     )
 
 
@@ -129,8 +140,31 @@ def stats_text(stats: StepStats) -> Text:
                 ("input wait ", INPUT_STYLE), (f"{stats.input_fraction:.0%}", INPUT_STYLE + BOLD)
             )
         )
+    if stats.gpu_busy is not None:
+        parts.append(
+            Text.assemble(("GPU busy ", GPU_STYLE), (f"{stats.gpu_busy:.0%}", GPU_STYLE + BOLD))
+        )
     parts.append(Text(f"step {stats.last_step}", AXIS_STYLE))
     return Text(" · ").join(parts)
+
+
+def gpu_strip(steps: Sequence[StepSample], width: int) -> Text | None:
+    """One row under the chart: each step's GPU-busy fraction (0..100% as ▁..█), aligned with
+    its bar; None when no step has one. A step whose busy time is unknown is blank."""
+    columns = max(0, width - AXIS_W)
+    shown = list(steps)[-columns:] if columns else []
+    if not any(s.gpu_busy_s is not None for s in shown):
+        return None
+    gap = 0 < len(steps) * 2 <= columns
+    cells: list[tuple[str, Style | None]] = []
+    for s in shown:
+        f = s.gpu_busy_fraction
+        cells.append((" " if f is None else BLOCKS[max(1, round(f * 8))], GPU_STYLE))
+        if gap:
+            cells.append((" ", None))
+    cells = [(" ", None)] * (columns - len(cells)) + cells
+    line = Text("GPU".rjust(AXIS_W - 2) + " │", AXIS_STYLE)
+    return append_runs(line, cells)
 
 
 def _scale(durations: Sequence[float]) -> float:
@@ -209,13 +243,16 @@ def step_chart(steps: Sequence[StepSample], width: int, height: int) -> list[Tex
     return lines
 
 
-def legend(count: int, width: int) -> Text:
+def legend(count: int, width: int, gpu: bool = False) -> Text:
     """The line under the chart: colours and how many steps are drawn."""
     text = Text(" " * AXIS_W)
     text.append("█", INPUT_STYLE)
     text.append(" input wait  ")
     text.append("█", COMPUTE_STYLE)
     text.append(" compute  ")
+    if gpu:
+        text.append("▆", GPU_STYLE)
+        text.append(" GPU busy  ")
     text.append("▲", CLIPPED_STYLE)
     text.append(" off scale  ", AXIS_STYLE)
     text.append(f"last {count} steps →", AXIS_STYLE)
@@ -249,9 +286,11 @@ class StepChart(LineCachedWidget):
         if self.message is not None:
             return [Text(self.message, DIM)]
         width, height = self.size.width, self.size.height
-        chart = step_chart(self.steps, width, max(1, height - 1))
+        strip = gpu_strip(self.steps, width)
+        rows = [] if strip is None else [strip]
+        chart = step_chart(self.steps, width, max(1, height - 1 - len(rows)))
         shown = min(len(self.steps), max(0, width - AXIS_W))
-        return [*chart, legend(shown, width)]
+        return [*chart, *rows, legend(shown, width, gpu=strip is not None)]
 
 
 class StepsSummary(LineCachedWidget):

@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.geometry import Size
 
-from sofa_top.model.samples import GpuDevice, GpuSample
+from sofa_top.model.samples import CudaSample, GpuDevice, GpuSample
 from sofa_top.model.snapshot import Point, Snapshot
 from sofa_top.tui.formatting import human_bytes, human_rate, percent, truncate, window_label
 from sofa_top.tui.line_cache import LineCachedWidget, QuietTitles
@@ -94,8 +94,12 @@ def _gpu_rows(snapshot: Snapshot, device: GpuDevice, *, detailed: bool) -> list[
     if not detailed:
         mem_text = "-" if mem is None else human_bytes(mem).replace(" ", "")
         summary = f"{percent(util)} {mem_text} {power_text.replace(' ', '')}"
+        if device.throttle:
+            summary += " ▼"  # clocks held down (the detailed rows say why)
         return [TimelineRow(name, summary, util_series, 100.0)]
-    return [
+    if device.power_limit_w and power is not None:
+        power_text = f"{power:.0f}/{device.power_limit_w:.0f} W"
+    rows = [
         TimelineRow(f"{name} util", percent(util), util_series, 100.0),
         TimelineRow(
             f"{name} mem",
@@ -106,6 +110,65 @@ def _gpu_rows(snapshot: Snapshot, device: GpuDevice, *, detailed: bool) -> list[
         ),
         TimelineRow(f"{name} power", power_text, power_series, None, POWER_STYLE),
     ]
+    return rows + [
+        TimelineRow(f"{name} {label}", message=text) for label, text in gpu_notes(device)
+    ]
+
+
+def gpu_notes(device: GpuDevice) -> list[tuple[str, str]]:
+    """Text rows for what NVML says beyond the timelines: the target's share, clocks and why
+    they are held down, MIG, and the readings that failed (with NVML's reason)."""
+    notes: list[tuple[str, str]] = []
+    target = []
+    if device.target_mem is not None:
+        target.append(human_bytes(device.target_mem))
+    if device.target_util is not None:
+        target.append(f"{device.target_util:.0f}% SM")
+    if target and device.target_scope:  # a reading of the collector that tells the scope
+        text = "target " + " · ".join(target)
+        if device.target_scope == "device":
+            text += " (device totals: NVML's PIDs are not this namespace's)"
+        notes.append(("tgt", text))
+    clocks = []
+    if device.sm_clock_mhz is not None:
+        top = f"/{device.sm_clock_max_mhz:.0f}" if device.sm_clock_max_mhz else ""
+        clocks.append(f"SM {device.sm_clock_mhz:.0f}{top} MHz")
+    if device.mem_clock_mhz is not None:
+        clocks.append(f"mem {device.mem_clock_mhz:.0f} MHz")
+    if device.temp_c is not None:
+        clocks.append(f"{device.temp_c:.0f} C")
+    if device.throttle:
+        clocks.append("throttle " + ", ".join(t for t in device.throttle if t != "gpu-idle"))
+    if clocks and (device.throttle or device.mem_clock_mhz is not None):
+        notes.append(("clk", " · ".join(c for c in clocks if c != "throttle ")))
+    if device.mig:
+        # NVML names an instance "<device name> MIG 3g.40gb": the profile is what differs
+        parts = [
+            f"{m.name.rsplit(' MIG ', 1)[-1]} {_pair(m.mem_used, m.mem_total)}"
+            for m in device.mig_instances
+        ]
+        parts = parts or ["no instances"]
+        notes.append(("MIG", "on: " + ", ".join(parts)))
+    if device.errors:
+        missing = dict(device.errors)
+        notes.append(("n/a", "; ".join(f"{f}: {why}" for f, why in sorted(missing.items()))))
+    return notes
+
+
+def cuda_row(cuda: CudaSample) -> TimelineRow:
+    """What the agent reads of CUDA inside the workload: the allocator and the last window."""
+    parts = []
+    if cuda.mem_reserved is not None:
+        parts.append(f"allocator {_pair(cuda.mem_reserved, cuda.mem_total)} reserved")
+    if cuda.alloc_retries:
+        parts.append(f"{cuda.alloc_retries} cudaMalloc retries")
+    w = cuda.window
+    if w is not None and w.busy_fraction is not None:
+        per_step = w.kernels / max(1, w.steps)
+        parts.append(f"window busy {w.busy_fraction:.0%}, {per_step:.0f} kernels/step")
+    if cuda.error:
+        parts.append(cuda.error)
+    return TimelineRow("CUDA", message=" · ".join(parts) or cuda.device_name)
 
 
 def build_rows(snapshot: Snapshot, *, roomy: bool) -> list[TimelineRow]:
@@ -174,6 +237,8 @@ def build_rows(snapshot: Snapshot, *, roomy: bool) -> list[TimelineRow]:
         detailed = len(gpu.devices) <= (4 if roomy else 1)
         for device in gpu.devices:
             rows.extend(_gpu_rows(snapshot, device, detailed=detailed))
+    if snapshot.cuda is not None:
+        rows.append(cuda_row(snapshot.cuda))
     return rows
 
 

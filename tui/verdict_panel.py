@@ -130,6 +130,12 @@ def evidence_parts(verdict: Verdict | None, snapshot: Snapshot) -> list[Text]:
         compute = _fraction(ev.get("compute_share"))
         if compute:
             parts.append(Text.assemble("compute ", (f"{compute:.0%}", BOLD)))
+    gpu_busy = _fraction(ev.get("gpu_busy_fraction"))
+    if gpu_busy is not None:  # a CUDA loop: how busy the GPU is, and why it idles
+        parts.append(Text.assemble("GPU busy ", (f"{gpu_busy:.0%}", BOLD)))
+        gpu_cause = ev.get("cause")
+        if isinstance(gpu_cause, str):
+            parts.append(Text.assemble("cause ", (gpu_cause, BOLD)))
     stage = ev.get("bottleneck_stage")
     if stage is None and snapshot.pipeline is not None:
         stage = next((s.name for s in snapshot.pipeline.stages if s.is_bottleneck), None)

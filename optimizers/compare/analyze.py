@@ -14,9 +14,17 @@ from sofa_top.agent.toggles import OptimizeSpec, Toggle, toggle_of_hook
 from sofa_top.model.samples import Event, StepSample
 from sofa_top.optimizers.measures import InputStats, Points, RunOutcome, Unit, input_stats
 from sofa_top.optimizers.probes import affinity
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 _LOSS_BAD = re.compile(r"loss\W{0,3}[^\n]{0,40}?\b(nan|-?inf(inity)?)\b", re.IGNORECASE)
+_LOSS = re.compile(r"\bloss\s*[=:]?\s*([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)", re.IGNORECASE)
+
+
+def logged_loss(lines: Sequence[str]) -> float | None:
+    """The loss the workload printed last (``loss=0.12``, ``loss: 0.12``, ``loss 0.12``): the
+    median of its last five values, so one noisy batch does not decide a comparison."""
+    values = [float(m.group(1)) for line in lines if (m := _LOSS.search(line))]
+    return statistics.median(values[-5:]) if values else None
 
 
 @dataclass
@@ -178,4 +186,5 @@ def analyze_session(
         batch_size=st.batch,
         input=st.stats,
         evidence=evidence,
+        loss=logged_loss([e.message for e in stored.logs]),
     )

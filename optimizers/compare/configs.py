@@ -13,9 +13,17 @@ CONFIGS: dict[str, OptimizeSpec] = {
     "xla": OptimizeSpec(xla=True),
     "depth-first": OptimizeSpec(depth_first=True),
     "all": OptimizeSpec(xla=True, prefetch=PrefetchOptions(), depth_first=True),
+    # GPU loops (PyTorch on CUDA); not in the defaults: on a CPU loop they do nothing or slow down
+    "pin-memory": OptimizeSpec(pin_memory=True),
+    "bf16": OptimizeSpec(bf16=True),
+    "compile-mode": OptimizeSpec(compile_mode="reduce-overhead"),  # CUDA graphs
+    "max-autotune": OptimizeSpec(compile_mode="max-autotune"),  # may compile for minutes
 }
 DEFAULT_CONFIGS = ("baseline", "prefetch", "xla", "depth-first", "all")
-ORDER: tuple[Toggle, ...] = ("prefetch", "xla", "depth_first")  # as configurations are listed
+GPU_CONFIGS = ("pin-memory", "bf16", "compile-mode")
+# as configurations are listed; "all" is every CPU toggle (the GPU ones are asked for by name)
+ORDER: tuple[Toggle, ...] = ("prefetch", "xla", "depth_first", "pin_memory", "bf16", "compile_mode")
+CPU_ORDER: tuple[Toggle, ...] = ("prefetch", "xla", "depth_first")
 
 
 def config_table(extra: Mapping[str, OptimizeSpec] | None = None) -> dict[str, OptimizeSpec]:
@@ -31,23 +39,27 @@ def check_configs(configs: Sequence[str], table: Mapping[str, OptimizeSpec]) -> 
 
 
 def spec_of(toggles: Sequence[Toggle]) -> OptimizeSpec:
-    """The spec that turns on ``toggles`` with their defaults."""
+    """The spec that turns on ``toggles`` with their defaults (compile_mode: reduce-overhead)."""
     return OptimizeSpec(
         xla="xla" in toggles,
         prefetch=PrefetchOptions() if "prefetch" in toggles else None,
         depth_first="depth_first" in toggles,
+        pin_memory="pin_memory" in toggles,
+        bf16="bf16" in toggles,
+        compile_mode="reduce-overhead" if "compile_mode" in toggles else None,
     )
 
 
 def plan(names: Sequence[str]) -> tuple[list[str], dict[str, OptimizeSpec]]:
     """The configurations to run for the chosen toggles (``prefetch``, ``xla``,
-    ``depth-first``), and the extra ones to define: baseline, one per toggle, and (two or more
-    chosen) their combination, named ``all`` when it is every toggle."""
+    ``depth-first``, and on a GPU ``pin-memory``, ``bf16``, ``compile-mode``), and the extra
+    ones to define: baseline, one per toggle, and (two or more chosen) their combination, named
+    ``all`` when it is every CPU toggle."""
     chosen = [t for t in (toggle_of(n) for n in names) if t is not None]
     ordered = [t for t in ORDER if t in chosen]
     configs = ["baseline", *(toggle_name(t) for t in ordered)]
     extra: dict[str, OptimizeSpec] = {}
-    if len(ordered) == len(ORDER):
+    if ordered == list(CPU_ORDER):
         configs.append("all")
     elif len(ordered) > 1:
         name = "+".join(toggle_name(t) for t in ordered)

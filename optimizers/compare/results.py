@@ -17,7 +17,14 @@ from sofa_top.optimizers.search import SearchResult
 
 SCHEMA_VERSION = 2
 SCHEMA_FILE = Path(__file__).with_name("compare.schema.json")
-Flag = Literal["toggle-not-applied", "slower-than-baseline", "non-finite-loss", "run-failed"]
+Flag = Literal[
+    "toggle-not-applied",
+    "slower-than-baseline",
+    "non-finite-loss",
+    "run-failed",
+    "numerics-changing",  # a toggle that changes the results' last bits applied (bf16)
+    "loss-differs",  # ... and the loss it logged is off the baseline's (see summary.LOSS_TOLERANCE)
+]
 
 
 @dataclass
@@ -39,6 +46,7 @@ class ConfigResult:
     sessions: list[str] = field(default_factory=list)
     parallelism: int | None = None
     headroom: Headroom = field(default_factory=lambda: Headroom.unknown("steps/s"))
+    loss: float | None = None  # median over the repeats of the loss the workload logged last
 
     def to_json(self) -> dict[str, Any]:
         """One entry of ``runs`` in ``compare --json``."""
@@ -57,6 +65,7 @@ class ConfigResult:
             "sessions": list(self.sessions),
             "parallelism": self.parallelism,
             "headroom": asdict(self.headroom),
+            "loss": self.loss,
         }
 
 

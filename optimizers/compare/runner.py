@@ -174,9 +174,10 @@ def _result(
 ) -> CompareResult:
     base_runs = results["baseline"].outcomes if "baseline" in results else []
     baseline = median([o.rate for o in base_runs if o.rate is not None])
+    baseline_loss = median([o.loss for o in base_runs if o.loss is not None])
     diag = diagnose(base_runs, usable_cores()) if "baseline" in results else None
     for cr in results.values():
-        summarize(cr, baseline, diag)
+        summarize(cr, baseline, diag, baseline_loss)
     runs = list(results.values())
     result = CompareResult(
         list(plan.cmd), repeats, plan.steps, plan.seconds, plan.warmup, runs, best_config(runs),

@@ -15,7 +15,16 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sofa_top.agent import core, hooks_dist, hooks_tf, hooks_torch, midrun, optimize, protocol
+from sofa_top.agent import (
+    core,
+    hooks_cuda,
+    hooks_dist,
+    hooks_tf,
+    hooks_torch,
+    midrun,
+    optimize,
+    protocol,
+)
 from sofa_top.agent.core import Agent, log_once
 from sofa_top.agent.post_import import PostImportHooks
 from sofa_top.agent.settings import ENV_SETTINGS, ENV_SOCKET, AgentSettings, parse_settings
@@ -38,6 +47,7 @@ def installers() -> dict[str, Sequence[tuple[str, Installer]]]:
             ("torch-collectives", hooks_dist.install_collectives)
         ],
         "torch.nn.parallel.distributed": [("torch-ddp", hooks_dist.install_ddp)],
+        "torch.cuda": [("torch-cuda", hooks_cuda.install)],
     }
 
 

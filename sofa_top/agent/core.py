@@ -61,7 +61,9 @@ class HookSkipped(Exception):
 
 if TYPE_CHECKING:  # aliases only for the checker: the agent also runs on Python 3.8
     # source, step, start, end, wait, batch size, process CPU during the wait (< 0: unknown);
-    # ``push`` appends the time blocked in collectives when torch.distributed is measured
+    # then the seconds blocked in collectives (< 0: not measured, no torch.distributed); a
+    # CUDA loop's records carry three more: GPU span, GPU busy (s, < 0: unknown) and the busy
+    # time's source code (protocol.BUSY_SOURCES)
     StepRecord = tuple[Any, ...]
     Installer = Callable[["Agent", ModuleType], None]
 
@@ -261,17 +263,34 @@ class Agent:
         self.collective_s = 0.0
         self.collective_measured = False
         self._collective_pushed = 0.0
+        # hooks_cuda's step observer: it sees every step record first (to record a CUDA event
+        # at the boundary) and queues it once its GPU time is known; None: no CUDA hook
+        self.step_observer: Callable[[StepRecord], None] | None = None
+        # called by the drain thread before each flush (hooks_cuda releases stale records)
+        self.before_flush: Callable[[bool], None] | None = None
 
     # -- hot path -------------------------------------------------------------------------
 
     def push(self, record: StepRecord) -> None:
-        """Queue one step record; never blocks, drops (and counts) when the queue is full."""
+        """Hand one step record on (to the CUDA observer, else the queue); never blocks.
+
+        The record gets the time blocked in collectives since the last step (-1: not measured)."""
         if self.collective_measured:
             # the collectives since the last step belong to this one (never more than its time)
             total = self.collective_s
             spent = min(total - self._collective_pushed, record[3] - record[2])
             self._collective_pushed = total
             record = (*record, max(0.0, spent))
+        else:
+            record = (*record, -1.0)
+        observer = self.step_observer
+        if observer is not None:
+            observer(record)
+        else:
+            self.enqueue(record)
+
+    def enqueue(self, record: StepRecord) -> None:
+        """Queue one step record; drops (and counts) when the queue is full."""
         if len(self._steps) < self._qmax:
             self._steps.append(record)
         else:
@@ -382,10 +401,12 @@ class Agent:
         data: list[int | None] = []
         collective: list[int | None] = []
         measured = False
+        gpu: list[int | None] = []
+        has_gpu = False
         limit = _STEPS_PER_FRAME * len(protocol.STEP_FIELDS)
         while steps and len(data) < limit and steps[0][0] == source:
-            record = steps.popleft()
-            _, n, start, end, wait, bs, cpu = record[:7]
+            rec = steps.popleft()
+            _, n, start, end, wait, bs, cpu = rec[:7]
             # a step's start is the previous one's end (same float): they stay equal in µs
             data += (
                 n,
@@ -395,14 +416,24 @@ class Agent:
                 bs,
                 int(cpu * 1e6) if cpu >= 0 else None,
             )
-            if len(record) > 7:
-                measured = True
-                collective.append(int(record[7] * 1e6))
+            spent = rec[7] if len(rec) > 7 else -1.0
+            measured = measured or spent >= 0
+            collective.append(int(spent * 1e6) if spent >= 0 else None)
+            if len(rec) > 8:
+                span, busy, src = rec[8:11]
+                has_gpu = True
+                gpu += (
+                    int(span * 1e6) if span >= 0 else None,
+                    int(busy * 1e6) if busy >= 0 else None,
+                    src,
+                )
             else:
-                collective.append(None)
+                gpu += (None, None, 0)
         frame: dict[str, Any] = {"type": "steps", "pid": self.pid, "source": source, "data": data}
-        if measured:  # an optional field: a sofa-top that does not know it ignores it
+        if measured:  # optional fields: a sofa-top that does not know them ignores them
             frame["collective_us"] = collective
+        if has_gpu:
+            frame["gpu"] = gpu
         return protocol.encode(frame)
 
     def _info_due(self) -> bool:
@@ -413,8 +444,18 @@ class Agent:
         self._last_dropped = self.dropped
         return protocol.encode(self._info_frame())
 
+    def _release(self, final: bool) -> None:
+        hook = self.before_flush
+        if hook is not None:
+            try:
+                hook(final)
+            except Exception as e:
+                self.before_flush = None
+                log_once(f"internal error before a flush: {e!r}")
+
     def _flush(self) -> bool:
         """Send everything queued, a frame at a time; False once the connection is gone."""
+        self._release(False)
         for data in self._control_frames():
             if not self._send(data):
                 return False
@@ -429,6 +470,7 @@ class Agent:
     def _final_flush(self) -> None:
         """At exit: send what fits in ``exit_flush_s``, count the rest as dropped, say bye."""
         deadline = time.perf_counter() + self.settings.exit_flush_s
+        self._release(True)
         for data in self._control_frames():
             if not self._send(data, deadline):
                 return
@@ -559,6 +601,9 @@ class Agent:
             return
         self.enabled = False
         self.pid = os.getpid()
+        # CUDA cannot be used in a forked child: its observer must never run there
+        self.step_observer = None
+        self.before_flush = None
         if self._conn is not None:
             self._conn.detach_after_fork()
             self._conn = None

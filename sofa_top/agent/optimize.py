@@ -40,6 +40,19 @@ depth_first
     files, under its real module names, when ``sofa_top.optimizers`` is not importable).
     Mutually exclusive with torch.compile: with both requested, depth-first is reported
     skipped.
+pin_memory (GPU)
+    ``DataLoader(pin_memory=True)`` when CUDA is available, and ``tensor.to(cuda)`` /
+    ``tensor.cuda()`` of a pinned CPU tensor without ``non_blocking`` gets
+    ``non_blocking=True`` (host-to-device only: a device-to-host copy must stay blocking for the
+    host to read it). Without CUDA it is reported skipped.
+bf16 (GPU)
+    The top-level module's ``forward`` runs under ``torch.autocast(<its device>,
+    dtype=torch.bfloat16)`` from its second call on (the first call is already under way when
+    the module is found); skipped on a GPU without bf16. It changes the numerics: compare flags
+    it and checks the loss.
+compile_mode (GPU)
+    ``module.compile(mode=...)`` on the top-level module (``reduce-overhead``: CUDA graphs);
+    with ``xla`` too, this one compile is the module's (xla is reported skipped for torch).
 """
 
 from __future__ import annotations
@@ -75,6 +88,7 @@ class _State:
     wanted: OptimizeSpec = OptimizeSpec()
     where: dict[str, list[str]] = {}
     top_module_hook: Any = None
+    reported: set[tuple[str, str]] = set()  # (toggle, reason) skips already reported
 
 
 def _applied(toggle: Toggle, where: str, **data: Any) -> None:
@@ -94,8 +108,9 @@ def _applied(toggle: Toggle, where: str, **data: Any) -> None:
 
 def _skipped(toggle: Toggle, reason: str) -> None:
     agent = _State.agent
-    if agent is None or _State.where.get(toggle):
-        return  # applied somewhere already: a miss elsewhere does not undo it
+    if agent is None or _State.where.get(toggle) or (toggle, reason) in _State.reported:
+        return  # applied somewhere already (a miss elsewhere does not undo it), or said
+    _State.reported.add((toggle, reason))
     agent.hook_skipped(hook_name(toggle), reason)
     agent.event(
         "optimize",
@@ -273,6 +288,104 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
     agent.patches.set(cls, "__init__", __init__)
 
 
+def _install_pin_memory(agent: Agent, module: ModuleType) -> None:
+    cls = getattr(module, "DataLoader", None)
+    if cls is None:
+        raise RuntimeError("torch DataLoader not found")
+    orig = cls.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            import torch
+
+            if not torch.cuda.is_available():
+                _skipped("pin_memory", "no CUDA device: pinned memory only speeds up GPU copies")
+            else:
+                b = _bind(orig, (self, *args), kwargs)
+                if not b.arguments.get("pin_memory"):
+                    b.arguments["pin_memory"] = True
+                    args, kwargs = tuple(b.args[1:]), dict(b.kwargs)
+                    _applied("pin_memory", "torch: DataLoader(..., pin_memory=True)")
+                _non_blocking_copies(torch)
+        except TypeError:
+            pass
+        orig(self, *args, **kwargs)
+
+    __init__.__wrapped__ = orig  # type: ignore[attr-defined]
+    cls.__init__ = __init__
+
+
+def _to_cuda(torch: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """``tensor.to(*args, **kwargs)`` names a CUDA device and leaves non_blocking unsaid."""
+    if "non_blocking" in kwargs or len(args) > 2:
+        return False
+    target = kwargs.get("device", args[0] if args else None)
+    if isinstance(target, (str, int, torch.device)):
+        try:
+            return bool(torch.device(target).type == "cuda")
+        except (RuntimeError, TypeError):
+            return False
+    return False
+
+
+def _non_blocking_copies(torch: Any) -> None:
+    """Pinned CPU tensors go to the GPU with non_blocking=True (``Tensor.to`` / ``.cuda``)."""
+    if getattr(torch.Tensor.to, "_sofa_top_non_blocking", False):
+        return
+    orig_to, orig_cuda = torch.Tensor.to, torch.Tensor.cuda
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if (
+            not compiling()
+            and self.device.type == "cpu"
+            and _to_cuda(torch, args, kwargs)
+            and self.is_pinned()
+        ):
+            kwargs["non_blocking"] = True
+            _applied("pin_memory", "torch: tensor.to(cuda, non_blocking=True) for pinned batches")
+        return orig_to(self, *args, **kwargs)
+
+    def cuda(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if (
+            not compiling()
+            and "non_blocking" not in kwargs
+            and len(args) < 2
+            and self.device.type == "cpu"
+            and self.is_pinned()
+        ):
+            kwargs["non_blocking"] = True
+            _applied("pin_memory", "torch: tensor.cuda(non_blocking=True) for pinned batches")
+        return orig_cuda(self, *args, **kwargs)
+
+    for fn, wrapped in ((to, orig_to), (cuda, orig_cuda)):
+        fn.__wrapped__ = wrapped  # type: ignore[attr-defined]
+        fn._sofa_top_non_blocking = True  # type: ignore[attr-defined]
+    torch.Tensor.to = to
+    torch.Tensor.cuda = cuda
+
+
+def _autocast_bf16(module: Any) -> None:
+    import torch
+
+    param = next(module.parameters(), None)
+    device = param.device.type if param is not None else "cpu"
+    if device == "cuda" and not torch.cuda.is_bf16_supported():
+        _skipped("bf16", "this GPU has no bf16 (try float16 autocast with a GradScaler)")
+        return
+    forward = module.forward
+
+    def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(device, dtype=torch.bfloat16):
+            return forward(*args, **kwargs)
+
+    autocast_forward.__wrapped__ = forward  # type: ignore[attr-defined]
+    module.forward = autocast_forward
+    _applied(
+        "bf16", f"torch: {type(module).__name__}.forward under torch.autocast({device!r}, bf16)"
+    )
+
+
 def _load_depth_first() -> Callable[[Any], Any]:
     import importlib
 
@@ -346,12 +459,23 @@ def _time_first_compiled_call(module: Any) -> None:
 
 def _on_top_module(module: Any) -> None:
     name = type(module).__name__
-    if _State.wanted.xla:
+    wanted = _State.wanted
+    compiles = wanted.xla or wanted.compile_mode is not None
+    if wanted.bf16:  # before compiling: the compiled call runs the autocast forward
+        _autocast_bf16(module)
+    if wanted.compile_mode is not None:
+        mode = wanted.compile_mode
+        module.compile(mode=mode)
+        _time_first_compiled_call(module)
+        _applied("compile_mode", f"torch: {name}.compile(mode={mode!r}) (torch.compile in place)")
+        if wanted.xla:
+            _skipped("xla", f"torch: compile_mode={mode!r} compiles the module instead")
+    elif wanted.xla:
         module.compile()
         _time_first_compiled_call(module)
         _applied("xla", f"torch: {name}.compile() (torch.compile in place)")
-    if _State.wanted.depth_first:
-        if _State.wanted.xla:
+    if wanted.depth_first:
+        if compiles:
             _skipped("depth_first", "mutually exclusive with torch.compile (xla requested)")
         else:
             _load_depth_first()(module)
@@ -377,7 +501,7 @@ def _install_torch_modules(agent: Agent, module: ModuleType) -> None:
             _on_top_module(mod)
         except Exception as e:
             for t in _State.wanted.toggles():
-                if t != "prefetch":
+                if t not in ("prefetch", "pin_memory"):
                     _skipped(t, f"on {type(mod).__name__}: {e!r}")
         return None
 
@@ -393,12 +517,13 @@ def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Insta
     _State.agent = agent
     _State.wanted = wanted
     _State.where = {}
+    _State.reported = set()
     for problem in agent.settings.problems:
         if problem.startswith("optimize:"):
             agent.event("optimize", problem, {"toggle": None})
     for t in wanted.toggles():
         agent.hook_skipped(hook_name(t), _WAITING)
-    if wanted.xla and wanted.depth_first:
+    if (wanted.xla or wanted.compile_mode) and wanted.depth_first:
         agent.hook_skipped(
             hook_name("depth_first"), "mutually exclusive with torch.compile (xla requested)"
         )
@@ -414,9 +539,10 @@ def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Insta
     if wanted.prefetch is not None:
         add("tensorflow.python.data.ops.dataset_ops", "prefetch", _install_tf_data)
         add("torch.utils.data.dataloader", "prefetch", _install_dataloader)
-    if wanted.xla or wanted.depth_first:
-        add(
-            "torch.nn.modules.module",
-            "xla" if wanted.xla else "depth_first",
-            _install_torch_modules,
-        )
+    if wanted.pin_memory:
+        add("torch.utils.data.dataloader", "pin_memory", _install_pin_memory)
+    module_toggles = [
+        t for t in wanted.toggles() if t in ("xla", "depth_first", "bf16", "compile_mode")
+    ]
+    if module_toggles:
+        add("torch.nn.modules.module", module_toggles[0], _install_torch_modules)

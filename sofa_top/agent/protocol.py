@@ -17,7 +17,13 @@ holding one object with a string ``"type"`` field. Frame types (agent to server 
               ``wait_us`` the input wait, ``wait_cpu_us`` the process's CPU time during it);
               flat integer rows because encoding them is what the agent pays per step;
               ``collective_us`` (optional, one integer or null per row): the time each step
-              was blocked in torch.distributed collectives (``hooks_dist``)
+              was blocked in torch.distributed collectives (``hooks_dist``).
+              Optional ``gpu: [gpu_span_us|null, gpu_busy_us|null, busy_source, ...]``: one
+              row of ``GPU_STEP_FIELDS`` per step row (CUDA loops only; ``busy_source`` 0
+              unknown, 1 profiler, 2 estimate); a server that predates it ignores it
+``cuda``      ``{pid, t, device, device_name, bf16_supported, capability, mem_allocated,
+              mem_reserved, mem_total, mem_free, alloc_retries, ooms, error,
+              window: {CudaWindow's fields} | null}`` -- CUDA readings (PyTorch on a GPU)
 ``pipeline``  ``{pid, t, framework, note, stages: [{name, kind, parallelism, buffer,
               self_time_s, is_bottleneck}]}``
 ``workers``   ``{pid, t, framework, workers: [pid]}`` -- e.g. DataLoader worker processes
@@ -38,8 +44,10 @@ PROTOCOL_VERSION = 2
 MAX_FRAME = 1 << 20  # bytes of JSON per frame; larger frames are a protocol error
 HEADER = struct.Struct(">I")
 
-FRAME_TYPES = ("hello", "info", "steps", "pipeline", "workers", "event", "bye")
+FRAME_TYPES = ("hello", "info", "steps", "pipeline", "workers", "event", "bye", "cuda")
 STEP_FIELDS = ("step", "start_us", "end_us", "wait_us", "batch_size", "wait_cpu_us")
+GPU_STEP_FIELDS = ("gpu_span_us", "gpu_busy_us", "busy_source")
+BUSY_SOURCES = (None, "profiler", "estimate")  # busy_source codes 0, 1, 2
 
 
 class FrameError(ValueError):

@@ -19,6 +19,7 @@ HOOK_NAMES = (
     "torch-optimizer",
     "torch-collectives",
     "torch-ddp",
+    "torch-cuda",
 )
 
 
@@ -32,6 +33,13 @@ class AgentSettings:
     send_timeout_s: float = 5.0  # a server this slow is treated as gone
     exit_flush_s: float = 1.0  # the most the workload's exit waits for the last frames
     pipeline_interval_s: float = 5.0  # how often tf.data runtime stats are re-read
+    # CUDA (hooks_cuda): a torch.profiler window of ``cuda_window_steps`` steps every
+    # ``cuda_window_s`` seconds (0: none), the first ``cuda_first_window_s`` after CUDA is
+    # seen; allocator readings every ``cuda_memory_s``
+    cuda_window_s: float = 30.0
+    cuda_first_window_s: float = 3.0
+    cuda_window_steps: int = 5
+    cuda_memory_s: float = 5.0
     disabled_hooks: tuple[str, ...] = ()
     optimize: OptimizeSpec = field(default_factory=OptimizeSpec)  # the optimizer's toggles
     problems: tuple[str, ...] = ()  # what was wrong with the JSON (reported, never fatal)
@@ -45,6 +53,10 @@ class AgentSettings:
             "send_timeout_s": self.send_timeout_s,
             "exit_flush_s": self.exit_flush_s,
             "pipeline_interval_s": self.pipeline_interval_s,
+            "cuda_window_s": self.cuda_window_s,
+            "cuda_first_window_s": self.cuda_first_window_s,
+            "cuda_window_steps": self.cuda_window_steps,
+            "cuda_memory_s": self.cuda_memory_s,
             "disabled_hooks": list(self.disabled_hooks),
             "optimize": self.optimize.to_json(),
         }
@@ -56,6 +68,9 @@ _FLOATS = {
     "send_timeout_s": (0.01, 600.0),
     "exit_flush_s": (0.0, 60.0),
     "pipeline_interval_s": (0.1, 3600.0),
+    "cuda_window_s": (0.0, 86400.0),
+    "cuda_first_window_s": (0.0, 86400.0),
+    "cuda_memory_s": (0.1, 3600.0),
 }
 
 
@@ -87,6 +102,11 @@ def parse_settings(text: str | None) -> AgentSettings:
                 values[key] = value
             else:
                 problems.append("queue_max: expected an integer in [1, 10000000]")
+        elif key == "cuda_window_steps":
+            if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1000:
+                values[key] = value
+            else:
+                problems.append("cuda_window_steps: expected an integer in [1, 1000]")
         elif key == "disabled_hooks":
             if isinstance(value, list) and all(isinstance(v, str) for v in value):
                 values[key] = tuple(value)

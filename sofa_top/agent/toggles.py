@@ -3,12 +3,17 @@ optimizers choose them, and both import this one definition).
 
 On the wire a spec is ``settings["optimize"]`` (``OptimizeSpec.to_json``)::
 
-    {"xla": true, "prefetch": {"parallelism": 16, "deterministic": false}, "depth_first": true}
+    {"xla": true, "prefetch": {"parallelism": 16, "deterministic": false}, "depth_first": true,
+     "pin_memory": true, "bf16": true, "compile_mode": "reduce-overhead"}
 
-``"prefetch": true`` means the defaults. A toggle is known by three names, each with its use:
-the spec key (``depth_first``), the name people type and read (``depth-first``: compare's
-configurations, recommendations) and the hook it is reported under by the agent
-(``opt:depth-first``). The conversions are here and nowhere else.
+``"prefetch": true`` means the defaults. ``pin_memory``, ``bf16`` and ``compile_mode`` are the GPU
+toggles (PyTorch): pinned DataLoader batches copied with ``non_blocking=True``, bf16 autocast
+(it changes the numerics: ``NUMERICS_CHANGING``) and ``torch.compile`` with a mode.
+
+A toggle is known by three names, each with its use: the spec key (``depth_first``), the name
+people type and read (``depth-first``: compare's configurations, recommendations) and the hook
+it is reported under by the agent (``opt:depth-first``). The conversions are here and nowhere
+else.
 """
 
 from __future__ import annotations
@@ -16,8 +21,28 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-Toggle = Literal["xla", "prefetch", "depth_first"]
-TOGGLES: tuple[Toggle, ...] = ("xla", "prefetch", "depth_first")
+Toggle = Literal["xla", "prefetch", "depth_first", "pin_memory", "bf16", "compile_mode"]
+TOGGLES: tuple[Toggle, ...] = (
+    "xla",
+    "prefetch",
+    "depth_first",
+    "pin_memory",
+    "bf16",
+    "compile_mode",
+)
+# the GPU toggles (compare offers them where the workload uses CUDA)
+GPU_TOGGLES: tuple[Toggle, ...] = ("pin_memory", "bf16", "compile_mode")
+# toggles whose results differ from the baseline's in the last bits: compare flags them
+NUMERICS_CHANGING: tuple[Toggle, ...] = ("bf16",)
+# torch.compile's modes: "reduce-overhead" replays CUDA graphs (launch-bound loops);
+# "max-autotune" benchmarks kernels and may take minutes to compile
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+COMPILE_MODES: tuple[CompileMode, ...] = (
+    "default",
+    "reduce-overhead",
+    "max-autotune",
+    "max-autotune-no-cudagraphs",
+)
 HOOK_PREFIX = "opt:"
 # TensorFlow auto-clustering, set by the xla toggle before the workload imports TF
 XLA_FLAGS = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
@@ -88,6 +113,9 @@ class OptimizeSpec:
     xla: bool = False
     prefetch: PrefetchOptions | None = None
     depth_first: bool = False
+    pin_memory: bool = False
+    bf16: bool = False
+    compile_mode: CompileMode | None = None
 
     def toggles(self) -> tuple[Toggle, ...]:
         """The toggles asked for, in ``TOGGLES`` order."""
@@ -95,6 +123,9 @@ class OptimizeSpec:
             "xla": self.xla,
             "prefetch": self.prefetch is not None,
             "depth_first": self.depth_first,
+            "pin_memory": self.pin_memory,
+            "bf16": self.bf16,
+            "compile_mode": self.compile_mode is not None,
         }
         return tuple(t for t in TOGGLES if on[t])
 
@@ -120,6 +151,12 @@ class OptimizeSpec:
             d["prefetch"] = self.prefetch.to_json()
         if self.depth_first:
             d["depth_first"] = True
+        if self.pin_memory:
+            d["pin_memory"] = True
+        if self.bf16:
+            d["bf16"] = True
+        if self.compile_mode is not None:
+            d["compile_mode"] = self.compile_mode
         return d
 
     @classmethod
@@ -130,6 +167,7 @@ class OptimizeSpec:
         problems: list[str] = []
         on: dict[str, bool] = {}
         prefetch: PrefetchOptions | None = None
+        mode: CompileMode | None = None
         for key, value in raw.items():
             toggle = next((t for t in TOGGLES if t == key), None)  # spec keys only
             if toggle is None:
@@ -137,12 +175,23 @@ class OptimizeSpec:
             elif toggle == "prefetch":
                 prefetch, bad = _prefetch(value)
                 problems += bad
+            elif toggle == "compile_mode":
+                mode = next((m for m in COMPILE_MODES if m == value), None)
+                if mode is None and value is not None:
+                    problems.append(
+                        f"optimize: compile_mode: expected one of {', '.join(COMPILE_MODES)}"
+                    )
             elif value is True:
                 on[toggle] = True
             elif value not in (False, None):
                 problems.append(f"optimize: {key}: expected true or false")
         spec = cls(
-            xla=on.get("xla", False), prefetch=prefetch, depth_first=on.get("depth_first", False)
+            xla=on.get("xla", False),
+            prefetch=prefetch,
+            depth_first=on.get("depth_first", False),
+            pin_memory=on.get("pin_memory", False),
+            bf16=on.get("bf16", False),
+            compile_mode=mode,
         )
         return spec, tuple(problems)
 

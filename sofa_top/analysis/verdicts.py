@@ -31,7 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from sofa_top.model.samples import GpuSample, PipelineSample, StepSample, SystemSample
+from sofa_top.analysis import gpu as gpu_loop
+from sofa_top.model.samples import CudaSample, GpuSample, PipelineSample, StepSample, SystemSample
 from sofa_top.model.snapshot import StackSummary
 from sofa_top.model.units import Percent
 from sofa_top.model.verdict import InputCause, InputCauseKind, Verdict
@@ -64,6 +65,7 @@ class Evidence:
     pipeline: PipelineSample | None = None
     frameworks: tuple[str, ...] = ()  # e.g. ("tensorflow",), from the agent or the stacks
     child_cpu: Percent | None = None  # % of one core used by the tree less the target itself
+    cuda: Sequence[CudaSample] = ()  # the agent's CUDA readings (GPU loops), oldest first
 
 
 def input_parallelism(p: PipelineSample | None) -> int | None:
@@ -167,7 +169,7 @@ def judge(ev: Evidence) -> Verdict:
                 advice.memory_pressure_recommendations(),
             )
     if len(ev.steps) >= MIN_STEPS:
-        return _judge_steps(ev, fw, base)
+        return _judge_gpu_steps(ev, fw, base) or _judge_steps(ev, fw, base)
     if (
         ev.tree_cpu is not None
         and ev.tree_cpu < IDLE_CPU_PERCENT
@@ -225,12 +227,95 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
             evidence,
             advice.gpu_recommendations(),
         )
+    # NVML alone (no CUDA readings from the agent): a GPU this busy is the one computing
+    evidence["device"] = "gpu" if gpu is not None and gpu >= 100 * gpu_loop.GPU_BUSY_HIGH else "cpu"
     return Verdict(
         "compute-bound",
         conf,
         f"compute-bound: only {frac:.0%} of each step waits for input",
         evidence,
         advice.compute_recommendations(fw),
+    )
+
+
+def _pinned(p: PipelineSample | None) -> bool:
+    """The DataLoader pins its batches (a ``pin_memory`` stage)."""
+    return p is not None and any(s.name == "pin_memory" for s in p.stages)
+
+
+def _judge_gpu_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict | None:
+    """A CUDA loop (the agent read CUDA): the GPU's busy fraction decides (``analysis.gpu``)."""
+    load = gpu_loop.gpu_load(ev.steps, ev.cuda, ev.gpu)
+    if load is None:
+        return None
+    b, f, w, c = load.busy_fraction, load.input_fraction, load.window, load.cuda
+    evidence: dict[str, object] = {
+        **base,
+        "device": "gpu",
+        "gpu_busy_fraction": round(b, 3),
+        "gpu_busy_source": load.source,
+        "input_fraction": round(f, 3),
+        "steps": len(ev.steps),
+        "median_step_s": _median([s.duration_s for s in ev.steps]),
+        "bottleneck_stage": _bottleneck(ev.pipeline),
+        "gpu_name": c.device_name if c else None,
+        **gpu_loop.window_evidence(w),
+    }
+    conf = min(0.95, 0.5 + 0.05 * len(ev.steps)) * (1.0 if w is not None else 0.6)
+    pinned = _pinned(ev.pipeline)
+    if gpu_loop.waits_for_input(load, MODERATE_INPUT_FRACTION, HIGH_INPUT_FRACTION):
+        high = f >= HIGH_INPUT_FRACTION
+        headline = (
+            f"input-bound: the GPU is busy {b:.0%} of each step; the loop waits {f:.0%} "
+            "for the next batch"
+        )
+        recs = advice.pipeline_recommendations(ev.pipeline, fw)
+        cause = input_cause(ev)
+        if cause is not None:
+            evidence.update(_cause_evidence(cause, ev.system))
+            headline += f"; {_cause_text(cause)}"
+            recs = advice.input_recommendations(cause, ev.pipeline, fw, max(1, ev.cpu_count))
+        return Verdict(
+            "input-bound",
+            conf if high else conf * 0.8,
+            headline,
+            evidence,
+            advice.gpu_input_recommendations(recs, pinned),
+            severity="high" if high else "moderate",
+        )
+    bf16 = c.bf16_supported if c else None
+    if b >= gpu_loop.GPU_BUSY_HIGH:
+        return Verdict(
+            "compute-bound",
+            conf,
+            f"compute-bound: the GPU is busy {b:.0%} of each step"
+            + (f" ({c.device_name})" if c and c.device_name else ""),
+            evidence,
+            advice.gpu_compute_recommendations(
+                bf16,
+                convs=bool(w and w.conv_kernels),
+                half=bool(w and w.kernels and w.bf16_kernels >= w.kernels / 2),
+            ),
+        )
+    why_idle = gpu_loop.gpu_cause(load)
+    evidence["cause"] = why_idle
+    held = gpu_loop.memory_pressure(load)
+    if held is not None:
+        evidence["gpu_memory_reserved_fraction"] = round(held, 3)
+        evidence["alloc_retries"] = load.alloc_retries
+    why = {
+        "launch": "it waits between many small kernels while Python launches the next",
+        "copy": "host-to-device copies hold it up",
+        "cpu": "the host does other work between kernels",
+        "memory-pressure": "the allocator is near the card's memory",
+    }[why_idle]
+    return Verdict(
+        "gpu-underutilized",
+        conf * 0.9,
+        f"gpu-underutilized ({why_idle}): the GPU is busy {b:.0%} of each step; {why}",
+        evidence,
+        advice.gpu_underused_recommendations(why_idle, pinned, bf16),
+        severity="high" if b < gpu_loop.GPU_BUSY_LOW else "moderate",
     )
 
 

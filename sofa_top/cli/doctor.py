@@ -260,7 +260,9 @@ def check_gpu(timeout: float = 10.0) -> Check:
         return Check("NVIDIA GPU", "fail", s.message, fix="check the driver with nvidia-smi")
     gib = 1024**3
     gpus = ", ".join(
-        f"{d.index}: {d.name}" + (f" ({d.mem_total / gib:.0f} GiB)" if d.mem_total else "")
+        f"{d.index}: {d.name}"
+        + (f" ({d.mem_total / gib:.0f} GiB)" if d.mem_total else "")
+        + (f" MIG on, {len(d.mig_instances)} instance(s)" if d.mig else "")
         for d in s.devices
     )
     driver = f", driver {s.driver}" if s.driver else ""
@@ -281,6 +283,11 @@ info = {"version": str(getattr(m, "__version__", "?"))}
 if name == "torch":
     info["cuda"] = str(m.version.cuda)
     info["gpu"] = bool(m.cuda.is_available())
+    if info["gpu"]:  # what the agent's torch-cuda hook needs: bf16, CUDA profiler windows
+        info["device"] = str(m.cuda.get_device_name(0))
+        info["bf16"] = bool(m.cuda.is_bf16_supported())
+        import torch.profiler as tp
+        info["profiler"] = tp.ProfilerActivity.CUDA in tp.supported_activities()
 elif name == "tensorflow":
     info["gpu"] = bool(m.config.list_physical_devices("GPU"))
 print(json.dumps(info))
@@ -329,6 +336,10 @@ def _finish_import(module: str, p: subprocess.Popen[str], deadline: float, limit
         )
     if "gpu" in info:
         extra += ", sees a GPU" if info["gpu"] else ", no GPU visible"
+    if info.get("device"):
+        extra += f" ({info['device']}{', bf16' if info.get('bf16') else ', no bf16'})"
+    if info.get("profiler") is False:
+        extra += "; no CUDA profiler (CUPTI): GPU busy time unmeasured, NVML stands in"
     return Check(module, "ok", f"{info['version']}{extra}")
 
 

@@ -33,7 +33,7 @@ def resolve_session(text: str) -> Path:
 
 def check_intact(path: Path) -> None:
     """Refuse a session file that is not a session, or has damaged pages."""
-    from sofa_top.recording.store import SessionReader
+    from sofa_top.recording.reader import SessionReader
 
     reader = SessionReader(path)
     try:

@@ -28,7 +28,7 @@ from sofa_top.export.common import (
     load_model,
 )
 from sofa_top.model.errors import UserError
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 __all__ = ["FORMATS", "MAX_EVENTS", "ExportResult", "default_output", "export_session"]
 

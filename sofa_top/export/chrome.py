@@ -43,7 +43,7 @@ from sofa_top.export.common import (
     thread_title,
 )
 from sofa_top.model.samples import Frame
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 STEPS_TID_BASE = SYNTHETIC_TID_BASE + (1 << 20)
 MARKERS_TID = SYNTHETIC_TID_BASE + (1 << 21)

@@ -15,7 +15,7 @@ from typing import IO, Any
 from sofa_top.model.errors import UserError
 from sofa_top.model.ranks import RankId
 from sofa_top.model.samples import Event, EventKind, Frame
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 # Perfetto UI and chrome://tracing both slow to a crawl (or give up) somewhere past a million
 # events; every export plans to stay under this and says what it merged to get there.

@@ -48,7 +48,7 @@ from sofa_top.export.common import (
     thread_title,
 )
 from sofa_top.model.samples import Frame
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 MAIN_SEQ = 1
 FIRST_THREAD_SEQ = 16

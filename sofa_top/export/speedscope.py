@@ -23,7 +23,7 @@ from sofa_top.export.common import (
     thread_title,
 )
 from sofa_top.model.samples import Frame
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
 NO_FRAMES = (Frame("(no Python frames)", "", 0),)

@@ -7,6 +7,7 @@ permission is a *state* (e.g. ``GpuSample.status == "no-gpu"``), not an exceptio
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -75,6 +76,44 @@ class SystemSample:
 
 
 GpuStatus = Literal["ok", "no-gpu", "no-driver", "error"]
+# How the target tree's GPU share was found: "pids" (NVML's process ids are the tree's),
+# "device" (NVML's ids are not of this PID namespace, e.g. a container: the device totals stand
+# in for the target), "" (not known)
+TargetScope = Literal["pids", "device", ""]
+
+
+# NVML's clock event ("throttle") reasons: (bit, name); nvmlClocksEventReason* constants
+THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
+    (0x1, "gpu-idle"),
+    (0x2, "app-clocks"),
+    (0x4, "sw-power-cap"),
+    (0x8, "hw-slowdown"),
+    (0x10, "sync-boost"),
+    (0x20, "sw-thermal"),
+    (0x40, "hw-thermal"),
+    (0x80, "hw-power-brake"),
+    (0x100, "display-clocks"),
+)
+
+
+def throttle_names(mask: int) -> tuple[str, ...]:
+    """The reasons set in an NVML clock-event bitmask, in bit order."""
+    return tuple(name for bit, name in THROTTLE_REASONS if mask & bit)
+
+
+def throttle_mask(names: tuple[str, ...]) -> int:
+    """The inverse of ``throttle_names``."""
+    return sum(bit for bit, name in THROTTLE_REASONS if name in names)
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """One MIG instance (GPU slice) of a device in MIG mode."""
+
+    index: int
+    name: str
+    mem_used: Bytes | None
+    mem_total: Bytes | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +130,17 @@ class GpuDevice:
     sm_clock_mhz: MHz | None
     target_mem: Bytes | None  # GPU memory used by processes of the target tree
     errors: tuple[tuple[str, str], ...] = ()  # (field, reason)
+    # -- since GPU loops (issue 15): all optional, older readings have them None
+    target_util: Percent | None = None  # SM utilisation of the target tree's processes
+    target_scope: TargetScope = ""
+    power_limit_w: Watts | None = None
+    mem_clock_mhz: MHz | None = None
+    sm_clock_max_mhz: MHz | None = None
+    # why the clocks are held down (NVML clock event reasons: "sw-power-cap", "hw-slowdown",
+    # "sw-thermal", ...); () when nothing throttles, None when unknown
+    throttle: tuple[str, ...] | None = None
+    mig: bool | None = None  # MIG mode on (None: not supported / unknown)
+    mig_instances: tuple[MigInstance, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +208,7 @@ EventKind = Literal[
     "agent-workers",  # DataLoader worker pids (data: workers)
     "agent-pipeline",  # the agent could not read the tf.data runtime model
     "optimize",  # an optimizer toggle changed something, or could not (data: toggle, ...)
+    "cuda-error",  # the agent's CUDA readings stopped (a CUDA error, the GPU lost): why
     # how the store keeps the agent's reports: read back as events of these kinds
     "agent",  # an AgentInfo (data: its fields)
     "pipeline",  # a PipelineSample (data: its fields)
@@ -165,6 +216,7 @@ EventKind = Literal[
     "rank",  # a process is a rank (data: pid, RankId.as_json())
     "rank-exit",  # a rank's process exited (data: pid, rank, exit_code, error)
     "rank-verdict",  # the cross-rank verdict changed (data: Verdict.as_json())
+    "cuda",  # a CudaSample (data: its fields)
 ]
 EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
 
@@ -205,6 +257,103 @@ class StepSample:
     # time the step spent blocked in collectives (all-reduce, broadcast, barrier: waiting for
     # the other ranks); None when not measured (no torch.distributed)
     collective_s: float | None = None
+    # CUDA (agent, hooks_cuda): the GPU time between CUDA events recorded on the current stream
+    # at the step's two boundaries. A span, not busy time: it includes the GPU's idle gaps
+    gpu_span_s: float | None = None
+    # time the GPU ran kernels for this step: measured in a profiler window ("profiler"), else
+    # the last window's busy time per step capped by the span ("estimate"); None without CUDA
+    # or before the first window
+    gpu_busy_s: float | None = None
+    gpu_busy_source: GpuBusySource | None = None
+
+    @property
+    def gpu_busy_fraction(self) -> float | None:
+        """GPU busy time over the step's wall time (None when not known)."""
+        if self.gpu_busy_s is None or self.duration_s <= 0:
+            return None
+        return min(1.0, self.gpu_busy_s / self.duration_s)
+
+
+GpuBusySource = Literal["profiler", "estimate"]
+
+
+def gpu_busy_source(value: object) -> GpuBusySource | None:
+    """``value`` as a busy-time source (None for anything else)."""
+    return "profiler" if value == "profiler" else "estimate" if value == "estimate" else None
+
+
+@dataclass(frozen=True, slots=True)
+class CudaWindow:
+    """A short ``torch.profiler`` window of CUDA activity over a few whole steps.
+
+    Times are seconds. ``wall_s`` is the host time the window's steps took; ``busy_s`` the union
+    of the intervals in which the GPU ran a kernel (copies and memsets are counted apart); the
+    time without any GPU activity is split into the gaps between activities (short ones: <
+    ``agent.cuda_trace.SHORT_GAP_S``, the mark of kernel-launch overhead; long ones: the host
+    doing something else) and the time outside any activity at the window's ends."""
+
+    steps: int
+    wall_s: float
+    busy_s: float
+    input_wait_s: float  # the loop's input wait during the window's steps
+    kernels: int
+    kernel_s: float
+    median_kernel_s: float | None
+    short_gaps: int
+    short_gap_s: float
+    long_gaps: int
+    long_gap_s: float
+    h2d_copies: int
+    h2d_s: float
+    h2d_bytes: int
+    pageable_h2d: int  # host-to-device copies from pageable (not pinned) memory
+    pageable_h2d_s: float
+    blocking_h2d: int  # host-to-device copies the host waited for (no non_blocking)
+    d2h_copies: int
+    d2h_s: float
+    launches: int  # kernel launch calls on the host (cudaLaunchKernel and friends)
+    syncs: int  # host synchronisations (cudaStreamSynchronize, cudaDeviceSynchronize, ...)
+    conv_kernels: int  # convolution kernels (channels_last is worth trying)
+    bf16_kernels: int  # kernels whose names say they run in bf16 / fp16 already
+
+    @property
+    def busy_fraction(self) -> float | None:
+        """GPU busy over the window's wall time."""
+        return min(1.0, self.busy_s / self.wall_s) if self.wall_s > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class CudaSample:
+    """What the agent reads of CUDA in the workload (launch mode, PyTorch): the device, the
+    caching allocator and, every ~30 s, a profiler window. Readings that failed are None and
+    ``error`` says why."""
+
+    ts: Timestamp
+    pid: Pid
+    device: int
+    device_name: str
+    bf16_supported: bool | None
+    capability: str  # e.g. "9.0"
+    mem_allocated: Bytes | None  # bytes in live tensors
+    mem_reserved: Bytes | None  # bytes the caching allocator holds
+    mem_total: Bytes | None  # the device's memory
+    mem_free: Bytes | None  # free on the device (cudaMemGetInfo)
+    alloc_retries: int | None  # cudaMalloc retries after freeing the cache (memory pressure)
+    ooms: int | None  # out-of-memory errors the allocator raised
+    window: CudaWindow | None = None
+    error: str | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, object]) -> CudaSample | None:
+        """The inverse of ``dataclasses.asdict`` (a stored ``cuda`` event's data); None when
+        ``d`` is not one (a file written by another version, say)."""
+        try:
+            w = d.get("window")
+            window = CudaWindow(**w) if isinstance(w, dict) else None
+            known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+            return cls(**{**known, "window": window})  # type: ignore[arg-type]
+        except TypeError:
+            return None
 
 
 StageKind = Literal["source", "map", "interleave", "batch", "prefetch", "other"]
@@ -262,4 +411,5 @@ Sample = (
     | StepSample
     | PipelineSample
     | AgentInfo
+    | CudaSample
 )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import (
     AgentInfo,
+    CudaSample,
     Event,
     GpuSample,
     PipelineSample,
@@ -100,3 +101,4 @@ class Snapshot:
     read_only: bool = False  # a replay: no live data, ``ts`` is the cursor
     ranks: tuple[RankStat, ...] = ()  # a distributed job's ranks, by rank (about the last 10 s)
     rank_verdict: Verdict | None = None  # "straggler" or "balanced", with two or more ranks
+    cuda: CudaSample | None = None  # the agent's latest CUDA reading (GPU loops)

@@ -27,9 +27,12 @@ VerdictKind = Literal[
 VERDICT_KINDS: tuple[VerdictKind, ...] = get_args(VerdictKind)
 Severity = Literal["", "high", "moderate"]
 # The optimizer toggle a recommendation can be tried with (compare's configuration names).
-ToggleName = Literal["prefetch", "xla", "depth-first"]
+ToggleName = Literal["prefetch", "xla", "depth-first", "pin-memory", "bf16", "compile-mode"]
 InputCauseKind = Literal["cpu", "latency", "mixed"]
 RANK_VERDICT_KINDS: tuple[VerdictKind, ...] = ("straggler", "balanced")
+# Why a GPU idles (``gpu-underutilized``'s ``evidence.cause``): kernel launches from Python,
+# host-device copies, other host work, or the allocator near the card's memory
+GpuCause = Literal["launch", "copy", "cpu", "memory-pressure"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sofa_top.model.errors import UserError
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 if TYPE_CHECKING:
     from rich.console import Console

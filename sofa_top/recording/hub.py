@@ -17,6 +17,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from sofa_top.collectors.base import BACKPRESSURE, Collector
 from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import (
     AgentInfo,
+    CudaSample,
     Event,
     GpuSample,
     PipelineSample,
@@ -52,6 +54,7 @@ QUEUE_MAX = 10_000
 # collectors that cannot (process, system, GPU, stacks, logs).
 QUEUE_WAITING_MAX = QUEUE_MAX - 2_000
 EXIT_GRACE_S = 0.5  # after the target exits, let its last output and agent frames arrive
+CUDA_WINDOW_S = 90.0  # the agent's profiler windows come every ~30 s: the verdict sees 3
 
 
 class Session:
@@ -96,6 +99,7 @@ class Session:
         self._cpu: deque[tuple[float, float | None, float]] = deque(maxlen=400)
         self._pipeline: PipelineSample | None = None
         self._agent: AgentInfo | None = None
+        self._cuda: deque[CudaSample] = deque(maxlen=200)
         self._logs: deque[Event] = deque(maxlen=LOG_LINES)
         self._logs_dropped = 0
         self._frameworks: tuple[str, ...] = ()
@@ -275,6 +279,8 @@ class Session:
         elif isinstance(s, AgentInfo):
             self._agent = s
             self._frameworks = tuple(name for name, _v in s.frameworks)
+        elif isinstance(s, CudaSample):
+            self._cuda.append(s)
 
     _finalized = False
 
@@ -327,6 +333,7 @@ class Session:
             logs_dropped=self._logs_dropped,
             ranks=self._rank_stats,
             rank_verdict=self._rank_verdict,
+            cuda=self._latest_cuda(),
         )
 
     def _judge_ranks(self, now: float) -> None:
@@ -352,6 +359,14 @@ class Session:
             self.store.write([ev])
         self._rank_verdict = verdict
 
+    def _latest_cuda(self) -> CudaSample | None:
+        """The agent's latest CUDA reading, with the latest profiler window it sent."""
+        if not self._cuda:
+            return None
+        last = self._cuda[-1]
+        window = next((c.window for c in reversed(self._cuda) if c.window is not None), None)
+        return last if last.window is not None or window is None else replace(last, window=window)
+
     def _judge(
         self, now: float, summary: StackSummary | None, by_thread: dict[int, StackSummary]
     ) -> Verdict | None:
@@ -375,6 +390,7 @@ class Session:
                 gpu=self._gpu,
                 pipeline=self._pipeline,
                 frameworks=self._frameworks,
+                cuda=[c for c in self._cuda if c.ts >= now - CUDA_WINDOW_S],
             )
         )
         prev = self._verdict

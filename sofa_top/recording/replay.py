@@ -24,6 +24,7 @@ import contextlib
 import math
 import sqlite3
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,27 +34,32 @@ from sofa_top.analysis.verdicts import WINDOW_S, Evidence
 from sofa_top.model.errors import UserError
 from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import (
+    CudaSample,
     Event,
     GpuDevice,
     GpuSample,
     ProcessSample,
     ProcInfo,
     SystemSample,
+    throttle_names,
 )
 from sofa_top.model.snapshot import LOG_LINES, Snapshot, TargetInfo
 from sofa_top.model.source import OnSnapshot, SnapshotSource
 from sofa_top.model.verdict import Verdict
 from sofa_top.recording.ranks_live import session_ranks
+from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.rings import HISTORY_S
-from sofa_top.recording.store import SessionReader
 
 STACK_SUMMARY_S = 5.0  # as the live hub (session.STACK_SUMMARY_S)
 EVENTS_KEPT = 50  # as many events and steps as the hub hands the UI
 STEPS_KEPT = 600
-HIDDEN_EVENT_KINDS = ("agent", "pipeline", "log", "log-dropped")  # stored, not hub events
+HIDDEN_EVENT_KINDS = ("agent", "pipeline", "cuda", "log", "log-dropped")  # stored, not hub events
 RANK_STEPS_KEPT = 50_000  # the ranks' steps of one verdict window (8 ranks at 600 steps/s)
 MARKER_KIND = "verdict"
 _GPU_FIELDS = ("util", "mem_used", "power", "temp", "sm_clock", "target_mem")
+# the readings only some devices have (series.points_of: written once they have a value)
+_GPU_EXTRA = ("target_util", "target_from_device", "power_limit", "mem_clock", "throttle", "mig")
+CUDA_KEPT = 20  # the agent's last CUDA readings looked at for the latest profiler window
 
 
 class ReplaySource:
@@ -205,6 +211,7 @@ class ReplaySource:
                     {},
                 )
                 ranks = rank_stats(evidence, Evidence(cpu_count=int(meta.get("cpu_count") or 1)))
+            cuda = _cuda_at(r, ts)
         summary, by_thread = summarize_by_thread(windows)
         exit_code = _exit_code(exit_ev)
         started = meta.get("started")
@@ -231,6 +238,7 @@ class ReplaySource:
             read_only=True,
             ranks=ranks,
             rank_verdict=cross_rank_verdict(ranks),
+            cuda=cuda,
         )
 
 
@@ -400,6 +408,12 @@ def _gpu_at(r: SessionReader, ts: float, names: list[str]) -> GpuSample | None:
         def as_int(v: float | None) -> int | None:
             return None if v is None else int(v)
 
+        extra: dict[str, float | None] = {}
+        for field in _GPU_EXTRA:
+            pt = r.last_point(f"gpu.{i}.{field}", ts) if f"gpu.{i}.{field}" in names else None
+            extra[field] = None if pt is None else pt[1]
+        scope = extra["target_from_device"]
+        throttle = extra["throttle"]
         devices.append(
             GpuDevice(
                 index=i,
@@ -411,8 +425,30 @@ def _gpu_at(r: SessionReader, ts: float, names: list[str]) -> GpuSample | None:
                 temp_c=values["temp"],
                 sm_clock_mhz=values["sm_clock"],
                 target_mem=as_int(values["target_mem"]),
+                target_util=extra["target_util"],
+                target_scope="" if scope is None else "device" if scope else "pids",
+                power_limit_w=extra["power_limit"],
+                mem_clock_mhz=extra["mem_clock"],
+                throttle=None if throttle is None else throttle_names(int(throttle)),
+                mig=None if extra["mig"] is None else bool(extra["mig"]),
             )
         )
     if not devices:
         return None
     return GpuSample(ts=latest, status="ok", devices=tuple(devices))
+
+
+def _cuda_at(r: SessionReader, ts: float) -> CudaSample | None:
+    """The agent's last CUDA reading at ``ts``, with the last profiler window (as the hub)."""
+    samples = [
+        c
+        for c in (
+            CudaSample.from_json(e.data) for e in r.events_of_kind_before("cuda", ts, CUDA_KEPT)
+        )
+        if c
+    ]
+    if not samples:
+        return None
+    last = samples[-1]
+    window = next((c.window for c in reversed(samples) if c.window is not None), None)
+    return last if last.window is not None or window is None else replace(last, window=window)

@@ -12,7 +12,10 @@ The JSON schema is ``record.schema.json`` beside this file (tests validate again
                "dropped": steps the agent counted but could not send (its queue was full)},
      "cpu": {"cores", "tree_mean_percent", "tree_max_percent", "system_mean_percent",
              "rss_max_bytes", "threads_max"},
-     "gpu": {"devices": [{"index", "util_mean_percent", "mem_max_bytes", "power_mean_w"}]} | null,
+     "gpu": {"devices": [{"index", "util_mean_percent", "mem_max_bytes", "power_mean_w",
+                          ... NVML's other readings, "errors": {reading: why}}]} | null,
+     "cuda": {"device_name", "bf16_supported", "busy_fraction", "windows", "last_window",
+              "mem_reserved_max_bytes", "alloc_retries", "ooms", "errors", ...} | null,
      "stacks": {"thread_samples", "rate_hz", "split": {class: fraction}, "error": STR|null,
                 "hint": STR|null, "top": [{"function", "file", "line", "own_pct", "total_pct",
                                            "thread", "class"}]},
@@ -33,10 +36,11 @@ from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats, straggler_js
 from sofa_top.analysis.stackstats import summarize
 from sofa_top.analysis.verdicts import Evidence, judge
 from sofa_top.model.ranks import RankStat
-from sofa_top.model.samples import PipelineSample, StackWindow, StepSample
+from sofa_top.model.samples import CudaSample, PipelineSample, StackWindow, StepSample
 from sofa_top.model.snapshot import StackSummary
 from sofa_top.recording.ranks_live import session_ranks
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
+from sofa_top.recording.report_gpu import cuda_json, gpu_json
 
 SCHEMA_VERSION = 1
 SCHEMA_FILE = Path(__file__).with_name("record.schema.json")
@@ -62,6 +66,9 @@ class _Read:
     pipeline: PipelineSample | None
     agent_dropped: int
     ranks: tuple[RankStat, ...]
+    cuda: list[CudaSample]
+    cuda_errors: list[str]
+    errors: dict[str, list[str]]  # series name -> the reasons its readings failed
 
 
 def _ranks(reader: SessionReader, steps: list[StepSample], cpu_count: int) -> tuple[RankStat, ...]:
@@ -92,12 +99,14 @@ def _read(path: Path) -> _Read:
         meta = reader.meta()
         target_pid = (meta.get("target") or {}).get("pid")
         steps = reader.steps()
+        raw = {n: reader.points(n) for n in reader.series_names() if not n.startswith("proc.")}
         return _Read(
             meta=meta,
-            points={
-                name: [v for _, v, _ in reader.points(name)]
-                for name in reader.series_names()
-                if not name.startswith("proc.")
+            points={name: [v for _, v, _ in pts] for name, pts in raw.items()},
+            errors={
+                name: [e for _, _, e in pts if e]
+                for name, pts in raw.items()
+                if name.startswith("gpu.")
             },
             target_cpu=[v for _, v, _ in reader.points(f"proc.{target_pid}.cpu")],
             windows=list(reader.stack_windows()),
@@ -105,24 +114,11 @@ def _read(path: Path) -> _Read:
             pipeline=reader.last_pipeline(),
             agent_dropped=_agent_dropped(reader),
             ranks=_ranks(reader, steps, int(meta.get("cpu_count") or 1)),
+            cuda=reader.cuda_samples(),
+            cuda_errors=[e.message for e in reader.events("cuda-error")],
         )
     finally:
         reader.close()
-
-
-def _gpu_json(pts: dict[str, list[float | None]]) -> dict[str, Any] | None:
-    gpus = sorted({int(n.split(".")[1]) for n in pts if n.startswith("gpu.")})
-    if not gpus:
-        return None
-    devices = []
-    for i in gpus:
-        util, _ = _stats(pts.get(f"gpu.{i}.util", []))
-        _, mem = _stats(pts.get(f"gpu.{i}.mem_used", []))
-        power, _ = _stats(pts.get(f"gpu.{i}.power", []))
-        devices.append(
-            {"index": i, "util_mean_percent": util, "mem_max_bytes": mem, "power_mean_w": power}
-        )
-    return {"devices": devices}
 
 
 def _stacks_json(windows: list[StackWindow], summary: StackSummary | None) -> dict[str, Any]:
@@ -157,11 +153,20 @@ def _stacks_json(windows: list[StackWindow], summary: StackSummary | None) -> di
 def _steps_json(steps: list[StepSample], dropped: int) -> dict[str, Any]:
     durations = [s.duration_s for s in steps]
     waits = sum(s.input_wait_s for s in steps)
+    busy = [s for s in steps if s.gpu_busy_s is not None]
+    spans = [s.gpu_span_s for s in steps if s.gpu_span_s is not None]
+    busy_time = sum(s.duration_s for s in busy)
     return {
         "count": len(steps),
         "median_step_s": statistics.median(durations) if durations else None,
         "input_wait_fraction": waits / sum(durations) if durations and sum(durations) else None,
         "dropped": dropped,
+        # GPU loops: busy time over wall time of the steps whose GPU time is known
+        "gpu_busy_fraction": min(1.0, sum(s.gpu_busy_s or 0.0 for s in busy) / busy_time)
+        if busy_time > 0
+        else None,
+        "gpu_busy_steps": len(busy),
+        "median_gpu_span_s": statistics.median(spans) if spans else None,
     }
 
 
@@ -181,6 +186,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
             cpu_count=int(meta.get("cpu_count") or 1),
             pipeline=r.pipeline,
             child_cpu=None if tree_mean is None else max(0.0, tree_mean - (target_mean or 0.0)),
+            cuda=r.cuda,
         )
     )
     rank_verdict = cross_rank_verdict(r.ranks)
@@ -205,7 +211,8 @@ def session_summary(path: str | Path) -> dict[str, Any]:
             "rss_max_bytes": _stats(pts.get("tree.rss", []))[1],
             "threads_max": _stats(pts.get("tree.threads", []))[1],
         },
-        "gpu": _gpu_json(pts),
+        "gpu": gpu_json(pts, r.errors),
+        "cuda": cuda_json(r.cuda, r.cuda_errors),
         "stacks": _stacks_json(r.windows, summary),
         "ranks": [s.as_json() for s in r.ranks],
         "straggler": straggler_json(rank_verdict),

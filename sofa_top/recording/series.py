@@ -9,21 +9,28 @@ disagree about what a series means. Series names are documented here and nowhere
 - ``sys.cpu`` (0..100, mean of cores), ``sys.cpu.<i>``, ``sys.iowait``, ``sys.mem_used``,
   ``sys.swap_used``
 - ``gpu.<i>.util`` (%), ``gpu.<i>.mem_used`` (bytes), ``gpu.<i>.power`` (W), ``gpu.<i>.temp``
-  (C), ``gpu.<i>.sm_clock`` (MHz), ``gpu.<i>.target_mem`` (bytes)
+  (C), ``gpu.<i>.sm_clock`` (MHz), ``gpu.<i>.target_mem`` (bytes); where NVML reads them:
+  ``gpu.<i>.target_util`` (% SM, the target tree's processes), ``gpu.<i>.target_from_device``
+  (1: NVML's process ids are not this namespace's, the device totals stand in for the target),
+  ``gpu.<i>.mem_clock`` (MHz), ``gpu.<i>.power_limit`` (W), ``gpu.<i>.throttle`` (NVML's clock
+  event bitmask, ``model.samples.THROTTLE_REASONS``), ``gpu.<i>.mig`` (1: MIG mode)
 - ``step.duration`` / ``step.input_wait`` (s) and ``step.input_fraction`` (0..1), per step;
-  ``step.collective_wait`` (s), per step where torch.distributed collectives were timed
+  ``step.collective_wait`` (s), per step where torch.distributed collectives were timed; CUDA
+  loops add ``step.gpu_span`` (s) and ``step.gpu_busy_fraction`` (0..1) when known
 - ``stacks.rate`` (Hz) and ``stacks.sampler_cpu`` (%), per stack window
 """
 
 from __future__ import annotations
 
 from sofa_top.model.samples import (
+    GpuDevice,
     GpuSample,
     ProcessSample,
     Sample,
     StackWindow,
     StepSample,
     SystemSample,
+    throttle_mask,
 )
 from sofa_top.model.units import Timestamp
 
@@ -46,6 +53,14 @@ UNITS: dict[str, str] = {
     "temp": "C",
     "sm_clock": "MHz",
     "target_mem": "B",
+    "target_util": "%",
+    "target_from_device": "",
+    "mem_clock": "MHz",
+    "power_limit": "W",
+    "throttle": "",
+    "mig": "",
+    "gpu_span": "s",
+    "gpu_busy_fraction": "",
     "duration": "s",
     "input_wait": "s",
     "input_fraction": "",
@@ -120,6 +135,7 @@ def points_of(sample: Sample, rates: RateState) -> list[SeriesPoint]:
                 ("target_mem", _num(d.target_mem)),
             ):
                 pts.append((f"gpu.{d.index}.{field}", value, errs.get(field)))
+            pts.extend(_gpu_extra(d, errs))
         return pts
     if isinstance(sample, StepSample):
         frac = sample.input_wait_s / sample.duration_s if sample.duration_s > 0 else None
@@ -130,6 +146,10 @@ def points_of(sample: Sample, rates: RateState) -> list[SeriesPoint]:
         ]
         if sample.collective_s is not None:
             pts.append(("step.collective_wait", sample.collective_s, None))
+        if sample.gpu_span_s is not None:
+            pts.append(("step.gpu_span", sample.gpu_span_s, None))
+        if sample.gpu_busy_fraction is not None:
+            pts.append(("step.gpu_busy_fraction", sample.gpu_busy_fraction, None))
         return pts
     if isinstance(sample, StackWindow):
         return [
@@ -137,6 +157,23 @@ def points_of(sample: Sample, rates: RateState) -> list[SeriesPoint]:
             ("stacks.sampler_cpu", sample.sampler_cpu, sample.error),
         ]
     return []
+
+
+def _gpu_extra(d: GpuDevice, errs: dict[str, str]) -> list[SeriesPoint]:
+    """The readings NVML gives on some devices only: a series once it has a value or an error."""
+    values: tuple[tuple[str, float | None], ...] = (
+        ("target_util", d.target_util),
+        ("target_from_device", None if not d.target_scope else float(d.target_scope == "device")),
+        ("mem_clock", d.mem_clock_mhz),
+        ("power_limit", d.power_limit_w),
+        ("throttle", None if d.throttle is None else float(throttle_mask(d.throttle))),
+        ("mig", None if d.mig is None else float(d.mig)),
+    )
+    return [
+        (f"gpu.{d.index}.{field}", value, errs.get(field))
+        for field, value in values
+        if value is not None or field in errs
+    ]
 
 
 def _num(v: int | float | None) -> float | None:

@@ -15,11 +15,13 @@ Schema (version ``SCHEMA_VERSION``, also in ``PRAGMA user_version``):
 - ``stack_windows(id INTEGER PRIMARY KEY, ts_start, ts_end, rate_hz, samples, sampler_cpu,
   error, hint)`` and ``stack_counts(window_id, pid, tid, thread_name, stack_id, count, klass)``.
 - ``steps(ts, step, start, duration_s, input_wait_s, source, batch_size, pid, wait_cpu_s,
-  collective_s)`` (``wait_cpu_s`` since v2, ``collective_s`` -- the time the step was blocked
-  in torch.distributed collectives -- since v3; older files read them as NULL).
-- ``events(ts REAL, kind TEXT, message TEXT, data TEXT)`` -- markers (JSON data); agent reports
-  and tf.data pipelines are stored here too (kinds ``agent``, ``pipeline``), and so are the
-  ranks of a distributed job (kinds ``rank``, ``rank-exit``, ``rank-verdict``).
+  collective_s, gpu_span_s, gpu_busy_s, gpu_busy_source)`` (``wait_cpu_s`` since v2;
+  ``collective_s`` -- the time the step was blocked in torch.distributed collectives -- and the
+  ``gpu_*`` columns since v3; older files read them as NULL).
+- ``events(ts REAL, kind TEXT, message TEXT, data TEXT)`` -- markers (JSON data); agent reports,
+  tf.data pipelines and CUDA readings are stored here too (kinds ``agent``, ``pipeline``,
+  ``cuda``), and so are the ranks of a distributed job (kinds ``rank``, ``rank-exit``,
+  ``rank-verdict``).
 
 Durability: the writer commits at least once per second (``Session`` calls ``commit``), WAL
 with ``synchronous=NORMAL`` survives the writer being SIGKILLed (only an OS crash can lose the
@@ -33,7 +35,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -41,18 +43,14 @@ from typing import Any
 from sofa_top.model.errors import UserError
 from sofa_top.model.samples import (
     AgentInfo,
+    CudaSample,
     Event,
     Frame,
     PipelineSample,
-    PipelineStage,
     ProcessSample,
     Sample,
-    StackClass,
-    StackCount,
     StackWindow,
     StepSample,
-    event_kind,
-    stage_kind,
 )
 from sofa_top.recording.series import RateState, SeriesPoint, points_of, unit_of
 
@@ -75,14 +73,31 @@ CREATE TABLE IF NOT EXISTS stack_counts (window_id INTEGER, pid INTEGER, tid INT
 CREATE INDEX IF NOT EXISTS stack_counts_by_window ON stack_counts (window_id);
 CREATE TABLE IF NOT EXISTS steps (ts REAL, step INTEGER, start REAL, duration_s REAL,
     input_wait_s REAL, source TEXT, batch_size INTEGER, pid INTEGER, wait_cpu_s REAL,
-    collective_s REAL);
+    collective_s REAL, gpu_span_s REAL, gpu_busy_s REAL, gpu_busy_source TEXT);
 CREATE TABLE IF NOT EXISTS events (ts REAL NOT NULL, kind TEXT NOT NULL, message TEXT,
     data TEXT);
 CREATE INDEX IF NOT EXISTS events_by_kind ON events (kind, ts);
 """
 
 
-def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
+STEP_COLUMNS = (
+    "ts",
+    "step",
+    "start",
+    "duration_s",
+    "input_wait_s",
+    "source",
+    "batch_size",
+    "pid",
+    "wait_cpu_s",
+    "collective_s",
+    "gpu_span_s",
+    "gpu_busy_s",
+    "gpu_busy_source",
+)  # fmt: skip  (StepSample's field order)
+
+
+def connect(path: Path, readonly: bool) -> sqlite3.Connection:
     if readonly:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
     else:
@@ -100,7 +115,7 @@ class SessionStore:
             path.parent.mkdir(parents=True, exist_ok=True)
             if path.exists():
                 raise UserError(f"session file already exists: {path}")
-            self._db = _connect(path, readonly=False)
+            self._db = connect(path, readonly=False)
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.executescript(_SCHEMA)
@@ -199,8 +214,8 @@ class SessionStore:
             )
         elif isinstance(s, StepSample):
             db.execute(
-                "INSERT INTO steps (ts, step, start, duration_s, input_wait_s, source, batch_size, "
-                "pid, wait_cpu_s, collective_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO steps ({', '.join(STEP_COLUMNS)}) "
+                f"VALUES ({', '.join('?' for _ in STEP_COLUMNS)})",
                 (
                     s.ts,
                     s.step,
@@ -212,6 +227,9 @@ class SessionStore:
                     s.pid,
                     s.wait_cpu_s,
                     s.collective_s,
+                    s.gpu_span_s,
+                    s.gpu_busy_s,
+                    s.gpu_busy_source,
                 ),
             )
         elif isinstance(s, Event):
@@ -220,6 +238,8 @@ class SessionStore:
             self._event(s.ts, "pipeline", s.framework, asdict(s))
         elif isinstance(s, AgentInfo):
             self._event(s.ts, "agent", f"agent in pid {s.pid}", asdict(s))
+        elif isinstance(s, CudaSample):
+            self._event(s.ts, "cuda", f"CUDA in pid {s.pid}", asdict(s))
         return pts
 
     def _event(self, ts: float, kind: str, message: str, data: dict[str, Any]) -> None:
@@ -250,425 +270,6 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return str(exc) or type(exc).__name__
-
-
-class SessionReader:
-    """Read-only access to a session file (also while another sofa-top is writing it)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        if not path.is_file():
-            raise UserError(f"no such session file: {path}")
-        try:
-            self._db = _connect(path, readonly=True)
-            version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
-            self._db.execute("SELECT count(*) FROM meta").fetchone()
-        except sqlite3.Error as exc:
-            raise UserError(f"not a readable sofa-top session: {path} ({exc})") from None
-        if version > SCHEMA_VERSION:
-            raise UserError(
-                f"session {path} uses schema v{version}; this sofa-top reads up to "
-                f"v{SCHEMA_VERSION} (upgrade sofa-top)"
-            )
-        if version < 1:
-            raise UserError(f"not a sofa-top session: {path}")
-        cols = {r[1] for r in self._db.execute("PRAGMA table_info(steps)")}
-        # columns added since v1 read as NULL from files that predate them
-        optional = ", ".join(c if c in cols else "NULL" for c in ("wait_cpu_s", "collective_s"))
-        self._step_cols = (
-            f"ts, step, start, duration_s, input_wait_s, source, batch_size, pid, {optional}"
-        )
-
-    def meta(self) -> dict[str, Any]:
-        """All metadata keys, JSON-decoded."""
-        return {k: json.loads(v) for k, v in self._db.execute("SELECT key, value FROM meta")}
-
-    def series_names(self) -> list[str]:
-        return [r[0] for r in self._db.execute("SELECT name FROM series ORDER BY name")]
-
-    def points(self, series: str) -> list[tuple[float, float | None, str | None]]:
-        """(ts, value, error) of one series, in time order."""
-        return list(
-            self._db.execute(
-                "SELECT p.ts, p.value, p.error FROM points p JOIN series s ON s.id = p.series_id "
-                "WHERE s.name = ? ORDER BY p.ts",
-                (series,),
-            )
-        )
-
-    def stack_windows(self) -> Iterator[StackWindow]:
-        """All stack windows with their counts, in time order."""
-        frames_by_id: dict[int, tuple[Frame, ...]] = {}
-        for sid, text in self._db.execute("SELECT id, frames FROM stack_strings"):
-            frames_by_id[sid] = tuple(Frame(f, fn, int(ln)) for f, fn, ln in json.loads(text))
-        counts: dict[int, list[StackCount]] = {}
-        for wid, pid, tid, tname, sid, count, klass in self._db.execute(
-            "SELECT window_id, pid, tid, thread_name, stack_id, count, klass FROM stack_counts"
-        ):
-            kl: StackClass = klass
-            counts.setdefault(wid, []).append(
-                StackCount(pid, tid, tname, frames_by_id.get(sid, ()), count, kl)
-            )
-        for row in self._db.execute(
-            "SELECT id, ts_start, ts_end, rate_hz, samples, sampler_cpu, error, hint "
-            "FROM stack_windows ORDER BY ts_start"
-        ):
-            wid, t0, t1, rate, n, cpu, err, hint = row
-            yield StackWindow(t0, t1, rate, n, tuple(counts.get(wid, ())), cpu, err, hint)
-
-    def steps(self) -> list[StepSample]:
-        return [
-            StepSample(*r)
-            for r in self._db.execute(f"SELECT {self._step_cols} FROM steps ORDER BY ts")
-        ]
-
-    def last_pipeline(self) -> PipelineSample | None:
-        """The last input pipeline the agent described (None if none, or unreadable)."""
-        row = self._db.execute(
-            "SELECT data FROM events WHERE kind = 'pipeline' ORDER BY ts DESC LIMIT 1"
-        ).fetchone()
-        return None if row is None else _pipeline(row[0])
-
-    def last_pipelines(self) -> dict[int, PipelineSample]:
-        """The last input pipeline each process's agent described, by pid."""
-        out: dict[int, PipelineSample] = {}
-        for (data,) in self._db.execute(
-            "SELECT data FROM events WHERE kind = 'pipeline' ORDER BY ts"
-        ):
-            p = _pipeline(data)
-            if p is not None:
-                out[p.pid] = p
-        return out
-
-    def events(self, kind: str | None = None) -> list[Event]:
-        q = "SELECT ts, kind, message, data FROM events"
-        args: tuple[str, ...] = ()
-        if kind is not None:
-            q += " WHERE kind = ?"
-            args = (kind,)
-        return [
-            _event(ts, k, msg, data)
-            for ts, k, msg, data in self._db.execute(q + " ORDER BY ts", args)
-        ]
-
-    def processes(self) -> list[dict[str, Any]]:
-        cols = ("pid", "create_time", "ppid", "name", "cmdline", "role", "first_seen")
-        rows = self._db.execute(
-            "SELECT pid, create_time, ppid, name, cmdline, role, first_seen, last_seen, alive "
-            "FROM processes ORDER BY first_seen"
-        )
-        out = []
-        for r in rows:
-            d = dict(zip(cols, r[:7], strict=True))
-            d["cmdline"] = json.loads(d["cmdline"])
-            d["last_seen"], d["alive"] = r[7], bool(r[8])
-            out.append(d)
-        return out
-
-    def time_range(self) -> tuple[float, float] | None:
-        row = self._db.execute("SELECT min(ts), max(ts) FROM points").fetchone()
-        return None if row[0] is None else (float(row[0]), float(row[1]))
-
-    def close(self) -> None:
-        self._db.close()
-
-    def check_intact(self) -> None:
-        """Raise UserError for damaged pages: an export would silently miss data, a replay
-        wait for snapshots it can never read. ``quick_check`` reads every page once, without
-        the slow index cross-checks."""
-        try:
-            problem = str(self._db.execute("PRAGMA quick_check(1)").fetchone()[0])
-        except sqlite3.Error as exc:
-            problem = str(exc)
-        if problem != "ok":
-            # quick_check starts its report with a "*** in database main ***" line
-            where = "; ".join(ln for ln in problem.splitlines() if not ln.startswith("***"))
-            raise UserError(f"cannot read session {self.path}: the file is damaged ({where})")
-
-    # -- streaming reads (exports, replay): bounded memory, one cursor at a time --------------
-    @contextlib.contextmanager
-    def read_snapshot(self) -> Iterator[None]:
-        """Run several reads against one consistent state of a file that is still being written.
-
-        A WAL reader never blocks the writer; keep the block short all the same, since an open
-        read transaction holds back the writer's checkpoint.
-        """
-        self._db.execute("BEGIN")
-        try:
-            yield
-        finally:
-            try:
-                self._db.execute("COMMIT")
-            except sqlite3.Error:
-                # A statement left unfinished by an error: ROLLBACK ends the read regardless.
-                with contextlib.suppress(sqlite3.Error):
-                    self._db.execute("ROLLBACK")
-
-    def series_ids(self) -> dict[str, int]:
-        """Series name -> id."""
-        return {name: int(sid) for sid, name in self._db.execute("SELECT id, name FROM series")}
-
-    def point_stats(self, series: Iterable[str]) -> dict[str, tuple[int, float, float]]:
-        """Per series: (number of points, first ts, last ts), from the series index; series
-        without points are left out."""
-        out: dict[str, tuple[int, float, float]] = {}
-        for name in series:
-            n, t0, t1 = self._db.execute(
-                "SELECT count(*), min(p.ts), max(p.ts) FROM points p "
-                "WHERE p.series_id = (SELECT id FROM series WHERE name = ?)",
-                (name,),
-            ).fetchone()
-            if n:
-                out[name] = (int(n), float(t0), float(t1))
-        return out
-
-    def series_points(self, series_id: int) -> sqlite3.Cursor:
-        """(ts, value) of one series in time order, straight off the (series_id, ts) index;
-        the cursor itself, so that callers can ``fetchmany``."""
-        return self._db.execute(
-            "SELECT ts, value FROM points WHERE series_id = ? ORDER BY ts", (series_id,)
-        )
-
-    def second_means(self, series: str, t0: float, t1: float) -> list[tuple[float, float | None]]:
-        """Per-second means of ``series`` over ``t0 <= ts <= t1`` (as ``ring.SeriesRing`` has them:
-        a second with only failed readings has ``None``, a second without points is absent)."""
-        return [
-            (float(sec), value)
-            for sec, value in self._db.execute(
-                "SELECT CAST(p.ts AS INTEGER) AS sec, avg(p.value) FROM points p "
-                "JOIN series s ON s.id = p.series_id WHERE s.name = ? AND p.ts >= ? AND p.ts <= ? "
-                "GROUP BY sec ORDER BY sec",
-                (series, t0, t1),
-            )
-        ]
-
-    def last_point(self, series: str, at: float) -> tuple[float, float | None] | None:
-        """The last (ts, value) of ``series`` at or before ``at``."""
-        row = self._db.execute(
-            "SELECT p.ts, p.value FROM points p JOIN series s ON s.id = p.series_id "
-            "WHERE s.name = ? AND p.ts <= ? ORDER BY p.ts DESC LIMIT 1",
-            (series, at),
-        ).fetchone()
-        return None if row is None else (float(row[0]), row[1])
-
-    def fast_time_range(self) -> tuple[float, float] | None:
-        """First and last point time, one index probe per series (``time_range`` scans)."""
-        row = self._db.execute(
-            "SELECT min(t0), max(t1) FROM (SELECT "
-            "(SELECT min(ts) FROM points WHERE series_id = s.id) AS t0, "
-            "(SELECT max(ts) FROM points WHERE series_id = s.id) AS t1 FROM series s)"
-        ).fetchone()
-        return None if row is None or row[0] is None else (float(row[0]), float(row[1]))
-
-    def stack_frames(self, stack_ids: Iterable[int]) -> dict[int, tuple[Frame, ...]]:
-        """Frames (outermost first) of interned stacks."""
-        ids = sorted(set(stack_ids))
-        out: dict[int, tuple[Frame, ...]] = {}
-        for i in range(0, len(ids), 500):  # stays under SQLite's bound-parameter limit
-            chunk = ids[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            for sid, text in self._db.execute(
-                f"SELECT id, frames FROM stack_strings WHERE id IN ({marks})", chunk
-            ):
-                out[int(sid)] = tuple(Frame(f, fn, int(ln)) for f, fn, ln in json.loads(text))
-        return out
-
-    def stack_thread_windows(self) -> int:
-        """How many (window, thread) pairs have samples."""
-        return int(
-            self._db.execute(
-                "SELECT count(*) FROM (SELECT DISTINCT window_id, pid, tid FROM stack_counts)"
-            ).fetchone()[0]
-        )
-
-    def stack_stats(self) -> tuple[int, int, int]:
-        """(stack_counts rows, thread-samples, sum of stack depths over rows)."""
-        # Group by stack first: each distinct stack's JSON is then measured once, not per row.
-        row = self._db.execute(
-            "SELECT coalesce(sum(c.rows), 0), coalesce(sum(c.samples), 0), "
-            "coalesce(sum(c.rows * coalesce(json_array_length(s.frames), 0)), 0) FROM "
-            "(SELECT stack_id, count(*) AS rows, sum(count) AS samples FROM stack_counts "
-            "GROUP BY stack_id) c LEFT JOIN stack_strings s ON s.id = c.stack_id"
-        ).fetchone()
-        return int(row[0]), int(row[1]), int(row[2])
-
-    def stack_threads(self) -> list[tuple[int, int, str]]:
-        """(pid, tid, thread name) of every sampled thread, the name most seen."""
-        rows = self._db.execute(
-            "SELECT pid, tid, thread_name, sum(count) AS n FROM stack_counts "
-            "GROUP BY pid, tid, thread_name ORDER BY pid, tid, n DESC"
-        )
-        out: list[tuple[int, int, str]] = []
-        for pid, tid, name, _n in rows:
-            if out and out[-1][:2] == (pid, tid):
-                if not out[-1][2] and name:
-                    out[-1] = (pid, tid, name)
-                continue
-            out.append((int(pid), int(tid), name or ""))
-        return out
-
-    def iter_stack_rows(
-        self, by_thread: bool = False
-    ) -> Iterator[tuple[int, float, float, float, int, int, int, str, int, int, str]]:
-        """Stack counts joined to their window: (window_id, ts_start, ts_end, rate_hz, samples,
-        pid, tid, thread_name, stack_id, count, klass), in time order or by thread then time."""
-        order = "c.pid, c.tid, w.ts_start, w.id" if by_thread else "w.ts_start, w.id"
-        return self._db.execute(
-            "SELECT w.id, w.ts_start, w.ts_end, w.rate_hz, w.samples, c.pid, c.tid, "
-            "c.thread_name, c.stack_id, c.count, c.klass FROM stack_windows w "
-            f"JOIN stack_counts c ON c.window_id = w.id WHERE c.count > 0 ORDER BY {order}"
-        )
-
-    def stack_windows_between(self, t0: float, t1: float) -> list[StackWindow]:
-        """Stack windows that ended in ``t0 < ts_end <= t1``, with their counts, in time order."""
-        rows = list(
-            self._db.execute(
-                "SELECT id, ts_start, ts_end, rate_hz, samples, sampler_cpu, error, hint "
-                "FROM stack_windows WHERE ts_end > ? AND ts_end <= ? ORDER BY ts_start, id",
-                (t0, t1),
-            )
-        )
-        return self._windows_with_counts(rows)
-
-    def last_stack_window(self, at: float) -> StackWindow | None:
-        """The last stack window that ended at or before ``at``."""
-        rows = list(
-            self._db.execute(
-                "SELECT id, ts_start, ts_end, rate_hz, samples, sampler_cpu, error, hint "
-                "FROM stack_windows WHERE ts_end <= ? ORDER BY ts_end DESC, id DESC LIMIT 1",
-                (at,),
-            )
-        )
-        windows = self._windows_with_counts(rows)
-        return windows[0] if windows else None
-
-    def _windows_with_counts(self, rows: list[Any]) -> list[StackWindow]:
-        if not rows:
-            return []
-        ids = [r[0] for r in rows]
-        counts: dict[int, list[tuple[int, int, str, int, int, StackClass]]] = {}
-        for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            for wid, pid, tid, tname, sid, count, klass in self._db.execute(
-                "SELECT window_id, pid, tid, thread_name, stack_id, count, klass "
-                f"FROM stack_counts WHERE window_id IN ({marks})",
-                chunk,
-            ):
-                counts.setdefault(wid, []).append((pid, tid, tname, sid, count, klass))
-        frames = self.stack_frames(c[3] for cs in counts.values() for c in cs)
-        out: list[StackWindow] = []
-        for wid, t0, t1, rate, n, cpu, err, hint in rows:
-            stacks = tuple(
-                StackCount(pid, tid, tname or "", frames.get(sid, ()), count, klass)
-                for pid, tid, tname, sid, count, klass in counts.get(wid, ())
-            )
-            out.append(StackWindow(t0, t1, rate, n, stacks, cpu, err, hint))
-        return out
-
-    def count_steps(self) -> int:
-        return int(self._db.execute("SELECT count(*) FROM steps").fetchone()[0])
-
-    def iter_step_rows(
-        self,
-    ) -> Iterator[tuple[float, int, float, float, float, str, int | None, int]]:
-        """All steps as (ts, step, start, duration_s, input_wait_s, source, batch_size, pid), in
-        arrival order (time order per process): the cursor itself, for exports of many steps."""
-        return self._db.execute(
-            "SELECT ts, step, start, duration_s, input_wait_s, source, batch_size, pid "
-            "FROM steps ORDER BY rowid"
-        )
-
-    def steps_before(self, at: float, limit: int, since: float | None = None) -> list[StepSample]:
-        """The last ``limit`` steps that ended at or before ``at`` (and after ``since``), oldest
-        first."""
-        rows = self._db.execute(
-            f"SELECT {self._step_cols} FROM steps WHERE ts <= ? AND ts > ? "
-            "ORDER BY ts DESC LIMIT ?",
-            (at, float("-inf") if since is None else since, limit),
-        ).fetchall()
-        return [StepSample(*r) for r in reversed(rows)]
-
-    def count_events(self, kinds: Iterable[str]) -> int:
-        ks = sorted(set(kinds))
-        marks = ",".join("?" * len(ks))
-        q = f"SELECT count(*) FROM events WHERE kind IN ({marks})"
-        return int(self._db.execute(q, ks).fetchone()[0])
-
-    def iter_events(self, kinds: Iterable[str]) -> Iterator[Event]:
-        """Events of the given kinds, in time order."""
-        ks = sorted(set(kinds))
-        marks = ",".join("?" * len(ks))
-        for ts, k, msg, data in self._db.execute(
-            f"SELECT ts, kind, message, data FROM events WHERE kind IN ({marks}) ORDER BY ts", ks
-        ):
-            yield _event(ts, k, msg, data)
-
-    def events_before(
-        self, at: float, limit: int, exclude_kinds: Iterable[str] = ()
-    ) -> list[Event]:
-        """The last ``limit`` events at or before ``at`` (except some kinds), oldest first."""
-        ks = sorted(set(exclude_kinds))
-        marks = ",".join("?" * len(ks))
-        rows = self._db.execute(
-            f"SELECT ts, kind, message, data FROM events WHERE ts <= ? AND kind NOT IN ({marks}) "
-            "ORDER BY ts DESC, rowid DESC LIMIT ?",
-            (at, *ks, limit),
-        ).fetchall()
-        return [_event(ts, k, msg, data) for ts, k, msg, data in reversed(rows)]
-
-    def events_of_kind_before(self, kind: str, at: float, limit: int) -> list[Event]:
-        """The last ``limit`` events of one kind at or before ``at``, oldest first."""
-        rows = self._db.execute(
-            "SELECT ts, kind, message, data FROM events WHERE kind = ? AND ts <= ? "
-            "ORDER BY ts DESC, rowid DESC LIMIT ?",
-            (kind, at, limit),
-        ).fetchall()
-        return [_event(ts, k, msg, data) for ts, k, msg, data in reversed(rows)]
-
-    def last_event(self, kind: str, at: float) -> Event | None:
-        """The last event of ``kind`` at or before ``at``."""
-        row = self._db.execute(
-            "SELECT ts, kind, message, data FROM events WHERE kind = ? AND ts <= ? "
-            "ORDER BY ts DESC, rowid DESC LIMIT 1",
-            (kind, at),
-        ).fetchone()
-        if row is None:
-            return None
-        ts, k, msg, data = row
-        return _event(ts, k, msg, data)
-
-    def event_times(self, kind: str) -> list[float]:
-        """Timestamps of every event of ``kind``, in order (markers are few)."""
-        return [
-            float(r[0])
-            for r in self._db.execute("SELECT ts FROM events WHERE kind = ? ORDER BY ts", (kind,))
-        ]
-
-
-def _pipeline(data: str | None) -> PipelineSample | None:
-    """A stored ``pipeline`` event's data as a PipelineSample (None if unreadable)."""
-    if not data:
-        return None
-    try:
-        d = json.loads(data)
-        stages = tuple(
-            PipelineStage(**{**st, "kind": stage_kind(st.get("kind"))})
-            for st in d.pop("stages", ())
-        )
-        return PipelineSample(**{**d, "stages": stages})
-    except (TypeError, ValueError):
-        return None
-
-
-def _event(ts: float, kind: str, message: str | None, data: str | None) -> Event:
-    """An events row as an ``Event``; a kind this version does not know (a file written by a
-    newer sofa-top) reads as ``agent-unknown-frame`` with the kind kept in the data."""
-    known = event_kind(kind)
-    payload = json.loads(data) if data else {}
-    if known is None:
-        return Event(ts, "agent-unknown-frame", message or kind, {**payload, "kind": kind})
-    return Event(ts, known, message or "", payload)
 
 
 def default_session_path(name: str) -> Path:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 REPO = Path(__file__).resolve().parents[2]
 SOFA_TOP = str(Path(sys.executable).with_name("sofa-top"))
@@ -199,7 +199,7 @@ KILL_SCENARIO = """
 import ctypes, json, os, signal, subprocess, sys, time
 import psutil
 from pathlib import Path
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 # A subreaper: the workload orphaned by the SIGKILL is re-parented to us, so we read its code.
 assert ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0
 sofa_top, out, workload = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]

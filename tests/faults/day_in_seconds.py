@@ -42,8 +42,9 @@ from sofa_top.model.samples import (
 )
 from sofa_top.model.snapshot import Snapshot, TargetInfo
 from sofa_top.recording.hub import Session
+from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.series import SeriesPoint
-from sofa_top.recording.store import SessionReader, SessionStore
+from sofa_top.recording.store import SessionStore
 
 TARGET = 4242
 WORKERS = 4

@@ -35,8 +35,8 @@ from faults.conftest import (
 from sofa_top.agent.launch_env import agent_env
 from sofa_top.agent.protocol import MAX_FRAME, STEP_FIELDS, encode
 from sofa_top.collectors.agent import AgentServer
+from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.report import session_summary
-from sofa_top.recording.store import SessionReader
 
 AGENT_PLAIN = [sys.executable, str(WORKLOADS / "agent_plain.py")]
 N = len(STEP_FIELDS)

@@ -27,7 +27,7 @@ from faults.conftest import (
     start_sofa,
     wait_until,
 )
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 
 def _target(mode: str, stop: Path, *extra: str, python: str = sys.executable) -> list[str]:

@@ -14,7 +14,7 @@ from conftest import validate_record_json
 
 from faults.attach_helpers import ATTACH_JOBS, detached, sofa_threads, value
 from faults.conftest import no_traceback, running, sofa, start_sofa, wait_until
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,9 @@ from sofa_top.collectors.gpu import GpuCollector, RecordedNvmlBackend
 from sofa_top.collectors.process import ProcessCollector
 from sofa_top.model.snapshot import Snapshot, TargetInfo
 from sofa_top.recording.hub import Session
+from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.report import session_summary
-from sofa_top.recording.store import SessionReader, SessionStore
+from sofa_top.recording.store import SessionStore
 
 NVML = REPO / "tests" / "data" / "nvml"
 

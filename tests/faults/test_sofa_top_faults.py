@@ -34,7 +34,7 @@ from faults.conftest import (
     wait_committed,
     wait_until,
 )
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 # -- signals ----------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from faults.conftest import (
     wait_committed,
     wait_until,
 )
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 
 def _record_json(out: Path, *args: str, timeout: float = 90) -> dict[str, object]:
