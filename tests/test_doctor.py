@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -11,6 +10,9 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from conftest import WORKLOADS
+from other_uid import OtherUser
+from procs import spawned
 
 from sofa_top.cli import doctor
 from sofa_top.cli.doctor import Check, check_data_dir, check_import, check_stacks, check_terminal
@@ -134,14 +136,11 @@ def test_exit_semantics_required_failure() -> None:
     assert text.splitlines()[-1] == "sofa-top cannot attach: process stats failed."
 
 
-@pytest.mark.skipif(not ROOT, reason="needs root to drop to another user")
-def test_ptrace_denied_is_reported_with_a_fix() -> None:
-    """The real thing: py-spy as user nobody against a root-owned Python process."""
-    py_spy = paths.py_spy_path()
-    assert py_spy is not None
-    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        time.sleep(0.5)
+def test_ptrace_denied_is_reported_with_a_fix(nobody: OtherUser) -> None:
+    """The real thing: py-spy as user nobody against a root-owned Python process (the staged,
+    world-readable py-spy: nobody may not reach the one in the venv of a clone in a 0700
+    directory)."""
+    with spawned([sys.executable, str(WORKLOADS / "busy_python.py"), "600"], ready=b"READY") as t:
         r, w = os.pipe()
         child = os.fork()
         if child == 0:  # pragma: no cover - runs in the forked child
@@ -149,7 +148,7 @@ def test_ptrace_denied_is_reported_with_a_fix() -> None:
                 os.close(r)
                 os.setgid(65534)
                 os.setuid(65534)
-                c = check_stacks(py_spy, target.pid)
+                c = check_stacks(nobody.py_spy, t.pid)
                 os.write(w, f"{c.level}\n{c.detail}\n{c.fix}".encode())
             finally:
                 os._exit(0)
@@ -157,10 +156,8 @@ def test_ptrace_denied_is_reported_with_a_fix() -> None:
         with os.fdopen(r) as f:
             level, detail, fix = f.read().split("\n", 2)
         os.waitpid(child, 0)
-    finally:
-        target.kill()
-        target.wait()
     assert level == "fail", detail
+    assert detail.startswith("ptrace denied"), detail  # py-spy ran, and was refused
     assert "not root" in detail
     assert "sudo" in fix
 
