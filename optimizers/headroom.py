@@ -251,8 +251,12 @@ def headroom(cr: ConfigResult, diag: Diagnosis | None) -> dict[str, Any]:
     busy = _median([x.cores_busy for x in stats if x.cores_busy is not None])
     free: float | None = None
     if diag is not None and others is not None:
-        # never fewer than the tree itself got
-        free = min(float(diag.cores), max(diag.cores - others, busy or 0.0))
+        # never fewer than the tree itself got, nor than an equal share next to the others'
+        # load: on a machine the others keep busy, a tree that mostly waits (storage, network)
+        # gets little CPU because it asks for little, and what it got is no bound on it (the
+        # scheduler shares the cores with whoever asks)
+        fair = diag.cores / (1.0 + others)
+        free = min(float(diag.cores), max(diag.cores - others, busy or 0.0, fair))
     out: dict[str, Any] = {
         "throughput": None,
         "fraction_reached": None,

@@ -224,3 +224,23 @@ def test_headroom_model() -> None:
     assert h["free_cores"] == pytest.approx(1.5) and h["cpu_per_step_s"] == 0.006
     assert h["throughput"] == pytest.approx(2000.0) and h["fraction_reached"] == pytest.approx(0.9)
     assert h["text"] == "at 90% of what 2 cores allow (0.5 of them busy elsewhere)"
+
+
+def test_headroom_of_waiting_input_on_a_machine_others_keep_busy() -> None:
+    """Other processes keep both cores busy while the baseline mostly sleeps on its input: what
+    little CPU the tree got (it asked for little) is no bound on it, so the bound stays the
+    latency one (seen on a shared CI machine: "at 100% of what 2 cores allow")."""
+    d = _diag("latency", cpu_per_step_s=0.0005)  # latency bound: 1 / 32 ms at P=1
+    base = ConfigResult("baseline", {}, applied=[])
+    # 28 steps/s at 0.5 ms CPU each: 0.014 cores busy; the others took the remaining 1.986
+    stats = InputStats(0.002, 0.032, 0.035, 0.0005, cores_busy=0.014, others_cores=1.986)
+    base.outcomes = [
+        RunOutcome("b", 224.0, "samples/s", None, None, [], [], [], False, None, input=stats)
+    ]
+    base.throughput = {"median": 224.0, "unit": "samples/s"}
+    h = headroom(base, d)
+    assert h["bound"] == "latency", h
+    assert h["throughput"] == pytest.approx(8 / 0.032)
+    assert h["fraction_reached"] == pytest.approx(224.0 / 250.0)
+    # an equal share next to the others' load: 2 / (1 + 1.986) cores
+    assert h["free_cores"] == pytest.approx(2 / 2.986)
