@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from sofa_top.optimizers.compare import (
-    CompareResult,
     add_compare_parser,
     compare_main,
     render_compare,
@@ -145,4 +144,3 @@ def test_compare_json_schema(
     assert d["search"]["chosen"] == 3 and d["search"]["levels"] == []
     assert [r["parallelism"] for r in d["runs"]] == [None, 3]
     assert d["runs"][1]["optimize"] == {"prefetch": {"parallelism": 3}}
-    assert isinstance(CompareResult, type)
