@@ -35,6 +35,19 @@ def test_version() -> None:
     assert proc.returncode == 0 and proc.stdout.strip() == f"sofa-top {__version__}"
 
 
+def test_the_cli_imports_no_framework() -> None:
+    """Every command builds the whole parser, compare's included: that must not import torch
+    or tensorflow (optional dependencies, and seconds of start-up for every command)."""
+    code = (
+        "import sys; from sofa_top.cli.main import build_parser; build_parser(); "
+        "print([m for m in ('torch', 'tensorflow', 'keras') if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "[]"
+
+
 @pytest.mark.parametrize(
     "args, expected",
     [
