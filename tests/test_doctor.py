@@ -26,19 +26,17 @@ def _by_name(checks: list[Check]) -> dict[str, Check]:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Check], bool, float]]:
+def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Check], bool]]:
     """One full doctor run shared by the tests below (it takes seconds: torch, tensorflow)."""
     # Module scope runs before conftest's per-test data dir: isolate it here too.
     with pytest.MonkeyPatch.context() as mp:
         data = tmp_path_factory.mktemp("doctor-data")
         mp.setenv("SOFA_TOP_DATA_DIR", str(data))
-        t0 = time.monotonic()
-        checks, ok = doctor.run_doctor(timeout=60.0)
-        yield checks, ok, time.monotonic() - t0
+        yield doctor.run_doctor(timeout=60.0)
 
 
-def test_doctor_runs_every_check(report: tuple[list[Check], bool, float]) -> None:
-    checks, ok, elapsed = report
+def test_doctor_runs_every_check(report: tuple[list[Check], bool]) -> None:
+    checks, ok = report
     assert [c.name for c in checks] == [
         "process stats",
         "py-spy",
@@ -57,11 +55,10 @@ def test_doctor_runs_every_check(report: tuple[list[Check], bool, float]) -> Non
     checked = Path(by["data dir"].detail.removesuffix(" (writable)"))
     assert checked.name.startswith("doctor-data")  # the isolated dir, not the user's
     assert (checked / "sessions").is_dir()
-    assert elapsed < 60.0
 
 
 @pytest.mark.skipif(not ROOT, reason="as root, ptrace is allowed")
-def test_py_spy_works_as_root(report: tuple[list[Check], bool, float]) -> None:
+def test_py_spy_works_as_root(report: tuple[list[Check], bool]) -> None:
     by = _by_name(report[0])
     assert by["py-spy"].level == "ok"
     assert by["py-spy"].detail.startswith(str(Path(sys.executable).parent / "py-spy"))
@@ -70,7 +67,7 @@ def test_py_spy_works_as_root(report: tuple[list[Check], bool, float]) -> None:
     assert "root" in by["python stacks"].detail
 
 
-def test_gpu_check_on_this_machine(report: tuple[list[Check], bool, float]) -> None:
+def test_gpu_check_on_this_machine(report: tuple[list[Check], bool]) -> None:
     gpu = _by_name(report[0])["NVIDIA GPU"]
     if gpu.level == "ok":
         pytest.skip("this machine has a GPU")
@@ -78,7 +75,7 @@ def test_gpu_check_on_this_machine(report: tuple[list[Check], bool, float]) -> N
     assert gpu.detail.startswith("no NVIDIA GPU: ")
 
 
-def test_frameworks(report: tuple[list[Check], bool, float]) -> None:
+def test_frameworks(report: tuple[list[Check], bool]) -> None:
     by = _by_name(report[0])
     for module in ("torch", "tensorflow"):
         c = by[module]
@@ -96,7 +93,7 @@ def test_frameworks(report: tuple[list[Check], bool, float]) -> None:
 
 def test_import_check_states(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "sofa_broken_mod.py").write_text("raise RuntimeError('half-installed wheel')\n")
-    (tmp_path / "sofa_slow_mod.py").write_text("import time\ntime.sleep(30)\n")
+    (tmp_path / "sofa_slow_mod.py").write_text("import time\ntime.sleep(3600)\n")
     (tmp_path / "sofa_good_mod.py").write_text("__version__ = '1.2.3'\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     missing = check_import("sofa_no_such_module_xyz")
@@ -108,7 +105,7 @@ def test_import_check_states(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert (good.level, good.detail) == ("ok", "1.2.3")
     t0 = time.monotonic()
     slow = check_import("sofa_slow_mod", timeout=1.0)
-    assert time.monotonic() - t0 < 10.0
+    assert time.monotonic() - t0 < 60  # gave up on the hour-long import
     assert slow.level == "warn" and "did not finish within 1s" in slow.detail
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -16,6 +18,7 @@ from typing import Any
 
 import psutil
 import pytest
+from procs import wait_for
 
 from sofa_top.collectors.process import (
     ROLE_CHILD,
@@ -119,7 +122,7 @@ class Running:
         return [s for s in list(self.samples) if isinstance(s, ProcessSample)]
 
     def wait_for(
-        self, pred: Callable[[ProcessSample], bool], timeout: float = 10.0
+        self, pred: Callable[[ProcessSample], bool], timeout: float = 60.0
     ) -> ProcessSample:
         deadline = time.monotonic() + timeout
         seen = 0
@@ -138,6 +141,11 @@ def _proc(s: ProcessSample, pid: int) -> ProcInfo | None:
     return next((i for i in s.procs if i.pid == pid), None)
 
 
+def _reading(s: ProcessSample, pid: int) -> float | None:
+    info = _proc(s, pid)
+    return None if info is None else info.cpu_percent
+
+
 def _alive(s: ProcessSample, pid: int) -> bool:
     info = _proc(s, pid)
     return info is not None and info.alive
@@ -147,14 +155,14 @@ def _alive(s: ProcessSample, pid: int) -> bool:
 
 
 def test_busy_python_loop_uses_about_one_core(workloads: Workloads) -> None:
-    p = workloads.start("proc_busy.py", "30")
+    p = workloads.start("proc_busy.py", "600")
     ref = psutil.Process(p.pid)
     with Running(ProcessCollector(p.pid, interval=0.1)) as run:
-        run.wait_for(lambda s: _proc(s, p.pid) is not None)
-        time.sleep(0.3)
-        start = len(run.process_samples())
+        # from the first reading on (the first sample has no delta yet), 20 more of them
+        first = run.wait_for(lambda s: _reading(s, p.pid) is not None)
+        start = run.process_samples().index(first) + 1
         t0, c0 = time.monotonic(), sum(ref.cpu_times()[:2])
-        time.sleep(2.0)
+        run.wait_for(lambda s: len(run.process_samples()) >= start + 20)
         t1, c1 = time.monotonic(), sum(ref.cpu_times()[:2])
         window = run.process_samples()[start:]
     readings = [
@@ -212,7 +220,7 @@ def test_non_python_process(workloads: Workloads) -> None:
     assert sleep is not None
     p = subprocess.Popen([sleep, "30"])
     workloads.extra_pids.add(p.pid)
-    time.sleep(0.2)  # let exec() happen
+    wait_for(lambda: psutil.Process(p.pid).name() == "sleep", 30, "exec() of sleep")
     c = ProcessCollector(p.pid, popen=None)
     c.tick()
     time.sleep(0.1)
@@ -403,33 +411,33 @@ def _spawn_with_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes]:
 # --------------------------------------------------------------------------- cost and stop
 
 
-def test_collector_cpu_at_10hz_on_five_processes(workloads: Workloads) -> None:
+def test_collector_runs_at_10hz_on_five_processes(workloads: Workloads) -> None:
+    """Its rate, from the samples' own timestamps (its CPU cost is a benchmark:
+    benchmarks/latency.py)."""
     p = workloads.start("proc_tree.py")
     workloads.command(p, "spawn")
     workloads.command(p, "spawn")
     workloads.command(p, "grandchild")
     collector = ProcessCollector(p.pid, interval=0.1)
     with Running(collector) as run:
-        run.wait_for(lambda s: len(s.procs) == 5)
-        cpu0, t0 = collector.self_cpu_seconds, time.monotonic()
-        n0 = len(run.process_samples())
-        time.sleep(3.0)
-        cpu1, t1 = collector.self_cpu_seconds, time.monotonic()
-        n1 = len(run.process_samples())
-    share = (cpu1 - cpu0) / (t1 - t0)
-    print(f"\nprocess collector at 10 Hz, 5 processes: {share * 100:.2f}% of one core")
-    assert 25 <= n1 - n0 <= 35  # it really ran at 10 Hz
-    # Measured about 2% on the dev machine; 10% leaves room for a loaded CI box.
-    assert share < 0.10
+        first = run.wait_for(lambda s: len(s.procs) == 5)
+        n0 = run.process_samples().index(first)
+        run.wait_for(lambda s: len(run.process_samples()) >= n0 + 31)
+        window = run.process_samples()[n0 : n0 + 31]
+    gaps = [b.ts - a.ts for a, b in itertools.pairwise(window)]
+    assert statistics.median(gaps) == pytest.approx(0.1, abs=0.03), gaps  # it really runs at 10 Hz
+    assert all(len(s.procs) == 5 for s in window)
+    assert collector.self_cpu_seconds > 0  # it accounts for its own CPU
 
 
 def test_run_exits_promptly_when_stop_is_set() -> None:
-    collector = ProcessCollector(os.getpid(), interval=30.0)
+    """Stop ends the wait for the next tick: it does not wait out an hour-long interval."""
+    collector = ProcessCollector(os.getpid(), interval=3600.0)
     run = Running(collector)
     with run:
         run.wait_for(lambda s: True)
         t0 = time.monotonic()
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 30
 
 
 # --------------------------------------------------------------------------- describe_pid

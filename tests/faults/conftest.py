@@ -149,7 +149,7 @@ def committed(path: Path, series: str = "tree.cpu") -> int:
         reader.close()
 
 
-def wait_committed(path: Path, n: int, timeout: float = 30, series: str = "tree.cpu") -> None:
+def wait_committed(path: Path, n: int, timeout: float = 60, series: str = "tree.cpu") -> None:
     """Wait until ``n`` points of ``series`` are committed to the session file."""
     wait_until(lambda: committed(path, series) >= n, timeout, f"{n} committed {series} points")
 
