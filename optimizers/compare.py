@@ -194,6 +194,20 @@ def _toggle(hook: str) -> str:
     return hook[4:].replace("-", "_")
 
 
+# Batches each input producer holds ready before the loop asks: the agent's DataLoader
+# prefetch_factor (sofa_top.agent.optimize), about what a tf.data map + prefetch keeps in flight.
+BUFFERED_PER_PRODUCER = 4
+
+
+def run_warmup(warmup_steps: int, optimize: dict[str, Any], cores: int) -> int:
+    """The steps to exclude from a run: ``warmup_steps``, but at least the batches its input
+    producers buffered meanwhile. Until that buffer is drained a run measures how fast the loop
+    empties it, not its input stage (16 DataLoader workers hold 64 batches: 20 measured steps
+    came out at 1.3-1.8x what 16 producers can deliver, and every search level looked better)."""
+    producers = parallelism_setting(optimize) or (cores if optimize.get("prefetch") else 0)
+    return max(warmup_steps, BUFFERED_PER_PRODUCER * producers)
+
+
 def _record_one(
     cmd: list[str],
     optimize: dict[str, Any],
@@ -494,11 +508,12 @@ def run_compare(
     cores = usable_cores()
 
     def record(name: str, opt: dict[str, Any], path: Path) -> RunOutcome:
+        warmup = run_warmup(warmup_steps, opt, cores)
         try:
             memory = _record_one(
-                list(cmd), opt, path, f"compare-{name}", steps, seconds, warmup_steps, timeout_s
+                list(cmd), opt, path, f"compare-{name}", steps, seconds, warmup, timeout_s
             )
-            return analyze_session(path, warmup_steps, steps, opt, memory)
+            return analyze_session(path, warmup, steps, opt, memory)
         except UserError:
             raise
         except Exception as e:

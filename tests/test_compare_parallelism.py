@@ -19,11 +19,13 @@ import pytest
 from conftest import WORKLOADS, log_lines
 
 from sofa_top.optimizers.compare import (
+    BUFFERED_PER_PRODUCER,
     ConfigResult,
     RunOutcome,
     _record_one,
     analyze_session,
     run_compare,
+    run_warmup,
 )
 from sofa_top.optimizers.headroom import (
     Diagnosis,
@@ -244,3 +246,12 @@ def test_headroom_of_waiting_input_on_a_machine_others_keep_busy() -> None:
     assert h["fraction_reached"] == pytest.approx(224.0 / 250.0)
     # an equal share next to the others' load: 2 / (1 + 1.986) cores
     assert h["free_cores"] == pytest.approx(2 / 2.986)
+
+
+def test_a_run_excludes_at_least_what_its_producers_buffered() -> None:
+    """Until the batches its workers prefetched are drained, a run measures the buffer."""
+    assert run_warmup(3, {}, 2) == 3  # baseline: the warm-up asked for
+    assert run_warmup(3, {"prefetch": True}, 2) == 2 * BUFFERED_PER_PRODUCER  # ~ a worker a core
+    assert run_warmup(3, {"prefetch": {"parallelism": 16}}, 2) == 16 * BUFFERED_PER_PRODUCER
+    assert run_warmup(100, {"prefetch": {"parallelism": 16}}, 2) == 100
+    assert run_warmup(3, {"xla": True}, 2) == 3

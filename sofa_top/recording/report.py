@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sofa_top.analysis.stackstats import summarize
-from sofa_top.analysis.verdicts import Evidence, judge
+from sofa_top.analysis.verdicts import Evidence, judge, others_cores
 from sofa_top.recording.store import SessionReader
 
 TOP_N = 10
@@ -101,6 +101,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
             cpu_count=int(meta.get("cpu_count") or 1),
             pipeline=pipeline,
             child_cpu=None if tree_mean is None else max(0.0, tree_mean - (target_mean or 0.0)),
+            others_cores=others_cores(sys_mean, tree_mean, int(meta.get("cpu_count") or 1)),
         )
     )
     durations = [s.duration_s for s in steps]
