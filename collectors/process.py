@@ -36,6 +36,10 @@ from sofa_top.model.units import Bytes, Percent, Pid, Seconds, Timestamp
 
 EXIT_CODE_WAIT_S = 10.0  # how long to wait for a launched target's exit code once it looks gone
 _PF_KTHREAD = 0x00200000  # task flag in /proc/<pid>/stat that marks kernel threads
+# A process this young (seconds) may not have exec'd yet when first seen: forked, it shows its
+# parent's name and command line, and an exec of the same interpreter keeps the name. Its
+# command line is re-read each tick until then (afterwards, a new name says it exec'd).
+YOUNG_S = 2.0
 _SWAP_REFRESH: Seconds = 1.0
 _PYTHON_EXE = re.compile(r"^(python|pypy)[\d.]*[a-z]*$")
 
@@ -299,11 +303,19 @@ class ProcessCollector:
             return self._exited(t)
         except psutil.AccessDenied:
             return self._info(t, "unknown", error="permission denied")
-        if name != t.name:
+        execed = name != t.name
+        cmdline: tuple[str, ...] | None = None
+        if not execed and time.time() - t.create_time < YOUNG_S:
+            with contextlib.suppress(psutil.Error):
+                cmdline = tuple(_text(a) for a in p.cmdline())
+                execed = cmdline != t.cmdline
+        if execed:
             # exec() happened (fork+exec, or a DataLoader worker renaming itself): re-derive.
             t.name = name
-            with contextlib.suppress(psutil.Error):
-                t.cmdline = tuple(_text(a) for a in p.cmdline())
+            if cmdline is None:
+                with contextlib.suppress(psutil.Error):
+                    cmdline = tuple(_text(a) for a in p.cmdline())
+            t.cmdline = cmdline if cmdline is not None else t.cmdline
             if t.role != ROLE_TARGET:
                 parent = self._tracked.get(t.ppid)
                 t.role = _role_for(name, t.cmdline, parent.role if parent else ROLE_CHILD)

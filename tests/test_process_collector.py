@@ -296,6 +296,48 @@ def test_children_appear_live_and_are_reported_once_when_they_exit(
         assert _alive(last, grand) and _alive(last, mp)  # the rest goes on
 
 
+# A parent whose child is seen before it execs: forked, it shows the parent's name and command
+# line until it execs the same interpreter (so its name does not change) as a multiprocessing
+# worker. It waits for the test's go (a file) before the exec, so the collector sees it first.
+LATE_EXEC = """
+import os, sys, time
+go = sys.argv[1]
+pid = os.fork()
+if pid == 0:
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    # spelled in two halves: the parent's own command line must not say it
+    os.execv(sys.executable, [sys.executable, "-c",
+             "import time, multiprocessing" + ".spawn; time.sleep(600)"])
+print(pid, flush=True)
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_child_seen_before_its_exec_is_labelled_after_it(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    p = subprocess.Popen(
+        [sys.executable, "-c", LATE_EXEC, str(go)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert p.stdout is not None
+        child = int(p.stdout.readline())
+        with Running(ProcessCollector(p.pid, interval=0.05)) as run:
+            s = run.wait_for(lambda s: _alive(s, child))
+            before = _proc(s, child)
+            assert before is not None and before.role == ROLE_CHILD  # still the parent's copy
+            go.touch()
+            s = run.wait_for(lambda s: (i := _proc(s, child)) is not None and i.role != ROLE_CHILD)
+        after = _proc(s, child)
+        assert after is not None and after.role == ROLE_MP_WORKER
+        assert "multiprocessing.spawn" in " ".join(after.cmdline)
+    finally:
+        for pid in (child, p.pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        p.wait(30)
+
+
 def test_zombie_child_is_reported_once_and_not_readded(workloads: Workloads) -> None:
     p = workloads.start("proc_tree.py")
     with Running(ProcessCollector(p.pid, interval=0.05)) as run:
