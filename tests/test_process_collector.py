@@ -172,10 +172,11 @@ def test_busy_python_loop_uses_about_one_core(workloads: Workloads) -> None:
     mean = sum(readings) / len(readings)
     reference = (c1 - c0) / (t1 - t0) * 100.0
     # 100 == one full core. The reference (CPU seconds / wall seconds, measured independently)
-    # checks the scale; on a 2-core machine shared with other tests the loop may get well under
-    # a full core, so the absolute bound only says "busy".
+    # checks the scale; on a 2-core machine shared with other jobs the loop may get well under
+    # a full core (20% was seen at a load average of 13), so the absolute bound only says
+    # "busy": a sleeping process reads about 0 (test_sleeping_process_uses_no_cpu).
     assert abs(mean - reference) < max(15.0, 0.25 * reference), (mean, reference)
-    assert mean > 30.0, readings
+    assert mean > 10.0, readings
     assert window[-1].tree_cpu_percent == pytest.approx(window[-1].procs[0].cpu_percent)
 
 
