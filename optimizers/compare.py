@@ -200,12 +200,15 @@ BUFFERED_PER_PRODUCER = 4
 
 
 def run_warmup(warmup_steps: int, optimize: dict[str, Any], cores: int) -> int:
-    """The steps to exclude from a run: ``warmup_steps``, but at least the batches its input
-    producers buffered meanwhile. Until that buffer is drained a run measures how fast the loop
+    """The steps to exclude from a run: ``warmup_steps``, but at least twice the batches its
+    input producers buffer. Until that buffer is drained a run measures how fast the loop
     empties it, not its input stage (16 DataLoader workers hold 64 batches: 20 measured steps
-    came out at 1.3-1.8x what 16 producers can deliver, and every search level looked better)."""
+    came out at 1.3-1.8x what 16 producers can deliver, and every search level looked better).
+    Twice: the producers refill it while the loop drains it, which takes B c / (c - p) steps
+    for a buffer of B, a loop that could take c steps/s and producers that make p; that is
+    under 2 B wherever the loop is at least twice as fast as its input (input-bound)."""
     producers = parallelism_setting(optimize) or (cores if optimize.get("prefetch") else 0)
-    return max(warmup_steps, BUFFERED_PER_PRODUCER * producers)
+    return max(warmup_steps, 2 * BUFFERED_PER_PRODUCER * producers)
 
 
 def _record_one(
