@@ -41,6 +41,7 @@ class LogCollector:
     def run(self, emit: Emit, stop: threading.Event) -> None:
         files: dict[str, BinaryIO] = {}
         partial: dict[str, bytes] = {}
+        cut: set[str] = set()  # streams whose current line was kept (cut) before its newline
         try:
             for label, path in self.streams.items():
                 files[label] = path.open("rb")
@@ -54,11 +55,18 @@ class LogCollector:
                     if not chunk:
                         continue
                     got = True
+                    if label in cut:
+                        # the rest of a line already kept: up to its newline it is no new line
+                        _, newline, chunk = chunk.partition(b"\n")
+                        if not newline:
+                            continue
+                        cut.discard(label)
                     *lines, partial[label] = (partial[label] + chunk).split(b"\n")
-                    # A long line with no newline yet is still worth seeing.
+                    # A long line with no newline yet is still worth seeing (cut, once).
                     if len(partial[label]) > MAX_LINE:
                         lines.append(partial[label])
                         partial[label] = b""
+                        cut.add(label)
                     self._keep(label, lines, emit)
                 if self.dropped != reported and (stopping or time.monotonic() - reported_at >= 1.0):
                     reported, reported_at = self.dropped, time.monotonic()

@@ -39,6 +39,10 @@ from sofa_top.model.units import Bytes, Percent, Pid, Seconds, Timestamp
 
 EXIT_CODE_WAIT_S = 10.0  # how long to wait for a launched target's exit code once it looks gone
 _PF_KTHREAD = 0x00200000  # task flag in /proc/<pid>/stat that marks kernel threads
+# A process this young (seconds) may not have exec'd yet when first seen: forked, it shows its
+# parent's name and command line, and an exec of the same interpreter keeps the name. Its
+# command line is re-read each tick until then (afterwards, a new name says it exec'd).
+YOUNG_S = 2.0
 _SWAP_REFRESH: Seconds = 1.0
 RANK_RECHECK_S: Seconds = 3.0  # a process this young may not have exec'd its rank's environment
 
@@ -318,11 +322,19 @@ class ProcessCollector:
             # found between fork and exec, it still had its parent's environment (torchrun
             # starts ranks as `python`, from `python`: the name need not change on exec)
             self._name_rank(t, self._tracked.get(t.ppid))
-        if name != t.name:
+        execed = name != t.name
+        cmdline: tuple[str, ...] | None = None
+        if not execed and time.time() - t.create_time < YOUNG_S:
+            with contextlib.suppress(psutil.Error):
+                cmdline = tuple(_text(a) for a in p.cmdline())
+                execed = cmdline != t.cmdline
+        if execed:
             # exec() happened (fork+exec, or a DataLoader worker renaming itself): re-derive.
             t.name = name
-            with contextlib.suppress(psutil.Error):
-                t.cmdline = tuple(_text(a) for a in p.cmdline())
+            if cmdline is None:
+                with contextlib.suppress(psutil.Error):
+                    cmdline = tuple(_text(a) for a in p.cmdline())
+            t.cmdline = cmdline if cmdline is not None else t.cmdline
             if t.role != ROLE_TARGET and not t.role.startswith(ROLE_RANK):
                 parent = self._tracked.get(t.ppid)
                 t.role = _role_for(name, t.cmdline, parent.role if parent else ROLE_CHILD)

@@ -169,8 +169,12 @@ def headroom(
     busy = median([x.cores_busy for x in stats if x.cores_busy is not None])
     free: float | None = None
     if others is not None:
-        # never fewer than the tree itself got
-        free = min(float(diag.cores), max(diag.cores - others, busy or 0.0))
+        # never fewer than the tree itself got, nor than an equal share next to the others'
+        # load: on a machine the others keep busy, a tree that mostly waits (storage, network)
+        # gets little CPU because it asks for little, and what it got is no bound on it (the
+        # scheduler shares the cores with whoever asks)
+        fair = diag.cores / (1.0 + others)
+        free = min(float(diag.cores), max(diag.cores - others, busy or 0.0, fair))
     cpu_per_step = cpu or diag.cpu_per_step_s
     bounds = diag.bounds(p, cpu, free)
     none = Headroom(None, None, unit, None, diag.cores, p, free, cpu_per_step, None)

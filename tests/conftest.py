@@ -9,6 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from other_uid import OtherUser, stage
+from procs import spawned
+from recordings import Recordings
 
 WORKLOADS = Path(__file__).parent / "workloads"
 REPO = Path(__file__).parent.parent
@@ -25,26 +28,45 @@ def _isolated_data_dir(
 
 @pytest.fixture
 def busy_python() -> Iterator[subprocess.Popen[bytes]]:
-    """A real pure-Python busy loop (function ``spin_here``) running for up to 120 s."""
-    p = subprocess.Popen([sys.executable, str(WORKLOADS / "busy_python.py"), "120"])
-    yield p
-    p.kill()
-    p.wait()
+    """A real pure-Python busy loop (function ``spin_here``), in its loop when yielded; it runs
+    until the test ends (600 s at most, so that nothing outlives a killed pytest for long)."""
+    with spawned([sys.executable, str(WORKLOADS / "busy_python.py"), "600"], ready=b"READY") as p:
+        yield p
+
+
+@pytest.fixture(scope="session")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> Recordings:
+    """The real workloads of ``recordings.SHAPES``, each recorded once per session."""
+    return Recordings(tmp_path_factory.mktemp("recordings"))
+
+
+@pytest.fixture(scope="session")
+def nobody() -> Iterator[OtherUser]:
+    """sofa-top staged for user ``nobody`` (world-readable, so it works from a clone in a 0700
+    directory too; see other_uid.py); skips, saying why, where that cannot be done."""
+    staged = stage()
+    if isinstance(staged, str):
+        pytest.skip(staged)
+    try:
+        yield staged
+    finally:
+        staged.remove()
 
 
 def run_cli(
-    *args: str, timeout: float = 60, env: dict[str, str] | None = None, user: str | None = None
+    *args: str,
+    timeout: float = 60,
+    env: dict[str, str] | None = None,
+    user: OtherUser | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the real ``sofa-top`` console script."""
-    cmd = [SOFA_TOP, *args]
-    if user is not None:
-        cmd = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups", *cmd]
+    """Run the real ``sofa-top`` console script (or, as ``user``, its staged copy)."""
+    cmd = [SOFA_TOP, *args] if user is None else user.sofa_top(*args)
     return subprocess.run(
         cmd,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **(env or {})} if user is None else user.env(env),
         stdin=subprocess.DEVNULL,
     )
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import SOFA_TOP, run_cli, validate_record_json
+from faults.conftest import wait_committed
+from other_uid import OtherUser
 
 from sofa_top import __version__
 from sofa_top.recording.reader import SessionReader
@@ -31,6 +33,19 @@ def _one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
 def test_version() -> None:
     proc = run_cli("--version")
     assert proc.returncode == 0 and proc.stdout.strip() == f"sofa-top {__version__}"
+
+
+def test_the_cli_imports_no_framework() -> None:
+    """Every command builds the whole parser, compare's included: that must not import torch
+    or tensorflow (optional dependencies, and seconds of start-up for every command)."""
+    code = (
+        "import sys; from sofa_top.cli.main import build_parser; build_parser(); "
+        "print([m for m in ('torch', 'tensorflow', 'keras') if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize(
@@ -131,11 +146,27 @@ def test_record_non_python_target(tmp_path: Path) -> None:
 
 
 def test_record_stops_when_target_exits(tmp_path: Path) -> None:
-    short = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
-    proc = run_cli("record", "--pid", str(short.pid), "--json", "-o", str(tmp_path / "s.sofa"))
-    short.wait()
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["end_reason"] == "target exited"
+    """The target exits (when the test closes its stdin, once recording is under way)."""
+    out = tmp_path / "s.sofa"
+    short = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        rec = subprocess.Popen(
+            [SOFA_TOP, "record", "--pid", str(short.pid), "--json", "-o", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_committed(out, 5)
+        assert short.stdin is not None
+        short.stdin.close()
+        stdout, stderr = rec.communicate(timeout=60)
+    finally:
+        short.kill()
+        short.wait()
+    assert rec.returncode == 0, stderr
+    assert json.loads(stdout)["end_reason"] == "target exited"
 
 
 def test_sigkill_keeps_data_to_the_last_second(
@@ -146,7 +177,7 @@ def test_sigkill_keeps_data_to_the_last_second(
         [SOFA_TOP, "record", "--pid", str(busy_python.pid), "-o", str(out)],
         stderr=subprocess.DEVNULL,
     )
-    time.sleep(5)
+    wait_committed(out, 20)  # ~10 Hz for a few seconds
     killed_at = time.time()
     os.kill(rec.pid, signal.SIGKILL)
     rec.wait()
@@ -165,7 +196,7 @@ def test_sigterm_finalizes(tmp_path: Path, busy_python: subprocess.Popen[bytes])
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(3)
+    wait_committed(out, 10)
     rec.send_signal(signal.SIGTERM)
     stdout, stderr = rec.communicate(timeout=30)
     assert rec.returncode == 0 and "Traceback" not in stderr
@@ -176,18 +207,18 @@ def test_sigterm_finalizes(tmp_path: Path, busy_python: subprocess.Popen[bytes])
 
 
 @pytest.mark.parametrize("cmd", ["attach", "record"])
-def test_pid_you_may_not_trace(cmd: str, busy_python: subprocess.Popen[bytes]) -> None:
+def test_pid_you_may_not_trace(
+    cmd: str, busy_python: subprocess.Popen[bytes], nobody: OtherUser
+) -> None:
     """sofa-top as 'nobody' against a root-owned process: the kernel refuses to let it read
     the process (the same check that guards ptrace), so it says so and how to fix it."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to switch to an unprivileged user")
     # pytest's tmp_path lives under a 0700 root directory that 'nobody' cannot enter.
-    out_dir = Path(tempfile.mkdtemp(prefix="sofa-top-nobody-"))
-    os.chmod(out_dir, 0o777)
-    args = [cmd, str(busy_python.pid)] if cmd == "attach" else [cmd, "--pid", str(busy_python.pid)]
-    proc = run_cli(
-        *args, user="nobody", env={"SOFA_TOP_DATA_DIR": str(out_dir), "HOME": str(out_dir)}
-    )
+    with tempfile.TemporaryDirectory(prefix="sofa-top-nobody-") as out_dir:
+        os.chmod(out_dir, 0o777)
+        args = [cmd, str(busy_python.pid)]
+        if cmd == "record":
+            args = [cmd, "--pid", str(busy_python.pid)]
+        proc = run_cli(*args, user=nobody, env={"SOFA_TOP_DATA_DIR": out_dir, "HOME": out_dir})
     line = _one_line_error(proc)
     assert "permission denied" in line and "root" in line and "sudo" in line
     assert busy_python.poll() is None

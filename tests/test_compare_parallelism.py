@@ -26,6 +26,7 @@ from sofa_top.optimizers.compare import (
     record_one,
     run_compare,
 )
+from sofa_top.optimizers.compare.runner import BUFFERED_PER_PRODUCER, run_warmup
 from sofa_top.optimizers.headroom import Diagnosis, Headroom, headroom, headroom_line
 from sofa_top.optimizers.measures import InputStats, RunOutcome, Throughput
 from sofa_top.optimizers.search import search_parallelism
@@ -96,8 +97,11 @@ def test_tf_parallelism_overrides_autotune_and_sizes_the_pool(tmp_path: Path) ->
 @pytest.mark.slow
 def test_torch_latency_search_goes_past_the_cores_and_stops(tmp_path: Path) -> None:
     events: list[object] = []
+    # 60 measured steps: 16 DataLoader workers deliver in bursts (about 8 batches, then a
+    # wait), and 20 steps held one burst more or less: 0.95-1.9x the headroom from one run to
+    # the next; 60 hold enough of them for the rate to mean something
     r = run_compare(
-        _cmd("torch", "latency"), ["baseline", "prefetch"], repeats=1, steps=20,
+        _cmd("torch", "latency"), ["baseline", "prefetch"], repeats=1, steps=60,
         warmup_steps=3, on_progress=events.append, out_dir=tmp_path, search_levels=4,
     )  # fmt: skip
     assert r.diagnosis is not None and r.diagnosis.cause == "latency", r.diagnosis
@@ -219,3 +223,35 @@ def test_headroom_model() -> None:
     assert h.free_cores == pytest.approx(1.5) and h.cpu_per_step_s == 0.006
     assert h.throughput == pytest.approx(2000.0) and h.fraction_reached == pytest.approx(0.9)
     assert h.text == "at 90% of what 2 cores allow (0.5 of them busy elsewhere)"
+
+
+def test_headroom_of_waiting_input_on_a_machine_others_keep_busy() -> None:
+    """Other processes keep both cores busy while the baseline mostly sleeps on its input: what
+    little CPU the tree got (it asked for little) is no bound on it, so the bound stays the
+    latency one (seen on a shared CI machine: "at 100% of what 2 cores allow")."""
+    d = _diag("latency", cpu_per_step_s=0.0005)  # latency bound: 1 / 32 ms at P=1
+    # 28 steps/s at 0.5 ms CPU each: 0.014 cores busy; the others took the remaining 1.986
+    stats = InputStats(0.002, 0.032, 0.035, 0.0005, cores_busy=0.014, others_cores=1.986)
+    runs = [RunOutcome("b", 224.0, "samples/s", None, None, (), (), (), False, None, input=stats)]
+    tp = Throughput(224.0, 224.0, 224.0, "samples/s")
+    h = headroom(runs, tp, None, False, d)
+    assert h.bound == "latency", h
+    assert h.throughput == pytest.approx(8 / 0.032)
+    assert h.fraction_reached == pytest.approx(224.0 / 250.0)
+    # an equal share next to the others' load: 2 / (1 + 1.986) cores
+    assert h.free_cores == pytest.approx(2 / 2.986)
+
+
+def test_a_run_excludes_at_least_what_its_producers_buffered() -> None:
+    """Until the batches its workers prefetched are drained, a run measures the buffer."""
+
+    def spec(raw: object) -> OptimizeSpec:
+        return OptimizeSpec.from_json(raw)[0]
+
+    assert run_warmup(3, spec({}), 2) == 3  # baseline: the warm-up asked for
+    # twice the buffer (it is refilled while it drains); ~ a worker a core by default
+    assert run_warmup(3, spec({"prefetch": True}), 2) == 2 * 2 * BUFFERED_PER_PRODUCER
+    p16 = spec({"prefetch": {"parallelism": 16}})
+    assert run_warmup(3, p16, 2) == 2 * 16 * BUFFERED_PER_PRODUCER
+    assert run_warmup(500, p16, 2) == 500
+    assert run_warmup(3, spec({"xla": True}), 2) == 3

@@ -29,6 +29,27 @@ RTOL, ATOL = 1e-5, 1e-6
 SMALL = 1024  # bytes: forces many chunks even on tiny test tensors
 
 
+def test_the_package_name_is_the_function_however_it_was_loaded() -> None:
+    """``sofa_top.optimizers`` loads depth_first lazily (the CLI imports the package, and must
+    not import torch); whoever imports the submodule first (the agent does, by name), the
+    package's ``depth_first`` stays the function."""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib, sys\n"
+        "import sofa_top.optimizers\n"
+        "assert 'torch' not in sys.modules\n"
+        "sub = importlib.import_module('sofa_top.optimizers.depth_first')\n"
+        "from sofa_top.optimizers import depth_first, depth_first_report\n"
+        "assert depth_first is sub.depth_first and callable(depth_first), depth_first\n"
+        "assert depth_first_report is sub.depth_first_report\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["ok"], out.stderr
+
+
 # ----------------------------------------------------------------------------- models
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -11,6 +10,9 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from conftest import WORKLOADS
+from other_uid import OtherUser
+from procs import spawned
 
 from sofa_top.cli import doctor
 from sofa_top.cli.doctor import Check, check_data_dir, check_import, check_stacks, check_terminal
@@ -25,19 +27,17 @@ def _by_name(checks: list[Check]) -> dict[str, Check]:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Check], bool, float]]:
+def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Check], bool]]:
     """One full doctor run shared by the tests below (it takes seconds: torch, tensorflow)."""
     # Module scope runs before conftest's per-test data dir: isolate it here too.
     with pytest.MonkeyPatch.context() as mp:
         data = tmp_path_factory.mktemp("doctor-data")
         mp.setenv("SOFA_TOP_DATA_DIR", str(data))
-        t0 = time.monotonic()
-        checks, ok = doctor.run_doctor(timeout=60.0)
-        yield checks, ok, time.monotonic() - t0
+        yield doctor.run_doctor(timeout=60.0)
 
 
-def test_doctor_runs_every_check(report: tuple[list[Check], bool, float]) -> None:
-    checks, ok, elapsed = report
+def test_doctor_runs_every_check(report: tuple[list[Check], bool]) -> None:
+    checks, ok = report
     assert [c.name for c in checks] == [
         "process stats",
         "py-spy",
@@ -57,11 +57,10 @@ def test_doctor_runs_every_check(report: tuple[list[Check], bool, float]) -> Non
     checked = Path(by["data dir"].detail.removesuffix(" (writable)"))
     assert checked.name.startswith("doctor-data")  # the isolated dir, not the user's
     assert (checked / "sessions").is_dir()
-    assert elapsed < 60.0
 
 
 @pytest.mark.skipif(not ROOT, reason="as root, ptrace is allowed")
-def test_py_spy_works_as_root(report: tuple[list[Check], bool, float]) -> None:
+def test_py_spy_works_as_root(report: tuple[list[Check], bool]) -> None:
     by = _by_name(report[0])
     assert by["py-spy"].level == "ok"
     assert by["py-spy"].detail.startswith(str(Path(sys.executable).parent / "py-spy"))
@@ -73,7 +72,7 @@ def test_py_spy_works_as_root(report: tuple[list[Check], bool, float]) -> None:
     assert "cpython 3." in by["agent injection"].detail
 
 
-def test_gpu_check_on_this_machine(report: tuple[list[Check], bool, float]) -> None:
+def test_gpu_check_on_this_machine(report: tuple[list[Check], bool]) -> None:
     gpu = _by_name(report[0])["NVIDIA GPU"]
     if gpu.level == "ok":
         pytest.skip("this machine has a GPU")
@@ -81,7 +80,7 @@ def test_gpu_check_on_this_machine(report: tuple[list[Check], bool, float]) -> N
     assert gpu.detail.startswith("no NVIDIA GPU: ")
 
 
-def test_frameworks(report: tuple[list[Check], bool, float]) -> None:
+def test_frameworks(report: tuple[list[Check], bool]) -> None:
     by = _by_name(report[0])
     for module in ("torch", "tensorflow"):
         c = by[module]
@@ -99,7 +98,7 @@ def test_frameworks(report: tuple[list[Check], bool, float]) -> None:
 
 def test_import_check_states(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "sofa_broken_mod.py").write_text("raise RuntimeError('half-installed wheel')\n")
-    (tmp_path / "sofa_slow_mod.py").write_text("import time\ntime.sleep(30)\n")
+    (tmp_path / "sofa_slow_mod.py").write_text("import time\ntime.sleep(3600)\n")
     (tmp_path / "sofa_good_mod.py").write_text("__version__ = '1.2.3'\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     missing = check_import("sofa_no_such_module_xyz")
@@ -111,7 +110,7 @@ def test_import_check_states(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert (good.level, good.detail) == ("ok", "1.2.3")
     t0 = time.monotonic()
     slow = check_import("sofa_slow_mod", timeout=1.0)
-    assert time.monotonic() - t0 < 10.0
+    assert time.monotonic() - t0 < 60  # gave up on the hour-long import
     assert slow.level == "warn" and "did not finish within 1s" in slow.detail
 
 
@@ -159,19 +158,14 @@ def as_nobody(check: Callable[[], Check]) -> tuple[str, str, str]:
     return level, detail, fix
 
 
-@pytest.mark.skipif(not ROOT, reason="needs root to drop to another user")
-def test_ptrace_denied_is_reported_with_a_fix() -> None:
-    """The real thing: py-spy as user nobody against a root-owned Python process."""
-    py_spy = find_pyspy()
-    assert py_spy is not None
-    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        time.sleep(0.5)
-        level, detail, fix = as_nobody(lambda: check_stacks(py_spy, target.pid))
-    finally:
-        target.kill()
-        target.wait()
+def test_ptrace_denied_is_reported_with_a_fix(nobody: OtherUser) -> None:
+    """The real thing: py-spy as user nobody against a root-owned Python process (the staged,
+    world-readable py-spy: nobody may not reach the one in the venv of a clone in a 0700
+    directory)."""
+    with spawned([sys.executable, str(WORKLOADS / "busy_python.py"), "600"], ready=b"READY") as t:
+        level, detail, fix = as_nobody(lambda: check_stacks(nobody.py_spy, t.pid))
     assert level == "fail", detail
+    assert detail.startswith("ptrace denied"), detail  # py-spy ran, and was refused
     assert "not root" in detail
     assert "sudo" in fix
 
@@ -179,17 +173,9 @@ def test_ptrace_denied_is_reported_with_a_fix() -> None:
 @pytest.mark.skipif(not ROOT, reason="needs root to become nobody")
 def test_injection_denied_is_reported_with_a_fix() -> None:
     """The real thing: doctor's injection check as nobody against a root-owned Python."""
-    target = subprocess.Popen(
-        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert target.stdout is not None and target.stdout.readline() == b"ready\n"
-        level, detail, fix = as_nobody(lambda: doctor.check_injection(target.pid, 5.0))
-        assert target.poll() is None  # untouched
-    finally:
-        target.kill()
-        target.wait()
+    with spawned([sys.executable, str(WORKLOADS / "busy_python.py"), "600"], ready=b"READY") as t:
+        level, detail, fix = as_nobody(lambda: doctor.check_injection(t.pid, 5.0))
+        assert t.poll() is None  # untouched
     assert level == "fail", detail
     assert "permission denied" in detail and "outside only" in detail
     assert "sudo" in fix

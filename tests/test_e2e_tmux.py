@@ -108,13 +108,13 @@ def test_attach_reads_the_hot_function_and_cpu_then_q_saves_the_session(
     def ready(screen: str) -> bool:
         return "spin_here" in screen and re.search(r"CPU .*?\d+% of \d+ cores?", screen) is not None
 
-    screen = tmux.wait_for(ready, 20, "spin_here and a CPU figure")
+    screen = tmux.wait_for(ready, 60, "spin_here and a CPU figure")
     assert f"pid {busy_python.pid}" in screen
     assert re.search(r"spin_here\s+busy_python\.py:\d+", screen), screen
     cpu = re.search(r"CPU .*?(\d+)% of \d+ cores?", screen)
     assert cpu is not None and int(cpu.group(1)) >= 10, screen  # a busy loop shows up busy
     tmux.keys("q")
-    screen = tmux.wait_for(lambda s: EXIT_MARK in s, 30, "sofa-top to exit")
+    screen = tmux.wait_for(lambda s: EXIT_MARK in s, 60, "sofa-top to exit")
     assert f"{EXIT_MARK} 0" in screen
     path = saved_session(screen)
     assert path.is_file() and path.stat().st_size > 0
@@ -123,10 +123,10 @@ def test_attach_reads_the_hot_function_and_cpu_then_q_saves_the_session(
 
 
 def test_demo_torch_shows_input_bound_and_quit_asks_then_stops_the_workload(tmux: Tmux) -> None:
-    tmux.start(f"{shlex.quote(SOFA_TOP)} demo torch --seconds 60")
+    tmux.start(f"{shlex.quote(SOFA_TOP)} demo torch --seconds 600")
     workload: psutil.Process | None = None
     try:
-        screen = tmux.wait_for(lambda s: "INPUT-BOUND" in s, 40, "the input-bound verdict")
+        screen = tmux.wait_for(lambda s: "INPUT-BOUND" in s, 60, "the input-bound verdict")
         match = re.search(r"pid (\d+) \S*python\S* \S*torch_input_bound\.py", screen)
         assert match, screen
         workload = psutil.Process(int(match.group(1)))
@@ -134,17 +134,17 @@ def test_demo_torch_shows_input_bound_and_quit_asks_then_stops_the_workload(tmux
 
         # Ctrl-C asks first and stops nothing when the answer is no.
         tmux.keys("C-c")
-        tmux.wait_for(lambda s: "The workload is still running" in s, 10, "the quit question")
+        tmux.wait_for(lambda s: "The workload is still running" in s, 60, "the quit question")
         tmux.keys("n")
         tmux.wait_for(
-            lambda s: "The workload is still running" not in s, 10, "the question to close"
+            lambda s: "The workload is still running" not in s, 60, "the question to close"
         )
         assert workload.is_running() and workload.status() != psutil.STATUS_ZOMBIE
 
         tmux.keys("q")
-        tmux.wait_for(lambda s: "[y] stop & quit" in s, 10, "the quit question")
+        tmux.wait_for(lambda s: "[y] stop & quit" in s, 60, "the quit question")
         tmux.keys("y")
-        screen = tmux.wait_for(lambda s: EXIT_MARK in s, 40, "sofa-top to exit")
+        screen = tmux.wait_for(lambda s: EXIT_MARK in s, 60, "sofa-top to exit")
         assert f"{EXIT_MARK} 0" in screen
         assert saved_session(screen).is_file()
         workload.wait(10)  # the CLI stopped and reaped it: wait() returns at once
@@ -169,8 +169,8 @@ def test_replay_of_a_recorded_session_in_a_real_terminal(tmux: Tmux, tmp_path: P
         "the replay at the end",
     )
     tmux.keys("[", "[", literal=True)  # two verdict changes back
-    screen = tmux.wait_for(lambda s: "at 0:05" in s, 10, "the cursor at the first change")
+    screen = tmux.wait_for(lambda s: "at 0:05" in s, 60, "the cursor at the first change")
     assert "INPUT-BOUND" in screen and "load_batch" in screen
     tmux.keys("q")
-    screen = tmux.wait_for(lambda s: EXIT_MARK in s, 20, "sofa-top to exit")
+    screen = tmux.wait_for(lambda s: EXIT_MARK in s, 60, "sofa-top to exit")
     assert f"{EXIT_MARK} 0" in screen

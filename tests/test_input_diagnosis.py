@@ -16,6 +16,8 @@ from conftest import WORKLOADS, run_cli
 
 from sofa_top.recording.reader import SessionReader
 
+pytestmark = pytest.mark.slow  # real TensorFlow and PyTorch workloads
+
 
 @pytest.mark.parametrize("framework", ["tf", "torch"])
 @pytest.mark.parametrize("shape", ["cpu", "latency"])

@@ -1,36 +1,30 @@
 """Launch mode through the real CLI (`sofa-top record -- CMD`): real TensorFlow and PyTorch
 workloads that measure their own input fraction; sofa-top's figure must agree within 0.10 and
 the verdict must match. Also attach-mode verdicts from stacks, and the workload's fate when
-things go wrong."""
+things go wrong.
+
+The launch recordings are the session's shared ones (``recordings.SHAPES``, recorded once by the
+real CLI); the agent tests assert on the same sessions.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
+import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import SOFA_TOP, WORKLOADS, run_cli, validate_record_json
+from procs import spawned
+from recordings import Recordings
 
 from sofa_top.analysis.verdicts import HIGH_INPUT_FRACTION
 from sofa_top.recording.reader import SessionReader
 
 TOLERANCE = 0.10
-
-
-def _self_fraction(path: Path) -> float:
-    r = SessionReader(path)
-    lines = [e.message for e in r.events("log") if e.message.startswith("SELF_INPUT_FRACTION=")]
-    assert lines, "the workload did not report its own input fraction"
-    return float(lines[-1].split("=", 1)[1])
-
-
-def _measured_fraction(path: Path, warmup: int) -> float:
-    steps = SessionReader(path).steps()[warmup:]
-    assert len(steps) >= 10, f"only {len(steps)} steps recorded"
-    return sum(s.input_wait_s for s in steps) / sum(s.duration_s for s in steps)
 
 
 def _record(tmp_path: Path, *cmd: str, timeout: float = 240) -> tuple[dict[str, object], Path]:
@@ -43,76 +37,62 @@ def _record(tmp_path: Path, *cmd: str, timeout: float = 240) -> tuple[dict[str, 
 
 
 CASES = [
-    ("tf-eager input", "agent_tf_eager.py", ["--mode", "input"], 5, "input-bound"),
-    ("tf-eager compute", "agent_tf_eager.py", ["--mode", "compute"], 5, "compute-bound"),
-    (
-        "tf-eager for-loop",
-        "agent_tf_eager.py",
-        ["--mode", "input", "--loop", "for"],
-        5,
-        "input-bound",
-    ),
-    ("keras fit input", "agent_keras_fit.py", ["--mode", "input"], 5, "input-bound"),
-    ("keras fit compute", "agent_keras_fit.py", ["--mode", "compute"], 5, "compute-bound"),
-    ("torch input", "agent_torch.py", ["--mode", "input"], 3, "input-bound"),
-    ("torch compute", "agent_torch.py", ["--mode", "compute"], 3, "compute-bound"),
+    ("tf-eager input next", "input-bound"),
+    ("tf-eager compute next", "compute-bound"),
+    ("tf-eager input for", "input-bound"),
+    ("tf-eager compute for", "compute-bound"),
+    ("keras fit input", "input-bound"),
+    ("keras fit compute", "compute-bound"),
+    ("torch input", "input-bound"),
+    ("torch compute", "compute-bound"),
 ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, script, args, warmup, verdict", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("shape, verdict", CASES, ids=[c[0] for c in CASES])
 def test_input_fraction_matches_the_workloads_own(
-    tmp_path: Path, name: str, script: str, args: list[str], warmup: int, verdict: str
+    recordings: Recordings, shape: str, verdict: str
 ) -> None:
-    summary, path = _record(tmp_path, str(WORKLOADS / script), *args, "--warmup", str(warmup))
-    own = _self_fraction(path)
-    measured = _measured_fraction(path, warmup)
-    assert measured == pytest.approx(own, abs=TOLERANCE), (name, measured, own)
-    assert summary["exit_code"] == 0
-    v = summary["verdict"]
+    rec = recordings.get(shape)
+    own = rec.value("SELF_INPUT_FRACTION")
+    steps = [s for s in rec.steps() if s.step >= rec.warmup]  # the steps the workload timed
+    assert len(steps) >= 10, f"only {len(steps)} steps recorded: {rec.describe()}"
+    measured = sum(s.input_wait_s for s in steps) / sum(s.duration_s for s in steps)
+    assert measured == pytest.approx(own, abs=TOLERANCE), (shape, measured, own)
+    assert rec.exit_code == 0
+    v = rec.summary["verdict"]
     if verdict == "input-bound":
         assert own >= HIGH_INPUT_FRACTION, own  # the workload is what its case claims
-        assert (v["kind"], v["severity"]) == ("input-bound", "high"), v  # type: ignore[index]
+        assert (v["kind"], v["severity"]) == ("input-bound", "high"), v
     else:
         # A compute-bound workload with tiny steps can still wait 5-20% for input on this
         # machine (XProf's "moderately input-bound" band, where whole-session and steady-state
         # fractions straddle the threshold); it must never be called highly input-bound.
         assert own < HIGH_INPUT_FRACTION, own
-        assert v["kind"] == "compute-bound" or v["severity"] == "moderate", v  # type: ignore[index]
+        assert v["kind"] == "compute-bound" or v["severity"] == "moderate", v
 
 
 @pytest.mark.slow
-def test_torch_optimizer_only_loop_gets_step_times(tmp_path: Path) -> None:
-    _, path = _record(tmp_path, str(WORKLOADS / "agent_torch.py"), "--mode", "optimizer")
-    steps = SessionReader(path).steps()
+def test_torch_optimizer_only_loop_gets_step_times(recordings: Recordings) -> None:
+    """No DataLoader: the steps come from optimizer.step, and their times are the loop's."""
+    rec = recordings.get("torch optimizer")
+    steps = rec.steps()
     assert len(steps) >= 20 and {s.source for s in steps} == {"torch-optimizer"}
-    r = SessionReader(path)
-    own_ms = [
-        float(e.message.split("=")[1])
-        for e in r.events("log")
-        if e.message.startswith("SELF_STEP_MS=")
-    ]
-    median_ms = 1000 * sorted(s.duration_s for s in steps)[len(steps) // 2]
-    assert own_ms and median_ms == pytest.approx(own_ms[-1], rel=0.5)
+    assert rec.summary["steps"]["count"] == len(steps)
+    # agent step n runs from optimizer step n to n + 1: steps WARMUP-1.. cover the iterations
+    # the workload timed (WARMUP..); compare the same statistic over the same steps
+    own_ms = rec.value("SELF_STEP_MS")
+    agent_ms = statistics.fmean(s.duration_s for s in steps[rec.warmup - 1 :]) * 1e3
+    assert agent_ms == pytest.approx(own_ms, rel=0.05)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "script, args",
-    [
-        ("agent_tf_eager.py", ["--mode", "input", "--steps", "400"]),
-        ("agent_torch.py", ["--mode", "input", "--steps", "400"]),
-    ],
-)
-def test_attach_mode_verdict_from_stacks(tmp_path: Path, script: str, args: list[str]) -> None:
-    """No agent: the verdict comes from which class the training thread's stacks are in."""
-    work = subprocess.Popen(
-        [sys.executable, str(WORKLOADS / script), *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        time.sleep(6)  # imports and warm-up
+@pytest.mark.parametrize("script", ["agent_tf_eager.py", "agent_torch.py"])
+def test_attach_mode_verdict_from_stacks(tmp_path: Path, script: str) -> None:
+    """No agent: the verdict comes from which class the training thread's stacks are in. The
+    loop runs until the test is done with it, and is attached to once it is past its warm-up."""
+    argv = [sys.executable, str(WORKLOADS / script), "--mode", "input", "--seconds", "600"]
+    with spawned(argv, ready=b"READY", stderr=subprocess.DEVNULL) as work:
         proc = run_cli(
             "record",
             "--pid",
@@ -123,11 +103,11 @@ def test_attach_mode_verdict_from_stacks(tmp_path: Path, script: str, args: list
             "-o",
             str(tmp_path / "a.sofa"),
         )
-    finally:
-        work.kill()
-        work.wait()
+        assert work.poll() is None  # attaching never stops the target
     assert proc.returncode == 0, proc.stderr
-    verdict = json.loads(proc.stdout)["verdict"]
+    summary = json.loads(proc.stdout)
+    assert summary["end_reason"] == "duration reached"
+    verdict = summary["verdict"]
     assert verdict["kind"] == "input-bound", verdict
     assert verdict["evidence"]["source"] == "stacks"
 
@@ -150,45 +130,74 @@ def test_exit_code_of_a_normal_and_a_failing_workload(tmp_path: Path) -> None:
 
 
 _KILL_SCENARIO = """
-import ctypes, os, signal, subprocess, sys, time
+import ctypes, json, os, signal, subprocess, sys, time
+from pathlib import Path
 import psutil
+from sofa_top.recording.store import SessionReader
 # Become a subreaper so the orphaned workload is re-parented to us and we can read its code.
 assert ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0
-sofa_top, out, code = sys.argv[1:4]
+sofa_top, out, code, finish = sys.argv[1:5]
 rec = subprocess.Popen([sofa_top, "record", "-o", out, "--", sys.executable, "-c", code],
                        stderr=subprocess.DEVNULL)
-time.sleep(1.5)
-workload = [p for p in psutil.Process(rec.pid).children(recursive=True)
-            if "time.sleep" in " ".join(p.cmdline())]
+def logged():
+    try:
+        return len(SessionReader(Path(out)).events("log"))
+    except Exception:
+        return 0
+deadline = time.monotonic() + 60
+while logged() < 3:  # the workload is running and sofa-top records its output
+    assert time.monotonic() < deadline, "no output recorded within 60 s"
+    time.sleep(0.05)
+def is_workload(p):  # argv, not a substring: a forked, not yet exec'd child shows sofa-top's
+    try:
+        return p.cmdline()[1:2] == ["-c"]
+    except psutil.Error:
+        return False
+(workload,) = [p for p in psutil.Process(rec.pid).children() if is_workload(p)]
+stdout_file = os.readlink(f"/proc/{workload.pid}/fd/1")
+socket = workload.environ().get("SOFA_TOP_SOCKET", "")
 os.kill(rec.pid, signal.SIGKILL)
 rec.wait()
-_, status = os.waitpid(workload[0].pid, 0)
-print(os.waitstatus_to_exitcode(status))
+Path(finish).touch()  # only now may the workload end its loop
+_, status = os.waitpid(workload.pid, 0)
+print(json.dumps({"exit_code": os.waitstatus_to_exitcode(status), "stdout_file": stdout_file,
+                  "stdout": Path(stdout_file).read_text(), "socket": socket}))
 """
 
 
 def test_sofa_top_killed_mid_run_leaves_the_workload_alone(tmp_path: Path) -> None:
     """SIGKILL sofa-top while the workload runs: the workload finishes its loop (printing all
-    the while) and exits with its own code."""
+    the while, after the kill too) and exits with its own code."""
     marker = tmp_path / "done"
+    finish = tmp_path / "finish"
     code = (
         "import time, pathlib\n"
-        "for i in range(40):\n"
-        "    print('step', i, flush=True); time.sleep(0.1)\n"
+        "i = 0\n"
+        f"while not pathlib.Path({str(finish)!r}).exists():\n"
+        "    print('step', i, flush=True); i += 1; time.sleep(0.05)\n"
+        "for j in range(5):\n"
+        "    print('after', j, flush=True)\n"
         f"pathlib.Path({str(marker)!r}).write_text('ok')\n"
         "raise SystemExit(4)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", _KILL_SCENARIO, SOFA_TOP, str(tmp_path / "k.sofa"), code],
+        [sys.executable, "-c", _KILL_SCENARIO, SOFA_TOP, str(tmp_path / "k.sofa"), code, finish],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "4"
+    result = json.loads(proc.stdout)
+    assert result["exit_code"] == 4
     assert marker.read_text() == "ok"
+    lines = result["stdout"].splitlines()
+    assert lines[0] == "step 0" and lines[-5:] == [f"after {j}" for j in range(5)]
     # What was recorded before the kill is readable.
     assert SessionReader(tmp_path / "k.sofa").events("log")
+    # a SIGKILLed sofa-top cannot clean up its output and agent-socket directories
+    shutil.rmtree(Path(result["stdout_file"]).parent, ignore_errors=True)
+    if result["socket"]:
+        shutil.rmtree(Path(result["socket"]).parent, ignore_errors=True)
 
 
 def test_launch_bad_commands(tmp_path: Path) -> None:

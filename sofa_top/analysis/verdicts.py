@@ -66,6 +66,16 @@ class Evidence:
     frameworks: tuple[str, ...] = ()  # e.g. ("tensorflow",), from the agent or the stacks
     child_cpu: Percent | None = None  # % of one core used by the tree less the target itself
     cuda: Sequence[CudaSample] = ()  # the agent's CUDA readings (GPU loops), oldest first
+    # cores other processes (sofa-top included) kept busy over the same span, when measured
+    others_cores: float | None = None
+
+
+def others_cores(machine_percent: float | None, tree: Percent | None, cores: int) -> float | None:
+    """Cores busy outside the tree: the machine's mean CPU (``sys.cpu``, % of all cores) less
+    the tree's (``tree.cpu``, % of one core), over the same span; None if either is missing."""
+    if machine_percent is None or tree is None:
+        return None
+    return max(0.0, machine_percent / 100.0 * cores - tree / 100.0)
 
 
 def input_parallelism(p: PipelineSample | None) -> int | None:
@@ -99,11 +109,18 @@ def input_cause(ev: Evidence) -> InputCause | None:
     # Unknown parallelism: AUTOTUNE in a declared pipeline may use every core; with no
     # pipeline known at all, assume the common serial loop.
     usable = min(cores, par) if par is not None else cores if ev.pipeline is not None else 1
-    util = busy / usable
+    # On a machine other processes keep busy a stage cannot have all of its cores, and CPU it
+    # did not get would read as waiting: judge it against what it could get, the cores the
+    # others left, but at least an equal share next to their load (the scheduler shares).
+    avail = float(usable)
+    if ev.others_cores is not None and ev.others_cores > 0:
+        share = max(cores - ev.others_cores, cores / (1.0 + ev.others_cores))
+        avail = min(avail, share)
+    util = InputCause("latency", busy, usable, par, source, avail).utilization
     cause: InputCauseKind = (
         "cpu" if util >= INPUT_CPU_BUSY else "latency" if util <= INPUT_CPU_IDLE else "mixed"
     )
-    return InputCause(cause, busy, usable, par, source)
+    return InputCause(cause, busy, usable, par, source, avail)
 
 
 def _cause_text(c: InputCause) -> str:
@@ -400,6 +417,7 @@ def _cause_evidence(c: InputCause, system: SystemSample | None) -> dict[str, obj
         "input_usable_cores": c.usable_cores,
         "input_parallelism": c.parallelism,
         "input_cpu_utilization": round(c.utilization, 3),
+        "input_available_cores": None if c.available_cores is None else round(c.available_cores, 3),
         "input_cause_source": c.source,
         # high iowait says the waiting is on local storage (not the network or a sleep)
         "iowait_percent": None if system is None else system.iowait,

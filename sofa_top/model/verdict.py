@@ -101,8 +101,11 @@ class InputCause:
     source: Literal[
         "agent", "tree"
     ]  # "agent" (CPU during each wait) or "tree" (the tree's CPU, no agent)
+    # what of usable_cores the stage could get next to other processes' load (see input_cause)
+    available_cores: float | None = None
 
     @property
     def utilization(self) -> float:
-        """The share of its usable cores the input stage kept busy."""
-        return self.cpu_cores / max(1, self.usable_cores)
+        """The share of the cores it could get that the input stage kept busy."""
+        avail = self.available_cores if self.available_cores else max(1, self.usable_cores)
+        return self.cpu_cores / avail

@@ -24,7 +24,7 @@ from typing import Any
 from sofa_top import __version__
 from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats
 from sofa_top.analysis.stackstats import summarize, summarize_by_thread
-from sofa_top.analysis.verdicts import WINDOW_S, Evidence, judge
+from sofa_top.analysis.verdicts import WINDOW_S, Evidence, judge, others_cores
 from sofa_top.collectors.base import BACKPRESSURE, Collector
 from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import (
@@ -97,6 +97,7 @@ class Session:
         self._steps: deque[StepSample] = deque(maxlen=2000)
         # (ts, tree CPU, CPU of the tree less the target) per process sample, for the verdict
         self._cpu: deque[tuple[float, float | None, float]] = deque(maxlen=400)
+        self._sys_cpu: deque[tuple[float, float]] = deque(maxlen=400)  # (ts, sys.cpu %)
         self._pipeline: PipelineSample | None = None
         self._agent: AgentInfo | None = None
         self._cuda: deque[CudaSample] = deque(maxlen=200)
@@ -261,6 +262,7 @@ class Session:
                 self.exit_code = s.exit_code
         elif isinstance(s, SystemSample):
             self._system = s
+            self._sys_cpu.append((s.ts, s.cpu_total))
         elif isinstance(s, GpuSample):
             self._gpu = s
         elif isinstance(s, StackWindow):
@@ -379,13 +381,18 @@ class Session:
         recent = [(t, c) for ts, t, c in self._cpu if ts >= cutoff and t is not None]
         tree_cpu = statistics.fmean(t for t, _ in recent) if recent else None
         child_cpu = statistics.fmean(c for _, c in recent) if recent else None
+        machine = [v for ts, v in self._sys_cpu if ts >= cutoff]
+        cores = os.cpu_count() or 1
         verdict = judge(
             Evidence(
                 steps=steps,
                 stacks=summarize(windows) if windows else summary,
                 tree_cpu=tree_cpu,
                 child_cpu=child_cpu,
-                cpu_count=os.cpu_count() or 1,
+                others_cores=others_cores(
+                    statistics.fmean(machine) if machine else None, tree_cpu, cores
+                ),
+                cpu_count=cores,
                 system=self._system,
                 gpu=self._gpu,
                 pipeline=self._pipeline,

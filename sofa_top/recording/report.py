@@ -34,7 +34,7 @@ from typing import Any
 
 from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats, straggler_json
 from sofa_top.analysis.stackstats import summarize
-from sofa_top.analysis.verdicts import Evidence, judge
+from sofa_top.analysis.verdicts import Evidence, judge, others_cores
 from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import CudaSample, PipelineSample, StackWindow, StepSample
 from sofa_top.model.snapshot import StackSummary
@@ -177,6 +177,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
     started, ended = meta.get("started"), meta.get("ended")
     tree_mean, tree_max = _stats(pts.get("tree.cpu", []))
     target_mean, _ = _stats(r.target_cpu)
+    sys_mean, _ = _stats(pts.get("sys.cpu", []))
     summary = summarize(r.windows) if r.windows else None
     verdict = judge(
         Evidence(
@@ -187,6 +188,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
             pipeline=r.pipeline,
             child_cpu=None if tree_mean is None else max(0.0, tree_mean - (target_mean or 0.0)),
             cuda=r.cuda,
+            others_cores=others_cores(sys_mean, tree_mean, int(meta.get("cpu_count") or 1)),
         )
     )
     rank_verdict = cross_rank_verdict(r.ranks)
@@ -207,7 +209,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
             "cores": meta.get("cpu_count"),
             "tree_mean_percent": tree_mean,
             "tree_max_percent": tree_max,
-            "system_mean_percent": _stats(pts.get("sys.cpu", []))[0],
+            "system_mean_percent": sys_mean,
             "rss_max_bytes": _stats(pts.get("tree.rss", []))[1],
             "threads_max": _stats(pts.get("tree.threads", []))[1],
         },

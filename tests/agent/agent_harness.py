@@ -67,7 +67,7 @@ class LiveServer:
         with self._lock:
             return list(self.samples)
 
-    def wait_for(self, predicate: Callable[[list[Sample]], bool], timeout: float = 10.0) -> bool:
+    def wait_for(self, predicate: Callable[[list[Sample]], bool], timeout: float = 60.0) -> bool:
         """Poll until ``predicate(samples)`` holds; False on timeout."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -76,7 +76,7 @@ class LiveServer:
             time.sleep(0.02)
         return predicate(self.snapshot())
 
-    def wait_settled(self, timeout: float = 10.0) -> bool:
+    def wait_settled(self, timeout: float = 60.0) -> bool:
         """Wait until every connected agent has exited or been dropped."""
 
         def settled(samples: list[Sample]) -> bool:
@@ -90,7 +90,7 @@ class LiveServer:
         self._thread.start()
         return self
 
-    def stop(self, timeout: float = 5.0) -> float:
+    def stop(self, timeout: float = 30.0) -> float:
         """Stop the collector; returns how long it took to return."""
         t0 = time.monotonic()
         self._stop.set()
@@ -214,6 +214,6 @@ def run_with_agent(
         env = base_env(env_extra)
         env.update(agent_env(live.socket_path, settings, base=env))
         proc, wall = run_cmd(cmd, env, timeout)
-        live.wait_settled(10.0)
+        live.wait_settled()
         live.stop()
         return AgentRun(proc.returncode, proc.stdout, proc.stderr, wall, live.snapshot())

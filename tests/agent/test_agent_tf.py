@@ -1,15 +1,25 @@
-"""The agent inside real TensorFlow workloads: tf.data eager loops and Keras ``fit``."""
+"""The agent inside real TensorFlow workloads: tf.data eager loops and Keras ``fit``.
+
+The fraction tests assert on the session's shared recordings (``recordings.SHAPES``: each
+workload run once by the real ``sofa-top record``); the rest run their own shapes.
+"""
 
 from __future__ import annotations
 
 import itertools
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from agent_harness import classify, run_with_agent, workload_cmd
+from agent_harness import LiveServer, base_env, classify, run_with_agent, workload_cmd
+from procs import spawned, wait_for
+from recordings import Recordings
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+from sofa_top.agent.launch_env import agent_env
+from sofa_top.model.samples import PipelineSample, Sample
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 pytest.importorskip("tensorflow")
 
@@ -18,11 +28,11 @@ WARMUP = 5
 
 @pytest.mark.parametrize("loop", ["next", "for"])
 @pytest.mark.parametrize("mode", ["input", "compute"])
-def test_tf_eager_fraction_matches_the_workloads_own(mode: str, loop: str) -> None:
-    run = run_with_agent(
-        workload_cmd("agent_tf_eager.py", "--mode", mode, "--loop", loop, "--warmup", str(WARMUP))
-    )
-    assert run.returncode == 0, run.summary()
+def test_tf_eager_fraction_matches_the_workloads_own(
+    recordings: Recordings, mode: str, loop: str
+) -> None:
+    run = recordings.get(f"tf-eager {mode} {loop}")
+    assert run.exit_code == 0, run.describe()
     own = run.value("SELF_INPUT_FRACTION")
     seen = run.agent_fraction("tf-eager", WARMUP)
     assert abs(seen - own) <= 0.10, (seen, own)
@@ -37,7 +47,7 @@ def test_tf_eager_fraction_matches_the_workloads_own(mode: str, loop: str) -> No
         name == "tensorflow" for name, _ in info.frameworks
     )
     declared = [p for p in run.pipelines() if p.note.startswith("declared")]
-    assert declared, run.summary()
+    assert declared, run.describe()
     kinds = [s.kind for s in declared[0].stages]
     assert "map" in kinds and "batch" in kinds
     flagged = [s for s in declared[0].stages if s.is_bottleneck]
@@ -48,15 +58,23 @@ def test_tf_eager_fraction_matches_the_workloads_own(mode: str, loop: str) -> No
 
 
 def test_tf_data_runtime_pipeline_view() -> None:
-    """With tf.data's autotune model on, the runtime stages come with their self time."""
-    run = run_with_agent(
-        workload_cmd("agent_tf_eager.py", "--mode", "compute", "--steps", "40"),
-        settings={"pipeline_interval_s": 0.5},
-    )
-    assert run.returncode == 0, run.summary()
-    runtime = [p for p in run.pipelines() if p.note.startswith("runtime")]
-    assert runtime, run.summary()
-    stages = runtime[-1].stages
+    """With tf.data's autotune model on, the runtime stages come with their self time. The
+    agent reads them a second after the iterator starts and then every pipeline_interval_s:
+    the loop runs until that view has arrived."""
+    cmd = workload_cmd("agent_tf_eager.py", "--mode", "compute", "--seconds", "600")
+
+    def runtime(samples: list[Sample]) -> list[PipelineSample]:
+        return [
+            s for s in samples if isinstance(s, PipelineSample) and s.note.startswith("runtime")
+        ]
+
+    with LiveServer() as live:
+        env = base_env()
+        env.update(agent_env(live.socket_path, {"pipeline_interval_s": 0.5}, base=env))
+        with spawned(cmd, env=env, stderr=subprocess.DEVNULL) as work:
+            wait_for(lambda: runtime(live.snapshot()), 120, "a runtime pipeline view")
+            assert work.poll() is None
+    stages = runtime(live.snapshot())[-1].stages
     assert any(s.kind == "prefetch" for s in stages)
     assert all(s.self_time_s is None or s.self_time_s >= 0 for s in stages)
     assert sum(s.is_bottleneck for s in stages) == 1
@@ -64,11 +82,9 @@ def test_tf_data_runtime_pipeline_view() -> None:
 
 
 @pytest.mark.parametrize("mode", ["input", "compute"])
-def test_keras_fit_fraction_matches_the_workloads_own(mode: str) -> None:
-    run = run_with_agent(
-        workload_cmd("agent_keras_fit.py", "--mode", mode, "--warmup", str(WARMUP))
-    )
-    assert run.returncode == 0, run.summary()
+def test_keras_fit_fraction_matches_the_workloads_own(recordings: Recordings, mode: str) -> None:
+    run = recordings.get(f"keras fit {mode}")
+    assert run.exit_code == 0, run.describe()
     own = run.value("SELF_INPUT_FRACTION")
     lower = run.value("SELF_INPUT_FRACTION_LOWER")
     upper = run.value("SELF_INPUT_FRACTION_UPPER")

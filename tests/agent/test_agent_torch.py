@@ -1,4 +1,9 @@
-"""The agent inside real PyTorch workloads: DataLoader loops and optimizer-only loops."""
+"""The agent inside real PyTorch workloads: DataLoader loops and optimizer-only loops.
+
+The fraction and optimizer tests assert on the session's shared recordings
+(``recordings.SHAPES``: each workload run once by the real ``sofa-top record``); the rest run
+their own shapes.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,9 @@ import sys
 
 import pytest
 from agent_harness import classify, run_with_agent, workload_cmd
+from recordings import Recordings
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 pytest.importorskip("torch")
 
@@ -16,9 +22,9 @@ WARMUP = 3
 
 
 @pytest.mark.parametrize("mode", ["input", "compute"])
-def test_dataloader_fraction_matches_the_workloads_own(mode: str) -> None:
-    run = run_with_agent(workload_cmd("agent_torch.py", "--mode", mode, "--warmup", str(WARMUP)))
-    assert run.returncode == 0, run.summary()
+def test_dataloader_fraction_matches_the_workloads_own(recordings: Recordings, mode: str) -> None:
+    run = recordings.get(f"torch {mode}")
+    assert run.exit_code == 0, run.describe()
     own = run.value("SELF_INPUT_FRACTION")
     seen = run.agent_fraction("torch-dataloader", WARMUP)
     assert abs(seen - own) <= 0.10, (seen, own)
@@ -35,9 +41,8 @@ def test_dataloader_fraction_matches_the_workloads_own(mode: str) -> None:
     assert pipe.stages[0].kind == "source" and pipe.stages[0].is_bottleneck  # num_workers=0
 
 
-def test_optimizer_only_loop_reports_steps() -> None:
-    run = run_with_agent(workload_cmd("agent_torch.py", "--mode", "optimizer", "--steps", "30"))
-    assert run.returncode == 0, run.summary()
+def test_optimizer_only_loop_reports_steps(recordings: Recordings) -> None:
+    run = recordings.get("torch optimizer")
     steps = run.steps("torch-optimizer")
     # the first optimizer step only starts the clock
     assert [s.step for s in steps] == list(range(WARMUP + 30 - 1))

@@ -9,18 +9,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from other_uid import OtherUser
+from procs import wait_for as wait_until
+from procs import wait_ready
 
 from sofa_top.recording.reader import SessionReader
 
@@ -34,33 +35,21 @@ NOBODY = 65534
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (to switch users or mount)")
 
 
-def as_user(argv: Sequence[str | bytes], user: str | None) -> list[str | bytes]:
+def as_user(argv: Sequence[str | bytes], user: OtherUser | None) -> list[str | bytes]:
     """``argv`` run as ``user`` (through setpriv, like conftest.run_cli), or unchanged."""
+    return list(argv) if user is None else user.argv(argv)
+
+
+def target_argv(
+    mode: str, *args: str, seconds: float = 60, user: OtherUser | None = None
+) -> list[str]:
+    """The argv of ``fault_target.py MODE ARGS --seconds S`` (as ``user``: its staged copy,
+    which that user can read, under an interpreter it may run)."""
     if user is None:
-        return list(argv)
-    return ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups", *argv]
-
-
-def target_argv(mode: str, *args: str, seconds: float = 60) -> list[str]:
-    """The argv of ``fault_target.py MODE ARGS --seconds S``."""
-    return [sys.executable, str(FAULT_TARGET), mode, *args, "--seconds", str(seconds)]
-
-
-def read_line(proc: subprocess.Popen[bytes], timeout: float) -> bytes:
-    """The next line ``proc`` writes on stdout (b"" at EOF or after ``timeout``)."""
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    line = b""
-    deadline = time.monotonic() + timeout
-    while not line.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return line
-        chunk = os.read(fd, 1)
-        if not chunk:
-            return line
-        line += chunk
-    return line
+        argv = [sys.executable, str(FAULT_TARGET)]
+    else:
+        argv = [str(user.bin / "python"), user.script(FAULT_TARGET.name)]
+    return [*argv, mode, *args, "--seconds", str(seconds)]
 
 
 @contextlib.contextmanager
@@ -68,10 +57,12 @@ def running(
     argv: Sequence[str | bytes],
     *,
     ready: bytes | None = b"READY",
-    user: str | None = None,
+    user: OtherUser | None = None,
     **kw: object,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Start ``argv`` in its own session, wait for its ``ready`` line, kill its group after."""
+    if user is not None:
+        kw.setdefault("env", user.env())
     proc: subprocess.Popen[bytes] = subprocess.Popen(  # type: ignore[call-overload]
         as_user(argv, user),
         stdin=subprocess.DEVNULL,
@@ -81,8 +72,7 @@ def running(
     )
     try:
         if ready is not None:
-            line = read_line(proc, 30)
-            assert line.startswith(ready), f"target did not start: {line!r}"
+            wait_ready(proc, ready)
         yield proc
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -94,23 +84,34 @@ def running(
 
 
 def sofa(
-    *args: str, timeout: float = 90, user: str | None = None, env: dict[str, str] | None = None
+    *args: str,
+    timeout: float = 90,
+    user: OtherUser | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the real ``sofa-top`` to completion (stdin closed, output captured)."""
+    """Run the real ``sofa-top`` to completion (stdin closed, output captured); as ``user``,
+    its staged copy."""
     return subprocess.run(
-        as_user([SOFA_TOP, *args], user),
+        [SOFA_TOP, *args] if user is None else user.sofa_top(*args),
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **(env or {})} if user is None else user.env(env),
         stdin=subprocess.DEVNULL,
     )
 
 
-def start_sofa(*args: str, **kw: object) -> subprocess.Popen[str]:
-    """Start the real ``sofa-top`` in the background (output captured)."""
+def start_sofa(
+    *args: str, user: OtherUser | None = None, env: dict[str, str] | None = None, **kw: object
+) -> subprocess.Popen[str]:
+    """Start the real ``sofa-top`` in the background (output captured); as ``user``, its
+    staged copy."""
+    if user is not None:
+        kw["env"] = user.env(env)
+    elif env is not None:
+        kw["env"] = {**os.environ, **env}
     return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
-        [SOFA_TOP, *args],
+        [SOFA_TOP, *args] if user is None else user.sofa_top(*args),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -134,15 +135,6 @@ def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``predicate`` (every 50 ms) until it holds; fail saying ``what`` otherwise."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.05)
-
-
 def committed(path: Path, series: str = "tree.cpu") -> int:
     """How many points of ``series`` another process can read from the session file now."""
     if not path.is_file():
@@ -157,7 +149,7 @@ def committed(path: Path, series: str = "tree.cpu") -> int:
         reader.close()
 
 
-def wait_committed(path: Path, n: int, timeout: float = 30, series: str = "tree.cpu") -> None:
+def wait_committed(path: Path, n: int, timeout: float = 60, series: str = "tree.cpu") -> None:
     """Wait until ``n`` points of ``series`` are committed to the session file."""
     wait_until(lambda: committed(path, series) >= n, timeout, f"{n} committed {series} points")
 
@@ -213,13 +205,26 @@ def steps():
 deadline = time.monotonic() + 60
 while steps() < 50 and time.monotonic() < deadline:
     time.sleep(0.05)
-(child,) = [p for p in psutil.Process(rec.pid).children() if "agent_plain" in " ".join(p.cmdline())]
+def runs(p, name):  # argv[1], not anywhere: a forked, not yet exec'd child shows sofa-top's argv
+    try:
+        argv = p.cmdline()
+    except psutil.Error:
+        return False
+    return len(argv) > 1 and Path(argv[1]).name == name
+(child,) = [p for p in psutil.Process(rec.pid).children() if runs(p, "agent_plain.py")]
 stdout_file = os.readlink(f"/proc/{child.pid}/fd/1")
 environ = open(f"/proc/{child.pid}/environ").read().split("\\0")
 socket = dict(v.split("=", 1) for v in environ if "=" in v)["SOFA_TOP_SOCKET"]
 # py-spy runs in its own session: it outlives the kill, and its window dir stays behind
-spies = [p for p in psutil.Process(rec.pid).children() if "py-spy" in " ".join(p.cmdline())]
-spy_dirs = [str(Path(p.cmdline()[p.cmdline().index("-o") + 1]).parent) for p in spies]
+spies, spy_dirs = [], []
+for p in psutil.Process(rec.pid).children():
+    try:
+        argv = p.cmdline()
+    except psutil.Error:  # a window that just ended
+        continue
+    if argv and argv[0].endswith("py-spy") and "-o" in argv:
+        spies.append(p)
+        spy_dirs.append(str(Path(argv[argv.index("-o") + 1]).parent))
 killed_at = time.time()
 os.kill(rec.pid, signal.SIGKILL)
 rec.wait()

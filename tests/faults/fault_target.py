@@ -3,6 +3,8 @@
 Each mode keeps the main thread busy in a named function (so stacks have something to show)
 for ``--seconds`` and prints ``READY`` once it is in its steady state, then ``DONE <result>``
 when it finishes its work (the result lets a test check that sofa-top did not change it).
+SIGUSR1 ends the current spin at once (``--seconds`` is then only an upper bound): a test says
+when it has seen what it waits for instead of guessing how long that takes.
 
 Modes:
   busy         a pure-Python loop in ``fault_spin``
@@ -12,8 +14,9 @@ Modes:
                DONE reports how many exited 0
   unicode      renames itself (comm) with non-UTF-8 bytes, runs a unicode-named function in a
                thread with a unicode name
-  nodump N     after N seconds becomes non-dumpable (PR_SET_DUMPABLE 0): ptrace is then
-               denied to anyone without CAP_SYS_PTRACE, /proc/<pid>/stat stays readable
+  nodump       spins until SIGUSR1, then becomes non-dumpable (PR_SET_DUMPABLE 0; it prints
+               NODUMP): ptrace is then denied to anyone without CAP_SYS_PTRACE,
+               /proc/<pid>/stat stays readable
   future       a real CPython 3.11+ that advertises version 3.99.0 in ``Py_Version`` (the
                constant py-spy reads the version from): a stand-in for a Python newer than
                py-spy knows, since no such interpreter is installed here
@@ -25,6 +28,7 @@ import argparse
 import ctypes
 import mmap
 import os
+import signal
 import sys
 import threading
 import time
@@ -32,16 +36,19 @@ import time
 PR_SET_NAME = 15
 PR_SET_DUMPABLE = 4
 
+_told = threading.Event()  # set by SIGUSR1: end the current spin
+
 
 def fault_spin(seconds: float) -> int:
-    """Burn CPU for ``seconds``; the number of rounds done."""
+    """Burn CPU for ``seconds`` or until SIGUSR1; the number of rounds done (at least one)."""
     end = time.monotonic() + seconds
     rounds = 0
-    while time.monotonic() < end:
+    while rounds == 0 or (time.monotonic() < end and not _told.is_set()):
         total = 0
         for i in range(5_000):
             total += i * i % 7
         rounds += 1
+    _told.clear()
     return rounds
 
 
@@ -82,6 +89,7 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=30)
     a, _hostile = p.parse_known_args()  # extra (hostile) arguments are ignored
     sys.setrecursionlimit(10_000)
+    signal.signal(signal.SIGUSR1, lambda *_: _told.set())
     result: object
     if a.mode == "busy":
         print("READY", flush=True)
@@ -128,7 +136,7 @@ def main() -> int:
         result = fault_spin(a.seconds) > 0
     elif a.mode == "nodump":
         print("READY", flush=True)
-        fault_spin(a.n)
+        fault_spin(float("inf"))
         _prctl(PR_SET_DUMPABLE, 0)
         print("NODUMP", flush=True)
         result = fault_spin(a.seconds) > 0

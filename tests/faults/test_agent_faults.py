@@ -20,13 +20,13 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from other_uid import OtherUser
+from procs import child_running
 
 from faults.conftest import (
     NOBODY,
     WORKLOADS,
     KilledMidRun,
-    as_user,
-    needs_root,
     no_traceback,
     sofa,
     start_sofa,
@@ -150,9 +150,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
                 return 0
 
         wait_until(lambda: steps() >= 20, 60, "the first steps")
-        (child,) = [
-            p for p in psutil.Process(rec.pid).children() if "agent_plain" in " ".join(p.cmdline())
-        ]
+        child = child_running(rec.pid, "agent_plain.py")
         sock = Path(child.environ()["SOFA_TOP_SOCKET"])
         yield Live(rec, out, sock, child.pid)
     finally:
@@ -232,9 +230,7 @@ def test_frame_with_a_lone_surrogate_drops_only_that_peer(tmp_path: Path) -> Non
     workload: psutil.Process | None = None
     try:
         wait_until(lambda: _steps(out) >= 20, 60, "the first steps")
-        (workload,) = [
-            p for p in psutil.Process(rec.pid).children() if "agent_plain" in " ".join(p.cmdline())
-        ]
+        workload = child_running(rec.pid, "agent_plain.py")
         data = [1, 10**6, 2 * 10**6, 0, *[None] * (N - 4)]
         frame = {"type": "steps", "source": "\ud800", "data": data}
         body = json.dumps(frame).encode()  # ASCII: the surrogate travels as an escape
@@ -268,17 +264,17 @@ sys.exit(0 if s.recv(1) == b"" else 4)  # 0: accepted, then closed by sofa-top
 """
 
 
-@needs_root
-def test_connection_from_another_uid_is_refused(live: Live) -> None:
+def test_connection_from_another_uid_is_refused(live: Live, nobody: OtherUser) -> None:
     """Another user cannot reach the socket (0700 directory); with the directory opened up,
     sofa-top still refuses the peer by its credentials and records who it was."""
-    connect = as_user([sys.executable, "-c", CONNECT, str(live.socket)], "nobody")
-    assert subprocess.run(connect, timeout=30).returncode == 13
+    connect = nobody.python_argv("-c", CONNECT, str(live.socket))
+    env = nobody.env()
+    assert subprocess.run(connect, timeout=30, env=env).returncode == 13
     directory = live.socket.parent
     os.chmod(directory, 0o711)
     os.chmod(live.socket, 0o777)
     try:
-        assert subprocess.run(connect, timeout=30).returncode == 0
+        assert subprocess.run(connect, timeout=30, env=env).returncode == 0
     finally:
         os.chmod(directory, 0o700)
     wait_until(

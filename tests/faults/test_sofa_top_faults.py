@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from other_uid import OtherUser
 
 from faults.conftest import (
     IS_ROOT,
@@ -107,7 +108,13 @@ def _fill(directory: Path) -> None:
 def _record_until_full(mode: str, mnt: Path, marker: Path) -> DiskFull:
     """Record (attach or launch) to ``mnt``, fill it, wait for sofa-top and the workload."""
     out = mnt / "s.sofa"
-    code = f"import time; time.sleep(6); open({str(marker)!r}, 'w').write('done')"
+    # the workload runs until sofa-top has stopped (then it finishes: the test lets it)
+    go = marker.with_name(marker.name + "-go")
+    code = (
+        "import os, time\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+        f"open({str(marker)!r}, 'w').write('done')\n"
+    )
     workload = [sys.executable, "-c", code]
     with contextlib.ExitStack() as stack:
         if mode == "attach":
@@ -120,8 +127,9 @@ def _record_until_full(mode: str, mnt: Path, marker: Path) -> DiskFull:
         _fill(mnt)
         filled_at = time.time()
         stdout, stderr = rec.communicate(timeout=60)
+        go.touch()
         # the workload (attached, or launched and left running) finishes on its own
-        wait_until(marker.exists, 30, "the workload to finish")
+        wait_until(marker.exists, 60, "the workload to finish")
     return DiskFull(mode, rec.returncode, stdout, stderr, out, filled_at, marker.exists())
 
 
@@ -171,9 +179,12 @@ def test_disk_full_is_one_clear_line(disk_full: DiskFull) -> None:
 
 
 @pytest.mark.parametrize("mode", ["attach", "launch"])
-def test_unwritable_session_directory(shared_tmp: Path, mode: str) -> None:
+def test_unwritable_session_directory(
+    shared_tmp: Path, mode: str, request: pytest.FixtureRequest
+) -> None:
     """One line, non-zero exit; an attached target runs on, a command is never started."""
-    user = "nobody" if IS_ROOT else None  # root writes anywhere; an ordinary user does not
+    # root writes anywhere; an ordinary user does not
+    user: OtherUser | None = request.getfixturevalue("nobody") if IS_ROOT else None
     data = shared_tmp / "read-only"
     data.mkdir()
     os.chmod(data, 0o555)
@@ -184,7 +195,7 @@ def test_unwritable_session_directory(shared_tmp: Path, mode: str) -> None:
         proc = sofa("record", *cmd, user=user, env=env)
         assert not marker.exists()
     else:
-        with running(target_argv("busy"), user=user) as target:
+        with running(target_argv("busy", user=user), user=user) as target:
             proc = sofa("record", "--pid", str(target.pid), user=user, env=env)
             assert target.poll() is None
     line = one_line_error(proc)
@@ -240,24 +251,30 @@ def test_terminal_resized_to_40x12_and_back() -> None:
     from test_e2e_tmux import EXIT_MARK, Tmux, saved_session
 
     tmux = Tmux()
+    sessions = Path(os.environ["SOFA_TOP_DATA_DIR"]) / "sessions"
     try:
         with running(target_argv("unicode")) as target:
             tmux.start(f"{shlex.quote(SOFA_TOP)} attach {target.pid}")
-            tmux.wait_for(lambda s: "fault_spin" in s and "工作-线程" in s, 30, "the hot thread")
+            tmux.wait_for(lambda s: "fault_spin" in s and "工作-线程" in s, 60, "the hot thread")
+            (live,) = wait_until(lambda: list(sessions.glob("*.sofa")), 30, "the session file")
             tmux.tmux("resize-window", "-t", "0", "-x", "40", "-y", "12")
-            screen = tmux.wait_for(lambda s: "too small" in s, 15, "the too-small notice")
+            screen = tmux.wait_for(lambda s: "too small" in s, 60, "the too-small notice")
             assert "40x12" in screen
+            small = committed(live)
+            wait_committed(live, small + 10)  # recording goes on while the notice shows
+            assert "too small" in tmux.screen()
             tmux.tmux("resize-window", "-t", "0", "-x", "160", "-y", "48")
             tmux.wait_for(
-                lambda s: "fault_spin" in s and "too small" not in s, 15, "the panes again"
+                lambda s: "fault_spin" in s and "too small" not in s, 60, "the panes again"
             )
             tmux.keys("q")
-            screen = tmux.wait_for(lambda s: EXIT_MARK in s, 30, "sofa-top to exit")
+            screen = tmux.wait_for(lambda s: EXIT_MARK in s, 60, "sofa-top to exit")
             assert f"{EXIT_MARK} 0" in screen
             no_traceback(screen)
             path = saved_session(screen)
             assert target.poll() is None
-        assert committed(path) >= 20
+        assert path == live
+        assert committed(path) >= small + 10
     finally:
         tmux.kill()
 

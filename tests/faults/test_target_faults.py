@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import validate_record_json
+from other_uid import OtherUser
 
 from faults.conftest import (
     FAULT_TARGET,
@@ -28,6 +30,7 @@ from faults.conftest import (
     wait_committed,
     wait_until,
 )
+from sofa_top.model.samples import StackWindow
 from sofa_top.recording.reader import SessionReader
 
 
@@ -51,6 +54,30 @@ def _frames(path: Path) -> list[tuple[str, ...]]:
         for w in SessionReader(path).stack_windows()
         for c in w.stacks
     ]
+
+
+def _stack_windows(path: Path) -> list[StackWindow]:
+    """The stack windows committed to ``path`` so far ([] before the file is initialised)."""
+    try:
+        reader = SessionReader(path)
+    except Exception:
+        return []
+    try:
+        return list(reader.stack_windows())
+    finally:
+        reader.close()
+
+
+def _cpu_points_after(path: Path, t: float) -> int:
+    """How many readable CPU points the session has after ``t``."""
+    try:
+        reader = SessionReader(path)
+    except Exception:
+        return 0
+    try:
+        return sum(1 for ts, v, _ in reader.points("tree.cpu") if ts > t and v is not None)
+    finally:
+        reader.close()
 
 
 # -- the target ends --------------------------------------------------------------------------
@@ -104,10 +131,12 @@ def test_target_becomes_a_zombie(tmp_path: Path) -> None:
     """Attached to a process that exits but is never reaped: sofa-top sees it as exited (it
     does not wait for --duration) and leaves the zombie to its parent."""
     out = tmp_path / "z.sofa"
-    with running(target_argv("busy", seconds=2.5)) as target:
+    with running(target_argv("busy", seconds=600)) as target:
         rec = start_sofa(
-            "record", "--pid", str(target.pid), "--duration", "60", "--json", "-o", str(out)
+            "record", "--pid", str(target.pid), "--duration", "600", "--json", "-o", str(out)
         )
+        wait_committed(out, 5)
+        os.kill(target.pid, signal.SIGUSR1)  # finish: it exits, and nobody reaps it
         wait_until(lambda: _state(target.pid) == "Z", 30, "the target to become a zombie")
         stdout, stderr = rec.communicate(timeout=30)
         assert _state(target.pid) == "Z"  # still there: sofa-top did not reap it
@@ -248,12 +277,25 @@ def test_target_with_unicode_and_non_utf8_names(tmp_path: Path) -> None:
 
 
 def test_target_is_not_python(tmp_path: Path) -> None:
-    """A shell loop: CPU and output recorded, its exit code kept, stacks say why not."""
+    """A shell loop: CPU and output recorded, its exit code kept, stacks say why not. The loop
+    spins until the test has seen py-spy's verdict (however fast the machine)."""
     out = tmp_path / "sh.sofa"
-    loop = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo counted $i; exit 7"
-    summary = _record_json(out, "--", "sh", "-c", loop)
+    stop = tmp_path / "stop"
+    loop = f"i=0; while [ ! -e {shlex.quote(str(stop))} ]; do i=$((i+1)); done; "
+    loop += "echo counted $i; exit 7"
+    rec = start_sofa("record", "--json", "-o", str(out), "--", "sh", "-c", loop)
+    try:
+        wait_until(lambda: any(w.error for w in _stack_windows(out)), 60, "py-spy's verdict")
+        wait_committed(out, 5)
+    finally:
+        stop.touch()
+        stdout, stderr = rec.communicate(timeout=60)
+    assert rec.returncode == 0, stderr
+    no_traceback(stderr)
+    summary = json.loads(stdout)
     assert summary["exit_code"] == 7
-    assert "counted 300000" in _logs(out)
+    assert summary["end_reason"] == "target exited"
+    assert any(line.startswith("counted ") for line in _logs(out))
     assert summary["cpu"]["tree_mean_percent"] is not None  # type: ignore[index]
     assert "not a Python process" in (summary["stacks"]["error"] or "")  # type: ignore[index]
 
@@ -273,50 +315,80 @@ def test_python_that_py_spy_does_not_support(tmp_path: Path) -> None:
     assert len(SessionReader(out).points("tree.cpu")) >= 10
 
 
-@needs_root
-def test_ptrace_denied_midway(shared_tmp: Path) -> None:
-    """sofa-top as an unprivileged user; the target (same user) turns non-dumpable after a
-    second, so ptrace is denied from then on. The stack windows say why and how to fix it;
-    CPU and memory keep being recorded to the end; the target runs on."""
+def test_ptrace_denied_midway(shared_tmp: Path, nobody: OtherUser) -> None:
+    """sofa-top as an unprivileged user; the target (same user) turns non-dumpable once its
+    stacks were sampled, so ptrace is denied from then on. The stack windows say why and how
+    to fix it; CPU and memory keep being recorded; the target runs on."""
     out = shared_tmp / "p.sofa"
     env = {"SOFA_TOP_DATA_DIR": str(shared_tmp), "HOME": str(shared_tmp)}
-    with running(target_argv("nodump", "1.0"), user="nobody") as target:
-        proc = sofa(
-            "record", "--pid", str(target.pid), "--duration", "4", "-o", str(out),
-            user="nobody", env=env,
-        )  # fmt: skip
+    with running(target_argv("nodump", seconds=600, user=nobody), user=nobody) as target:
+        rec = start_sofa("record", "--pid", str(target.pid), "-o", str(out), user=nobody, env=env)
+        try:
+            wait_until(
+                lambda: any(w.samples for w in _stack_windows(out)), 60, "a first sampled window"
+            )
+            os.kill(target.pid, signal.SIGUSR1)  # from now on, not dumpable
+            assert target.stdout is not None and b"NODUMP" in target.stdout.readline()
+
+            def denied() -> list[StackWindow]:
+                return [w for w in _stack_windows(out) if w.error and "ptrace denied" in w.error]
+
+            t_denied = wait_until(denied, 60, "a 'ptrace denied' window")[0].ts_end
+            wait_until(
+                lambda: _cpu_points_after(out, t_denied + 1) >= 5,
+                60,
+                "CPU points after the denial",
+            )
+        finally:
+            rec.send_signal(signal.SIGINT)
+            stdout, stderr = rec.communicate(timeout=60)
         assert target.poll() is None
-    assert proc.returncode == 0, proc.stderr
-    no_traceback(proc.stdout, proc.stderr)
+    assert rec.returncode == 0, stderr
+    no_traceback(stdout, stderr)
     r = SessionReader(out)
-    denied = [w for w in r.stack_windows() if w.error and "ptrace denied" in w.error]
-    assert denied, [w.error for w in r.stack_windows()]
-    assert "sudo" in (denied[0].hint or "") and "SYS_PTRACE" in (denied[0].hint or "")
-    t_denied = denied[0].ts_end
-    after = [ts for ts, v, _ in r.points("tree.cpu") if ts > t_denied + 1 and v is not None]
+    assert r.meta()["end_reason"] == "SIGINT"
+    windows = list(r.stack_windows())
+    first_denied = next(i for i, w in enumerate(windows) if w.error and "ptrace denied" in w.error)
+    assert any(w.samples for w in windows[:first_denied])  # it worked until the target changed
+    denied = windows[first_denied]
+    assert "sudo" in (denied.hint or "") and "SYS_PTRACE" in (denied.hint or "")
+    after = [ts for ts, v, _ in r.points("tree.cpu") if ts > denied.ts_end + 1 and v is not None]
     assert len(after) >= 5
 
 
 def test_target_stopped_then_continued(tmp_path: Path) -> None:
-    """SIGSTOP for ~1.5 s, then SIGCONT: not mistaken for an exit, CPU reads 0 while stopped,
-    stacks come back after, the target finishes its work."""
+    """SIGSTOP for ~1.5 s (15 committed points at 10 Hz), then SIGCONT: not mistaken for an
+    exit, CPU reads 0 while stopped, stacks come back after, the target finishes its work."""
     out = tmp_path / "s.sofa"
-    with running(target_argv("busy", seconds=8)) as target:
-        rec = start_sofa(
-            "record", "--pid", str(target.pid), "--duration", "7", "--json", "-o", str(out)
-        )
-        wait_committed(out, 10)
-        os.kill(target.pid, signal.SIGSTOP)
-        stopped_at = time.time()
-        n = committed(out)
-        wait_committed(out, n + 15)  # 1.5 s at 10 Hz while it is stopped
-        os.kill(target.pid, signal.SIGCONT)
-        continued_at = time.time()
-        stdout, stderr = rec.communicate(timeout=60)
+    with running(target_argv("busy", seconds=600)) as target:
+        rec = start_sofa("record", "--pid", str(target.pid), "--json", "-o", str(out))
+        try:
+            wait_committed(out, 10)
+            os.kill(target.pid, signal.SIGSTOP)
+            stopped_at = time.time()
+            n = committed(out)
+            wait_committed(out, n + 15)  # 1.5 s at 10 Hz while it is stopped
+            os.kill(target.pid, signal.SIGCONT)
+            continued_at = time.time()
+            wait_until(
+                lambda: any(w.samples and w.ts_start > continued_at for w in _stack_windows(out)),
+                60,
+                "a sampled stack window after SIGCONT",
+            )
+            wait_until(
+                lambda: _cpu_points_after(out, continued_at + 0.3) >= 10,
+                60,
+                "CPU points after SIGCONT",
+            )
+        finally:
+            rec.send_signal(signal.SIGINT)
+            stdout, stderr = rec.communicate(timeout=60)
+        assert target.poll() is None  # never taken for an exit, never harmed
+        os.kill(target.pid, signal.SIGUSR1)  # now finish the work
         assert target.wait(timeout=30) == 0
         assert target.stdout is not None and b"DONE True" in target.stdout.read()
     assert rec.returncode == 0, stderr
-    assert json.loads(stdout)["end_reason"] == "duration reached"
+    assert json.loads(stdout)["end_reason"] == "SIGINT"  # not "target exited"
     r = SessionReader(out)
     cpu = [(ts, v) for ts, v, _ in r.points("tree.cpu") if v is not None]
     during = [v for ts, v in cpu if stopped_at + 0.3 < ts < continued_at - 0.1]

@@ -1,6 +1,7 @@
 """A pure-Python CPU loop: the main thread spends nearly all its time in ``spin_here``.
 
 Usage: ``python busy_python.py [SECONDS]`` (or env ``SOFA_WORKLOAD_SECONDS``; default 30).
+Prints ``READY`` once it is in the loop.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def spin_here(n: int) -> int:
 
 def main() -> None:
     end = time.monotonic() + duration()
+    spin_here(1)
+    print("READY", flush=True)
     while time.monotonic() < end:
         spin_here(20_000)
 
