@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sofa_top.agent import core, hooks_tf, hooks_torch, optimize
+from sofa_top.agent import core, hooks_keras, hooks_tf, hooks_torch, optimize
 from sofa_top.agent.core import Agent, PostImportHooks, log_once
 from sofa_top.agent.settings import ENV_SETTINGS, ENV_SOCKET, parse_settings
 from sofa_top.agent.transport import Connection
@@ -25,10 +25,11 @@ def installers() -> dict[str, Sequence[tuple[str, Installer]]]:
     return {
         "tensorflow.python.data.ops.iterator_ops": [("tf-eager", hooks_tf.install_eager)],
         "tensorflow.python.data.ops.dataset_ops": [("tf-data-pipeline", hooks_tf.install_pipeline)],
-        "keras.src.backend.tensorflow.trainer": [("keras-fit", hooks_tf.install_keras)],
-        "keras.src.callbacks.callback_list": [("keras-fit", hooks_tf.install_keras_epochs)],
+        "keras.src.backend.tensorflow.trainer": [("keras-fit", hooks_keras.install_keras)],
+        "keras.src.callbacks.callback_list": [("keras-fit", hooks_keras.install_keras_epochs)],
         "torch.utils.data.dataloader": [("torch-dataloader", hooks_torch.install_dataloader)],
         "torch.optim.optimizer": [("torch-optimizer", hooks_torch.install_optimizer)],
+        "torch.autograd": [("torch-backward", hooks_torch.install_backward)],
     }
 
 

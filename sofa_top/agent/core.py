@@ -126,6 +126,11 @@ class StepClock:
         # called once per new iterator, never per step
         self.resolve_batch_size: Callable[[object], int | None] | None = None
 
+    @property
+    def running(self) -> bool:
+        """Whether a boundary was seen since the last reset (the next one ends a step)."""
+        return self._cur is not None
+
     def _switch(self, it: object) -> None:
         self._cur = _ref(it)
         resolve = self.resolve_batch_size
@@ -165,6 +170,24 @@ class StepClock:
             start = self._last
         self._agent.push((self.source, self.step, start, t2, t1 - t0, self._bs, cpu))
         self.step += 1
+        self._last = t2
+
+    def span_many(self, it: object, t0: float, t2: float, wait: float, n: int) -> None:
+        """``n`` steps that ran in one call from ``t0`` to ``t2`` (their fetches inside it),
+        waiting ``wait`` seconds for input in all: each gets an equal share of both."""
+        cur = self._cur
+        if cur is None or cur() is not it:
+            self._switch(it)
+            start = t0
+        else:
+            start = self._last
+        each = (t2 - start) / n
+        w = wait / n
+        push = self._agent.push
+        for i in range(n):
+            end = t2 if i == n - 1 else start + (i + 1) * each
+            push((self.source, self.step, start + i * each, end, w, self._bs, -1.0))
+            self.step += 1
         self._last = t2
 
     def tick(self, t: float) -> None:
@@ -225,6 +248,7 @@ class Agent:
         self._info_dirty = True
         self._last_dropped = 0
         self._clocks: dict[str, StepClock] = {}
+        self._step_notes: dict[str, str] = {}  # source -> how its steps are measured
 
     # -- hot path -------------------------------------------------------------------------
 
@@ -257,6 +281,12 @@ class Agent:
             self._applied.remove(hook)
         self._skipped[hook] = reason
         self._info_dirty = True
+
+    def note_steps(self, source: str, note: str) -> None:
+        """Say how the steps of ``source`` are measured (sent with the next info frame)."""
+        if self._step_notes.get(source) != note:
+            self._step_notes[source] = note
+            self._info_dirty = True
 
     def is_disabled(self, hook: str) -> bool:
         """Whether settings switched this hook off."""
@@ -297,6 +327,7 @@ class Agent:
             "hooks_applied": self._applied.copy(),
             "hooks_skipped": [[h, r] for h, r in self._skipped.copy().items()],
             "dropped": self.dropped,
+            "step_notes": [[k, v] for k, v in self._step_notes.copy().items()],
             "optimize": self.settings.optimize.to_json(),
             "settings_problems": list(self.settings.problems),
         }

@@ -5,7 +5,9 @@ holding one object with a string ``"type"`` field. Frame types (agent to server 
 
 ``hello``     ``{v, pid, ppid, t, python, argv, settings}`` -- first frame of a connection
 ``info``      ``{pid, t, python, frameworks: [[name, version]], hooks_applied: [hook],
-              hooks_skipped: [[hook, reason]], dropped, optimize: {}}``
+              hooks_skipped: [[hook, reason]], dropped, optimize: {},
+              step_notes: [[source, note]]}`` -- ``step_notes`` (optional): how the steps of
+              a source are measured, when that is not one fetch per step
 ``steps``     ``{pid, source, data: [step, start_us, end_us, wait_us, batch_size|null,
               wait_cpu_us|null, ...]}`` -- flat rows of ``STEP_FIELDS`` (integers; times in
               microseconds since the Unix epoch, ``end_us - start_us`` is the step time,

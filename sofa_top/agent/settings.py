@@ -11,7 +11,14 @@ from sofa_top.agent.toggles import OptimizeSpec
 ENV_SOCKET = "SOFA_TOP_SOCKET"
 ENV_SETTINGS = "SOFA_TOP_AGENT_SETTINGS"
 
-HOOK_NAMES = ("tf-eager", "tf-data-pipeline", "keras-fit", "torch-dataloader", "torch-optimizer")
+HOOK_NAMES = (
+    "tf-eager",
+    "tf-data-pipeline",
+    "keras-fit",
+    "torch-dataloader",
+    "torch-optimizer",
+    "torch-backward",
+)
 
 
 @dataclass(frozen=True)

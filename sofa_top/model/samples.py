@@ -239,6 +239,9 @@ class AgentInfo:
     hooks_applied: tuple[str, ...]
     hooks_skipped: tuple[tuple[str, str], ...]  # (hook, reason)
     dropped: int = 0  # messages dropped because the agent's queue was full
+    # (source, note): how a source's steps are measured when not one fetch per step, e.g.
+    # Keras with steps_per_execution > 1 (per-step numbers are per execution / N)
+    step_notes: tuple[tuple[str, str], ...] = ()
 
 
 Sample = (
