@@ -51,9 +51,9 @@ class TorchLoop:
         self._fetch_thread = 0
         self._lead: Callable[[], object] | None = None
         self._other: Callable[[], object] | None = None  # a non-lead that stepped since the lead
-        self._lead_steps = 0
+        self._steps = 0  # step() calls of every optimizer
         self._fetches_at_lead = 0
-        self._bw_marks = (0, 0)  # (fetches, lead steps) at the previous backward
+        self._bw_marks = (0, 0)  # (fetches, optimizer steps) at the previous backward
         self._in_step = False
         self._step_start = 0.0
         self._closure = False
@@ -76,6 +76,7 @@ class TorchLoop:
     def optimizer_stepped(self, optimizer: object, t: float) -> None:
         """An optimizer's ``step()`` returned at ``t``."""
         self._in_step = False
+        self._steps += 1
         lead = self._lead() if self._lead is not None else None
         if lead is not None and lead is not optimizer:
             other = self._other() if self._other is not None else None
@@ -86,7 +87,6 @@ class TorchLoop:
         if lead is None:
             self._lead = _ref(optimizer)
         self._other = None
-        self._lead_steps += 1
         if self._fed(self._fetches_at_lead):
             self._fetches_at_lead = self.fetches
             self._opt.reset()  # the DataLoader's clock marks these steps
@@ -100,9 +100,9 @@ class TorchLoop:
         """An outermost backward pass returned at ``t``."""
         if self._in_step:
             return  # inside step(closure): the optimizer's clock counts it
-        fetches, lead_steps = self._bw_marks
-        self._bw_marks = (self.fetches, self._lead_steps)
-        if self._lead_steps != lead_steps or self._fed(fetches):
+        fetches, steps = self._bw_marks
+        self._bw_marks = (self.fetches, self._steps)
+        if self._steps != steps or self._fed(fetches):
             self._bw.reset()  # an optimizer or a DataLoader marks these steps
             return
         self._bw.tick(t)

@@ -28,13 +28,15 @@ by min(cores, the stage's parallelism).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
+from sofa_top.analysis import steps as step_facts
+from sofa_top.analysis.steps import RunFacts
 from sofa_top.model.samples import GpuSample, PipelineSample, StepSample, SystemSample
 from sofa_top.model.snapshot import StackSummary
 from sofa_top.model.units import Percent
-from sofa_top.model.verdict import InputCause, InputCauseKind, Verdict
+from sofa_top.model.verdict import InputCause, InputCauseKind, Recommendation, Verdict
 from sofa_top.optimizers import advice
 
 HIGH_INPUT_FRACTION = 0.20  # XProf: "highly input-bound"
@@ -64,6 +66,7 @@ class Evidence:
     pipeline: PipelineSample | None = None
     frameworks: tuple[str, ...] = ()  # e.g. ("tensorflow",), from the agent or the stacks
     child_cpu: Percent | None = None  # % of one core used by the tree less the target itself
+    facts: RunFacts = field(default_factory=RunFacts)  # mode, agent, exit: for the reasons
 
 
 def input_parallelism(p: PipelineSample | None) -> int | None:
@@ -174,15 +177,40 @@ def judge(ev: Evidence) -> Verdict:
         and (ev.stacks is None or _split(ev.stacks, "idle") >= STACK_DOMINANT)
     ):
         return Verdict("idle", 0.7, f"idle: the process tree uses {ev.tree_cpu:.0f}% CPU", base)
+    base["steps_reason"] = (
+        f"only {len(ev.steps)} step(s) so far (a verdict from steps needs {MIN_STEPS})"
+        if ev.steps
+        else step_facts.no_steps_reason(ev.facts)
+    )
     if ev.stacks is not None:
         return _judge_stacks(ev, fw, base)
     return Verdict(
         "unknown",
         0.0,
-        "unknown: no step telemetry and no stack samples yet",
+        f"unknown: no stack samples yet, and {base['steps_reason']}",
         base,
-        advice.launch_recommendations(),
+        _next_step(ev),
     )
+
+
+def _next_step(ev: Evidence) -> tuple[Recommendation, ...]:
+    """The way to more evidence that this session's mode allows."""
+    if not ev.facts.launched and not step_facts.failed(ev.facts):
+        return advice.launch_recommendations()
+    return (Recommendation(step_facts.next_step(ev.facts)),)
+
+
+def _step_evidence(ev: Evidence) -> dict[str, object]:
+    """Which clock the steps came from, and whether it timed the input wait."""
+    source = step_facts.main_source(ev.steps)
+    agent = ev.facts.agent
+    note = dict(agent.step_notes).get(source or "") if agent is not None else None
+    return {
+        "step_source": source,
+        "step_sources": step_facts.step_sources(ev.steps),
+        "input_wait_measured": step_facts.wait_measured(source),
+        "step_note": note,
+    }
 
 
 def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
@@ -195,6 +223,7 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         "steps": len(ev.steps),
         "median_step_s": _median([s.duration_s for s in ev.steps]),
         "bottleneck_stage": _bottleneck(ev.pipeline),
+        **_step_evidence(ev),
     }
     conf = min(0.95, 0.5 + 0.05 * len(ev.steps))
     if frac >= MODERATE_INPUT_FRACTION:
@@ -225,13 +254,14 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
             evidence,
             advice.gpu_recommendations(),
         )
-    return Verdict(
-        "compute-bound",
-        conf,
-        f"compute-bound: only {frac:.0%} of each step waits for input",
-        evidence,
-        advice.compute_recommendations(fw),
-    )
+    headline = f"compute-bound: only {frac:.0%} of each step waits for input"
+    if not evidence["input_wait_measured"]:
+        source = step_facts.SOURCE_TEXT.get(str(evidence["step_source"]), "its clock")
+        headline = (
+            f"compute-bound: steps from {source}; no DataLoader or tf.data iterator feeds "
+            "the loop, so its input wait is not measured"
+        )
+    return Verdict("compute-bound", conf, headline, evidence, advice.compute_recommendations(fw))
 
 
 def _split(s: StackSummary, klass: str) -> float:
@@ -252,7 +282,13 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
     s = ev.stacks
     assert s is not None
     if s.thread_samples < MIN_THREAD_SAMPLES:
-        return Verdict("unknown", 0.0, "unknown: too few stack samples yet", base)
+        return Verdict(
+            "unknown",
+            0.0,
+            f"unknown: too few stack samples yet, and {base.get('steps_reason')}",
+            base,
+            _next_step(ev),
+        )
     split = _training_thread(s)
     inp, comp, py = (split.get(k, 0.0) for k in ("input", "compute", "python"))
     evidence = {
@@ -275,13 +311,14 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         return Verdict("input-bound", 0.6, headline, evidence, tuple(recs), severity="high")
     if "keras" in files and "trainer" in files:
         # Keras fit pulls batches inside a compiled function: the stacks cannot see the wait.
+        why = "" if not ev.facts.launched else f" ({base.get('steps_reason')})"
         return Verdict(
             "unknown",
             0.2,
             "unknown: Keras fit reads its input inside a compiled step, invisible "
-            "to stack sampling",
+            f"to stack sampling{why}",
             evidence,
-            advice.launch_recommendations(),
+            _next_step(ev),
         )
     if comp >= STACK_DOMINANT:
         return Verdict(
@@ -302,9 +339,9 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
     return Verdict(
         "unknown",
         0.2,
-        "unknown: the stacks show no dominant activity",
+        f"unknown: the stacks show no dominant activity, and {base.get('steps_reason')}",
         evidence,
-        advice.launch_recommendations(),
+        _next_step(ev),
     )
 
 

@@ -66,6 +66,15 @@ class StackSummary:
     threads: tuple[ThreadStat, ...]
     rate_hz: float
     sampler_cpu: Percent | None
+    # samples in which sofa-top's own agent was running (its thread or its frames), left out
+    # of everything above: its overhead
+    agent_samples: int = 0
+
+    @property
+    def agent_fraction(self) -> float:
+        """The agent's running samples over all samples, the agent's included."""
+        total = self.thread_samples + self.agent_samples
+        return self.agent_samples / total if total else 0.0
 
 
 Point = tuple[Timestamp, float | None]

@@ -22,7 +22,8 @@ from typing import Any
 
 from sofa_top import __version__
 from sofa_top.analysis.stackstats import summarize, summarize_by_thread
-from sofa_top.analysis.verdicts import WINDOW_S, Evidence, judge
+from sofa_top.analysis.steps import RunFacts
+from sofa_top.analysis.verdicts import MIN_STEPS, WINDOW_S, Evidence, judge
 from sofa_top.collectors.base import BACKPRESSURE, Collector
 from sofa_top.model.samples import (
     AgentInfo,
@@ -65,6 +66,7 @@ class Session:
         extra_meta: dict[str, Any] | None = None,
     ) -> None:
         self.target = target
+        self.mode = mode
         self.collectors = list(collectors)
         self.store = store
         self.session_path = str(store.path)
@@ -107,6 +109,7 @@ class Session:
             versions={"sofa_top": __version__, "python": sys.version.split()[0]},
             started=self.started,
             cpu_count=os.cpu_count() or 1,
+            launched=target.launched,
             **(extra_meta or {}),
         )
         store.commit()
@@ -322,6 +325,13 @@ class Session:
             return self._verdict
         cutoff = now - WINDOW_S
         steps = [s for s in self._steps if s.ts >= cutoff]
+        if len(steps) < MIN_STEPS:
+            # steps longer than the window (an LBFGS step, say) still count: the last few,
+            # while the loop is still in its next one
+            last = list(self._steps)[-MIN_STEPS:]
+            longest = max((s.duration_s for s in last), default=0.0)
+            if last and now - last[-1].ts <= max(WINDOW_S, 2 * longest):
+                steps = last
         windows = [w for w in self._windows if w.ts_end >= cutoff]
         recent = [(t, c) for ts, t, c in self._cpu if ts >= cutoff and t is not None]
         tree_cpu = statistics.fmean(t for t, _ in recent) if recent else None
@@ -337,6 +347,7 @@ class Session:
                 gpu=self._gpu,
                 pipeline=self._pipeline,
                 frameworks=self._frameworks,
+                facts=RunFacts(mode=self.mode, launched=self.target.launched, agent=self._agent),
             )
         )
         prev = self._verdict
