@@ -9,11 +9,18 @@ thread's GIL-holding share, which tells a thread running Python from one running
 It runs concurrently with the window's main py-spy, at the same rate and duration, and never
 blocks the target (``--nonblocking``). Any failure is "unknown": the window keeps the classes
 its frames gave.
+
+Its cost is one more py-spy start-up per window (measured 15-45 ms: symbols and memory maps
+of a TensorFlow process), which alone would double the sampler's cost, so ``GilPlanner`` runs
+it only where it can change a class (a thread spent >= ``SUSPECT_SHARE`` of the previous
+window in ``python``) and only as often as ``budget`` allows; windows in between reuse the
+last shares (at most ``REUSE_S`` old).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -22,9 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sofa_top.collectors.pyspy_raw import parse_raw
+from sofa_top.model.samples import StackCount
 from sofa_top.model.units import Pid
 
 FINISH_GRACE_S = 3.0  # after the main window ends, how long the GIL run may still take
+SUSPECT_SHARE = 0.10  # a thread this much in ``python`` may be in native code: ask the GIL
+REUSE_S = 15.0  # GIL shares this old still stand in for a window without a GIL run
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,3 +125,50 @@ class GilRun:
             self.kill()
             with contextlib.suppress(ChildProcessError):
                 self.proc.wait()
+
+
+def suspects(stacks: tuple[StackCount, ...]) -> bool:
+    """Whether some thread spent ``SUSPECT_SHARE`` of a window in ``python`` (GIL worth asking)."""
+    total: dict[tuple[Pid, int], int] = {}
+    python: dict[tuple[Pid, int], int] = {}
+    for s in stacks:
+        key = (s.pid, s.tid)
+        total[key] = total.get(key, 0) + s.count
+        if s.klass == "python":
+            python[key] = python.get(key, 0) + s.count
+    return any(n >= SUSPECT_SHARE * total[k] for k, n in python.items() if n > 0)
+
+
+class GilPlanner:
+    """When to run the GIL sampler, within ``budget`` (share of one core), and its last shares."""
+
+    def __init__(self, budget: float) -> None:
+        self.budget = max(1e-4, budget)
+        self.cost_s: float | None = None  # CPU seconds per GIL run, smoothed
+        self.suspect = False  # the last window had a thread in python
+        self._waited = 0  # windows since the last run
+        self._last: tuple[float, GilShares] | None = None
+
+    def wanted(self, window_s: float) -> bool:
+        """Whether the next window should run the GIL sampler."""
+        if not self.suspect:
+            return False
+        self._waited += 1
+        if self.cost_s is None:
+            return True
+        return self._waited >= math.ceil(self.cost_s / (self.budget * max(window_s, 1.0)))
+
+    def ran(self, shares: GilShares | None, now: float) -> None:
+        """Record a GIL run's result (None: it failed)."""
+        self._waited = 0
+        if shares is None:
+            return
+        cost = shares.cpu_s
+        self.cost_s = cost if self.cost_s is None else 0.5 * self.cost_s + 0.5 * cost
+        self._last = (now, shares)
+
+    def shares(self, now: float) -> GilShares | None:
+        """The last shares, while recent enough to stand in for this window."""
+        if self._last is None or now - self._last[0] > REUSE_S:
+            return None
+        return self._last[1]

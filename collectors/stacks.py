@@ -49,7 +49,7 @@ import psutil
 
 from sofa_top.analysis.classify import classify_stack, reconcile_activity, reconcile_gil
 from sofa_top.collectors.base import Emit
-from sofa_top.collectors.gil import GilRun, GilShares
+from sofa_top.collectors.gil import GilPlanner, GilRun, GilShares, suspects
 from sofa_top.collectors.pyspy_raw import RawStack, parse_raw
 from sofa_top.collectors.stack_rate import MIN_RATE_HZ, RateController
 from sofa_top.model.samples import StackCount, StackWindow
@@ -306,6 +306,7 @@ class StackCollector:
     ) -> None:
         self.pid = pid
         self.gil = gil  # run the GIL sampler alongside (sofa_top.collectors.gil)
+        self._gil_plan = GilPlanner(cpu_budget / 2)  # on top of py-spy's own budget
         self.rate_hz = rate_hz
         self.window_s = window_s
         self.cpu_budget = cpu_budget
@@ -413,7 +414,8 @@ class StackCollector:
 
         active_before = read_thread_activity(tree)
         t0 = time.time()
-        gil_run = GilRun(pyspy, self.pid, window, rate, use_sub, workdir) if self.gil else None
+        run_gil = self.gil and self._gil_plan.wanted(window)
+        gil_run = GilRun(pyspy, self.pid, window, rate, use_sub, workdir) if run_gil else None
         result = self._run_pyspy(cmd, log, stop, timeout=window + HUNG_GRACE_S)
         if result is None:
             if gil_run is not None:
@@ -422,11 +424,16 @@ class StackCollector:
         rc, cpu_s = result
         t1 = time.time()
         active_after = read_thread_activity(tree)
-        gil = gil_run.finish(self.pid) if gil_run is not None else None
-        if gil is not None:
-            cpu_s += gil.cpu_s  # the budget pays for both samplers
+        gil: GilShares | None = None
+        gil_cpu = 0.0
+        if gil_run is not None:
+            gil = gil_run.finish(self.pid)
+            gil_cpu = gil.cpu_s if gil is not None else 0.0
+            self._gil_plan.ran(gil, t1)
+        elif self.gil:
+            gil = self._gil_plan.shares(t1)
         wall = max(1e-3, t1 - t0)
-        sampler_cpu = 100.0 * cpu_s / wall
+        sampler_cpu = 100.0 * (cpu_s + gil_cpu) / wall
         log_text = _read(log)
 
         raw: list[RawStack] = []
@@ -456,6 +463,10 @@ class StackCollector:
         self.controller.observe(window, rate, max(0.0, cpu_s - scan_s))
         raw = self._fill_thread_names(raw)
         stacks, instants = build_stacks(raw, self.pid, active_before, active_after, wall, gil)
+        # frames-only classes of this window: is a thread in python worth asking the GIL about?
+        self._gil_plan.suspect = suspects(
+            build_stacks(raw, self.pid, active_before, active_after, wall)[0]
+        )
         return (
             StackWindow(
                 ts_start=t0,

@@ -100,8 +100,8 @@ def test_torch_optimizer_only_loop_gets_step_times(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "script, args",
     [
-        ("agent_tf_eager.py", ["--mode", "input", "--steps", "400"]),
-        ("agent_torch.py", ["--mode", "input", "--steps", "400"]),
+        ("agent_tf_eager.py", ["--mode", "input", "--steps", "5000"]),  # outlives the recording
+        ("agent_torch.py", ["--mode", "input", "--steps", "5000"]),
     ],
 )
 def test_attach_mode_verdict_from_stacks(tmp_path: Path, script: str, args: list[str]) -> None:

@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sofa_top.agent import core, hooks_keras, hooks_tf, hooks_torch, optimize
+from sofa_top.agent import core, hooks_keras, hooks_tf, hooks_torch, optimize, output
 from sofa_top.agent.core import Agent, PostImportHooks, log_once
 from sofa_top.agent.settings import ENV_SETTINGS, ENV_SOCKET, parse_settings
 from sofa_top.agent.transport import Connection
@@ -42,6 +42,8 @@ def start(environ: dict[str, str] | None = None) -> Agent | None:
     if not path:
         return None
     settings = parse_settings(env.get(ENV_SETTINGS))
+    # the output files sofa-top tails get each line as it is printed (see output.py)
+    output.line_buffer()
     try:
         conn: Connection | None = Connection(
             path, settings.connect_timeout_s, settings.send_timeout_s

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from sofa_top.agent import protocol
+from sofa_top.agent import output, protocol
 from sofa_top.agent.settings import (
     HOOK_NAMES,
     AgentSettings,
@@ -444,6 +444,7 @@ class Agent:
                     self._final_flush()
                     return
                 self._wake.wait(interval)
+                output.flush()  # a partial line reaches sofa-top too, and survives a SIGTERM
                 if self._stop.is_set():
                     continue
                 if not self._flush():

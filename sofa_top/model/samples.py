@@ -137,6 +137,7 @@ class StackWindow:
 
 EventKind = Literal[
     "log",  # one line of the launched workload's output (data: stream)
+    "log-progress",  # the current text of an output line still being rewritten with \r
     "log-dropped",  # output lines not kept (data: dropped)
     "log-error",  # the output could not be read
     "target-exit",  # the target exited (data: exit_code when known)

@@ -105,4 +105,6 @@ class Snapshot:
     agent: AgentInfo | None = None  # framework versions and hooks applied/skipped (agent)
     logs: tuple[Event, ...] = ()  # workload output lines (kind "log"), last LOG_LINES, oldest first
     logs_dropped: int = 0  # output lines not kept (flood protection)
+    # output lines still being rewritten with \r (progress bars), their current text
+    log_progress: tuple[Event, ...] = ()
     read_only: bool = False  # a replay: no live data, ``ts`` is the cursor

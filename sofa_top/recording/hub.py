@@ -97,6 +97,7 @@ class Session:
         self._agent: AgentInfo | None = None
         self._logs: deque[Event] = deque(maxlen=LOG_LINES)
         self._logs_dropped = 0
+        self._progress: dict[str, Event] = {}  # stream -> its line being rewritten with \r
         self._frameworks: tuple[str, ...] = ()
         self._verdict: Verdict | None = None
         self.target_exited = False
@@ -259,6 +260,9 @@ class Session:
         elif isinstance(s, Event):
             if s.kind == "log":
                 self._logs.append(s)
+                self._progress.pop(str(s.data.get("stream")), None)  # that line is done
+            elif s.kind == "log-progress":
+                self._progress[str(s.data.get("stream"))] = s
             elif s.kind == "log-dropped":
                 self._logs_dropped = int(str(s.data.get("dropped", 0)))
             else:
@@ -315,6 +319,7 @@ class Session:
             agent=self._agent,
             logs=tuple(self._logs),
             logs_dropped=self._logs_dropped,
+            log_progress=tuple(self._progress.values()),
         )
 
     def _judge(

@@ -44,7 +44,13 @@ from sofa_top.recording.store import SessionReader
 STACK_SUMMARY_S = 5.0  # as the live hub (session.STACK_SUMMARY_S)
 EVENTS_KEPT = 50  # as many events and steps as the hub hands the UI
 STEPS_KEPT = 600
-HIDDEN_EVENT_KINDS = ("agent", "pipeline", "log", "log-dropped")  # stored, not hub events
+HIDDEN_EVENT_KINDS = (
+    "agent",
+    "pipeline",
+    "log",
+    "log-progress",
+    "log-dropped",
+)  # stored, not hub events
 MARKER_KIND = "verdict"
 _GPU_FIELDS = ("util", "mem_used", "power", "temp", "sm_clock", "target_mem")
 
