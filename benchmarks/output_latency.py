@@ -70,9 +70,10 @@ def main() -> int:
             d = one(a.lines, a.every, Path(tmp))
             all_delays += d
             q = statistics.quantiles(d, n=10)
+            ms = [x * 1e3 for x in (statistics.median(d), q[0], q[-1], min(d), max(d))]
             print(
-                f"repeat {r + 1}: {len(d)}/{a.lines} lines, delay median {statistics.median(d) * 1e3:.0f} ms "
-                f"(p10 {q[0] * 1e3:.0f} .. p90 {q[-1] * 1e3:.0f}; {min(d) * 1e3:.0f} .. {max(d) * 1e3:.0f})"
+                f"repeat {r + 1}: {len(d)}/{a.lines} lines, delay median {ms[0]:.0f} ms "
+                f"(p10 {ms[1]:.0f} .. p90 {ms[2]:.0f}; {ms[3]:.0f} .. {ms[4]:.0f})"
             )
     q = statistics.quantiles(all_delays, n=10)
     print(
