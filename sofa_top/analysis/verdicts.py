@@ -28,7 +28,7 @@ by min(cores, the stage's parallelism).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from sofa_top.analysis import steps as step_facts
@@ -154,6 +154,20 @@ def _gpu_util(ev: Evidence) -> float | None:
 
 def judge(ev: Evidence) -> Verdict:
     """The verdict for one window of evidence."""
+    verdict = _judge(ev)
+    facts = ev.facts
+    if not step_facts.failed(facts) or not ev.steps:
+        return verdict  # a failure before any step is the unknown verdict's own reason
+    why = f": {facts.workload_error}" if facts.workload_error else ""
+    return replace(
+        verdict,
+        headline=f"{verdict.headline} (then the workload failed with exit code "
+        f"{facts.exit_code}{why})",
+        evidence={**verdict.evidence, "workload_error": facts.workload_error},
+    )
+
+
+def _judge(ev: Evidence) -> Verdict:
     fw = _framework(ev)
     base: dict[str, object] = {
         "cpu_saturation": _round(_cpu_saturation(ev)),
