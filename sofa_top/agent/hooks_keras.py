@@ -72,19 +72,19 @@ def _closure_cell(fn: Callable[..., Any], name: str) -> Any:
 class ExecutionTimer:
     """Times the input wait of each compiled multi-step execution inside the graph.
 
-    ``state`` is a float64 variable ``[done_s, wait_s, steps, first_wait_s]``: the wall time the
-    last step finished, the waits of the execution's steps after its first, the steps run, and
-    the first step's wait. That one is kept apart because, in an execution that traced the
-    function first, it holds the tracing too (Python runs ``timed_step`` only while tracing,
-    which is how ``traced`` knows), and then it is not counted.
+    ``state`` is a float64 variable ``[done_s, wait_s, steps]``: the wall time the last step
+    finished, the waits summed since ``start`` and the steps run since ``start``. An execution
+    that first traced the function (Python runs ``timed_step`` only while tracing, which is how
+    ``traced`` knows) has the tracing inside its first step's wait: its wait is not counted.
     """
 
     def __init__(self, tf: Any, step_cell: Any) -> None:
-        self._tf = tf
-        self.state = tf.Variable([0.0, 0.0, 0.0, 0.0], dtype=tf.float64, trainable=False)
+        self.state = tf.Variable([0.0, 0.0, 0.0], dtype=tf.float64, trainable=False)
         self.traced = False
         inner = step_cell.cell_contents
         state = self.state
+        zero = tf.constant(0.0, tf.float64)
+        one = tf.constant(1.0, tf.float64)
 
         def timed_step(data: Any) -> Any:
             self.traced = True
@@ -97,19 +97,8 @@ class ExecutionTimer:
             ):
                 done = tf.timestamp()
             prev = state.read_value()
-            wait = tf.maximum(tf.constant(0.0, tf.float64), ready - prev[0])
-            first = tf.equal(prev[2], 0.0)
-            zero = tf.constant(0.0, tf.float64)
-            state.assign(
-                tf.stack(
-                    [
-                        done,
-                        prev[1] + tf.where(first, zero, wait),
-                        prev[2] + 1.0,
-                        tf.where(first, wait, prev[3]),
-                    ]
-                )
-            )
+            wait = tf.maximum(zero, ready - prev[0])
+            state.assign(tf.stack([done, prev[1] + wait, prev[2] + one]))
             return outputs
 
         timed_step.__wrapped__ = inner  # type: ignore[attr-defined]
@@ -118,12 +107,12 @@ class ExecutionTimer:
     def start(self) -> None:
         """Reset before an execution: its first batch is waited for from now."""
         self.traced = False
-        self.state.assign([time.time(), 0.0, 0.0, 0.0])
+        self.state.assign([time.time(), 0.0, 0.0])
 
     def read(self) -> tuple[float, int]:
         """(input wait in seconds, steps) of the execution since ``start``."""
-        _done, wait, steps, first = (float(v) for v in self.state.numpy())
-        return wait + (0.0 if self.traced else first), round(steps)
+        _done, wait, steps = (float(v) for v in self.state.numpy())
+        return (0.0 if self.traced else wait), round(steps)
 
 
 def install_keras(agent: Agent, module: ModuleType) -> None:
