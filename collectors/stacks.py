@@ -4,7 +4,9 @@ py-spy cannot stream, so the collector runs ``py-spy record --format raw`` for c
 windows and emits one :class:`~sofa_top.model.samples.StackWindow` per window. It always passes
 ``--nonblocking`` (blocking mode stops every thread at each sample, which stalls a torch process
 with 150 threads) and ``--idle`` (see :mod:`sofa_top.analysis.classify` for why, and how idle
-is then detected from per-thread runnable time).
+is then detected from per-thread runnable time). Beside a window where a thread was in
+``python``, a second, cheap ``py-spy record --gil`` run tells which thread held the GIL, so
+native code that user code called counts as compute (``sofa_top.collectors.gil``).
 
 CPU budget. py-spy's cost per window is a fixed start-up (attach, symbol lookup: about 15 ms,
 more with many Python threads whose names it reads) plus a cost per sample that grows with the
