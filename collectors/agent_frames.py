@@ -224,6 +224,12 @@ def _info(frame: dict[str, Any], pid: int) -> AgentInfo:
         if not (isinstance(sk, list) and len(sk) == 2 and all(isinstance(x, str) for x in sk)):
             raise FrameError("info.hooks_skipped: expected [hook, reason] pairs")
         skipped.append((sk[0], sk[1]))
+    notes: list[tuple[str, str]] = []
+    for note in _list(frame, "step_notes"):  # optional: older agents do not send it
+        pair = isinstance(note, list) and len(note) == 2
+        if not (pair and all(isinstance(x, str) for x in note)):
+            raise FrameError("info.step_notes: expected [source, note] pairs")
+        notes.append((note[0], note[1]))
     return AgentInfo(
         ts=_num(frame, "t"),
         pid=pid,
@@ -232,6 +238,7 @@ def _info(frame: dict[str, Any], pid: int) -> AgentInfo:
         hooks_applied=tuple(applied),
         hooks_skipped=tuple(skipped),
         dropped=int_field(frame, "dropped", 0),
+        step_notes=tuple(notes),
     )
 
 

@@ -4,7 +4,9 @@ py-spy cannot stream, so the collector runs ``py-spy record --format raw`` for c
 windows and emits one :class:`~sofa_top.model.samples.StackWindow` per window. It always passes
 ``--nonblocking`` (blocking mode stops every thread at each sample, which stalls a torch process
 with 150 threads) and ``--idle`` (see :mod:`sofa_top.analysis.classify` for why, and how idle
-is then detected from per-thread runnable time).
+is then detected from per-thread runnable time). Beside a window where a thread was in
+``python``, a second, cheap ``py-spy record --gil`` run tells which thread held the GIL, so
+native code that user code called counts as compute (``sofa_top.collectors.gil``).
 
 CPU budget. py-spy's cost per window is a fixed start-up (attach, symbol lookup: about 15 ms,
 more with many Python threads whose names it reads) plus a cost per sample that grows with the
@@ -13,9 +15,9 @@ number of threads, because py-spy reads every OS thread's /proc state at each sa
 100 Hz that is 4 % of a core on a pure-Python loop but 70-80 % on a torch process with 150
 threads. So the collector measures py-spy's CPU time for every window (rusage of the reaped
 child), fits ``cpu = startup + per_sample * samples`` over recent windows, and plans the next
-window's rate and length (whole seconds, from ``window_s`` up to :data:`MAX_WINDOW_S`: start-up
-is paid per window, so a costly target gets longer windows) so that py-spy stays within
-``cpu_budget`` of one core.
+window's rate and length (whole seconds, from ``window_s`` up to
+``stack_rate.MAX_WINDOW_S``: start-up is paid per window, so a costly target gets longer
+windows) so that py-spy stays within ``cpu_budget`` of one core.
 
 The default budget, 2 % of one core, is what the slowdown goals allow: a torch loop whose
 intra-op threads fill every core loses about ``budget / cores`` to the sampler (1 % on two
@@ -41,24 +43,21 @@ import sys
 import tempfile
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
 
-from sofa_top.analysis.classify import classify_stack, reconcile_activity
+from sofa_top.analysis.classify import classify_stack, reconcile_activity, reconcile_gil
 from sofa_top.collectors.base import Emit
+from sofa_top.collectors.gil import GilPlanner, GilRun, GilShares, suspects
 from sofa_top.collectors.pyspy_raw import RawStack, parse_raw
+from sofa_top.collectors.stack_rate import MIN_RATE_HZ, RateController
 from sofa_top.model.samples import StackCount, StackWindow
 from sofa_top.model.units import Pid
 
 DEFAULT_CPU_BUDGET = 0.02  # py-spy's share of one core (see the module docstring)
-MIN_RATE_HZ = 1
-PROBE_RATE_HZ = 5  # the first window's rate, before py-spy's cost on this target is known
-STARTUP_RANGE_S = (0.005, 0.1)  # plausible py-spy attach cost (measured 14-45 ms)
-MAX_WINDOW_S = 5
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 10.0)  # retry delays after an error that will not fix itself
 POLL_S = 0.1  # how often a running window checks ``stop`` (py-spy's exit wakes it at once)
 SCAN_S_PER_PROCESS = 0.00015  # py-spy --subprocesses: CPU s per second per process in /proc
@@ -76,89 +75,6 @@ def find_pyspy() -> str | None:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return shutil.which("py-spy")
-
-
-# ---------------------------------------------------------------------------------------------
-# Rate control
-
-
-class RateController:
-    """Plans (window seconds, rate Hz) so that py-spy's CPU stays within a budget.
-
-    The model is ``cpu_s = startup_s + per_sample_s * samples`` with ``samples = rate * window + 1``
-    (py-spy also samples once while attaching). Both terms are refitted from measured windows; the
-    first window is a cheap probe at :data:`PROBE_RATE_HZ`, because a process with many threads
-    can cost 10 ms per sample.
-    """
-
-    def __init__(
-        self,
-        budget: float,
-        max_rate: int,
-        base_window: int = 1,
-        max_window: int = MAX_WINDOW_S,
-        startup_s: float = 0.015,
-        per_sample_s: float = 0.001,
-    ) -> None:
-        self.budget = max(1e-4, budget)
-        self.max_rate = max(MIN_RATE_HZ, max_rate)
-        self.base_window = max(1, base_window)
-        self.max_window = max(self.base_window, max_window)
-        self.startup_s = startup_s
-        self.per_sample_s = per_sample_s
-        self._obs: deque[tuple[int, float]] = deque(maxlen=8)
-
-    def _affordable_rate(self, window: int) -> float:
-        spend = self.budget * window - self.startup_s - self.per_sample_s
-        return spend / (self.per_sample_s * window)
-
-    def plan(self) -> tuple[int, int]:
-        """The next window's (duration in whole seconds, rate in Hz).
-
-        Start-up is paid per window, so longer windows buy more samples per CPU second; take the
-        shortest window that reaches half the best affordable sample rate (a fresh view matters).
-        """
-        if not self._obs:
-            return self.base_window, min(self.max_rate, PROBE_RATE_HZ)
-        options: list[tuple[int, int, float]] = []
-        for window in range(self.base_window, self.max_window + 1):
-            rate = math.floor(min(float(self.max_rate), self._affordable_rate(window)))
-            if rate >= MIN_RATE_HZ:
-                # py-spy records rate * window - 1 samples (its first interval is not written)
-                options.append((window, rate, (rate * window - 1) / window))
-        if not options:
-            return self.max_window, MIN_RATE_HZ
-        best = max(per_s for _, _, per_s in options)
-        for window, rate, per_s in options:
-            if per_s >= 0.5 * best:
-                return window, rate
-        return options[-1][0], options[-1][1]
-
-    def observe(self, window: int, rate: int, cpu_s: float) -> None:
-        """Record one window's measured py-spy CPU seconds and refit the model."""
-        samples = rate * window + 1
-        self._obs.append((samples, max(0.0, cpu_s)))
-        ns = [n for n, _ in self._obs]
-        cs = [c for _, c in self._obs]
-        if len(ns) >= 3 and max(ns) >= 1.5 * min(ns):
-            mean_n = sum(ns) / len(ns)
-            mean_c = sum(cs) / len(cs)
-            var = sum((n - mean_n) ** 2 for n in ns)
-            cov = sum((n - mean_n) * (c - mean_c) for n, c in zip(ns, cs, strict=True))
-            per = cov / var
-            start = mean_c - per * mean_n
-            if per > 0 and STARTUP_RANGE_S[0] <= start <= STARTUP_RANGE_S[1]:
-                self.per_sample_s = max(1e-6, per)
-                self.startup_s = start
-                return
-        # Too little spread (or noise) to separate the terms: keep a plausible start-up cost and
-        # put the rest on the samples, smoothed so one noisy window does not swing the rate.
-        self.startup_s = min(self.startup_s, max(STARTUP_RANGE_S[0], 0.8 * cs[-1]))
-        per = max(1e-6, (cs[-1] - self.startup_s) / ns[-1])
-        if len(self._obs) == 1:
-            self.per_sample_s = per
-        else:
-            self.per_sample_s = 0.5 * self.per_sample_s + 0.5 * per
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,12 +253,14 @@ def build_stacks(
     active_before: dict[tuple[Pid, int], float] | None = None,
     active_after: dict[tuple[Pid, int], float] | None = None,
     wall_s: float = 0.0,
+    gil: GilShares | None = None,
 ) -> tuple[tuple[StackCount, ...], int]:
     """Classify parsed py-spy stacks into counts; return them and the window's sampling instants.
 
     With per-thread activity readings (:func:`read_thread_activity`) around the window, each
     thread's ``python`` samples beyond its active share become ``idle``
-    (:func:`sofa_top.analysis.classify.reconcile_activity`).
+    (:func:`sofa_top.analysis.classify.reconcile_activity`); with the window's GIL readings,
+    those beyond its GIL-holding share become ``compute`` (``reconcile_gil``).
     """
     per_thread: dict[tuple[Pid, int], list[StackCount]] = {}
     for r in raw:
@@ -368,7 +286,8 @@ def build_stacks(
         after = active_after.get(key) if active_after else None
         if before is not None and after is not None and wall_s > 0:
             fraction = (after - before) / wall_s
-        stacks.extend(reconcile_activity(counts, fraction))
+        held = gil.fraction(key) if gil is not None else None
+        stacks.extend(reconcile_gil(reconcile_activity(counts, fraction), held))
     return tuple(stacks), instants
 
 
@@ -390,8 +309,11 @@ class StackCollector:
         cpu_budget: float = DEFAULT_CPU_BUDGET,
         subprocesses: bool = True,
         pyspy: str | None = None,
+        gil: bool = True,
     ) -> None:
         self.pid = pid
+        self.gil = gil  # run the GIL sampler alongside (sofa_top.collectors.gil)
+        self._gil_plan = GilPlanner(cpu_budget / 2)  # on top of py-spy's own budget
         self.rate_hz = rate_hz
         self.window_s = window_s
         self.cpu_budget = cpu_budget
@@ -499,14 +421,26 @@ class StackCollector:
 
         active_before = read_thread_activity(tree)
         t0 = time.time()
+        run_gil = self.gil and self._gil_plan.wanted(window)
+        gil_run = GilRun(pyspy, self.pid, window, rate, use_sub, workdir) if run_gil else None
         result = self._run_pyspy(cmd, log, stop, timeout=window + HUNG_GRACE_S)
         if result is None:
+            if gil_run is not None:
+                gil_run.abandon()
             return None, None
         rc, cpu_s = result
         t1 = time.time()
         active_after = read_thread_activity(tree)
+        gil: GilShares | None = None
+        gil_cpu = 0.0
+        if gil_run is not None:
+            gil = gil_run.finish(self.pid)
+            gil_cpu = gil.cpu_s if gil is not None else 0.0
+            self._gil_plan.ran(gil, t1)
+        elif self.gil:
+            gil = self._gil_plan.shares(t1)
         wall = max(1e-3, t1 - t0)
-        sampler_cpu = 100.0 * cpu_s / wall
+        sampler_cpu = 100.0 * (cpu_s + gil_cpu) / wall
         log_text = _read(log)
 
         raw: list[RawStack] = []
@@ -535,7 +469,11 @@ class StackCollector:
         scan_s = _scan_cost_per_s() * wall if use_sub else 0.0
         self.controller.observe(window, rate, max(0.0, cpu_s - scan_s))
         raw = self._fill_thread_names(raw)
-        stacks, instants = build_stacks(raw, self.pid, active_before, active_after, wall)
+        stacks, instants = build_stacks(raw, self.pid, active_before, active_after, wall, gil)
+        # frames-only classes of this window: is a thread in python worth asking the GIL about?
+        self._gil_plan.suspect = suspects(
+            build_stacks(raw, self.pid, active_before, active_after, wall)[0]
+        )
         return (
             StackWindow(
                 ts_start=t0,

@@ -97,6 +97,7 @@ def test_attach_mode_verdict_from_stacks(tmp_path: Path, script: str) -> None:
             "record",
             "--pid",
             str(work.pid),
+            "--no-inject",  # from outside: what an attach that could not inject gets
             "--duration",
             "12",
             "--json",

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from sofa_top.analysis.steps import HOOKED, RunFacts
 from sofa_top.analysis.verdicts import (
     HIGH_INPUT_FRACTION,
     MODERATE_INPUT_FRACTION,
     Evidence,
     judge,
 )
-from sofa_top.model.samples import PipelineSample, PipelineStage, StepSample, SystemSample
+from sofa_top.model.samples import (
+    AgentInfo,
+    PipelineSample,
+    PipelineStage,
+    StepSample,
+    SystemSample,
+)
 from sofa_top.model.snapshot import StackSummary, ThreadStat
 
 
@@ -247,3 +256,71 @@ def test_others_cores_is_the_machine_less_the_tree() -> None:
     assert others_cores(75.0, 60.0, 2) == pytest.approx(0.9)  # 1.5 cores busy, 0.6 ours
     assert others_cores(10.0, 30.0, 2) == 0.0  # never negative (readings of different ticks)
     assert others_cores(None, 30.0, 2) is None and others_cores(50.0, None, 2) is None
+
+
+# -- step sources and the reasons of unknown verdicts ------------------------------------------
+
+
+def test_the_verdict_names_its_step_source() -> None:
+    steps = [replace(s, source="torch-backward") for s in _steps(20, 0.0)]
+    v = judge(Evidence(steps=steps, facts=RunFacts(mode="launch", launched=True)))
+    assert v.kind == "compute-bound"
+    assert v.evidence["step_source"] == "torch-backward"
+    assert v.evidence["step_sources"] == {"torch-backward": 20}
+    assert v.evidence["input_wait_measured"] is False and "not measured" in v.headline
+    timed = judge(Evidence(steps=_steps(20, 0.0)))
+    assert timed.evidence["input_wait_measured"] is True and "not measured" not in timed.headline
+
+
+def test_a_step_note_is_carried_into_the_evidence() -> None:
+    agent = AgentInfo(0.0, 1, "3.11", (), ("keras-fit",), (), 0, (("tf-eager", "per execution"),))
+    v = judge(Evidence(steps=_steps(20, 0.0), facts=RunFacts("launch", True, agent)))
+    assert v.evidence["step_note"] == "per execution"
+
+
+@pytest.mark.parametrize(
+    ("facts", "reason", "next_step"),
+    [
+        (RunFacts("attach", False), "attached to a running process", "sofa-top launch"),
+        (RunFacts("record", False), "record mode, attached", "sofa-top launch"),
+        (RunFacts("launch", True), "agent never connected", "api.iterate"),
+        (
+            RunFacts("launch", True, AgentInfo(0.0, 1, "3.11", (("torch", "2"),), (), ())),
+            f"the loop used none of {HOOKED}",
+            "api.iterate",
+        ),
+        (
+            RunFacts(
+                "launch",
+                True,
+                AgentInfo(0.0, 1, "3.11", (), (), (("keras-fit", "a tf.distribute strategy"),)),
+            ),
+            "keras-fit: a tf.distribute strategy",
+            "api.iterate",
+        ),
+        (
+            RunFacts("record", True, None, 2, "python: can't open file 'x.py'"),
+            "exited with code 2 before any step: python: can't open file",
+            "fix the workload's error",
+        ),
+    ],
+)
+def test_unknown_says_why_and_a_next_step_this_mode_allows(
+    facts: RunFacts, reason: str, next_step: str
+) -> None:
+    v = judge(Evidence(facts=facts))
+    assert v.kind == "unknown"
+    assert reason in v.headline and reason in str(v.evidence["steps_reason"])
+    assert next_step in v.recommendations[0].text
+    if facts.launched:  # never "run it under launch" when it already runs under launch
+        assert "sofa-top launch" not in " ".join(r.text for r in v.recommendations)
+
+
+def test_a_failure_after_some_steps_is_in_the_headline() -> None:
+    facts = RunFacts("launch", True, None, 1, "IndexError: list index out of range")
+    v = judge(Evidence(steps=_steps(20, 0.0), facts=facts))
+    assert v.kind == "compute-bound"
+    assert v.headline.endswith(
+        "(then the workload failed with exit code 1: IndexError: list index out of range)"
+    )
+    assert v.evidence["workload_error"] == "IndexError: list index out of range"

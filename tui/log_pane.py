@@ -78,8 +78,11 @@ class LogPane(Vertical, QuietTitles):
                 status.append(" · ")
                 status.append(f"{snapshot.logs_dropped} lines dropped", DROPPED_STYLE)
                 status.append(" (flood protection)", DIM)
-            if not logs:
+            if not logs and not snapshot.log_progress:
                 status.append(" · no output yet", DIM)
+        for event in snapshot.log_progress:  # a progress bar: one line, updated in place
+            status.append("\n")
+            status.append_text(log_line(event))
         update_static(self.status, status)
         dropped = f" · {snapshot.logs_dropped} dropped" if snapshot.logs_dropped else ""
         self.set_titles(f"workload output{dropped}")

@@ -19,10 +19,12 @@ from sofa_top.agent import (
     core,
     hooks_cuda,
     hooks_dist,
+    hooks_keras,
     hooks_tf,
     hooks_torch,
     midrun,
     optimize,
+    output,
     protocol,
 )
 from sofa_top.agent.core import Agent, log_once
@@ -39,8 +41,8 @@ def installers() -> dict[str, Sequence[tuple[str, Installer]]]:
     return {
         "tensorflow.python.data.ops.iterator_ops": [("tf-eager", hooks_tf.install_eager)],
         "tensorflow.python.data.ops.dataset_ops": [("tf-data-pipeline", hooks_tf.install_pipeline)],
-        "keras.src.backend.tensorflow.trainer": [("keras-fit", hooks_tf.install_keras)],
-        "keras.src.callbacks.callback_list": [("keras-fit", hooks_tf.install_keras_epochs)],
+        "keras.src.backend.tensorflow.trainer": [("keras-fit", hooks_keras.install_keras)],
+        "keras.src.callbacks.callback_list": [("keras-fit", hooks_keras.install_keras_epochs)],
         "torch.utils.data.dataloader": [("torch-dataloader", hooks_torch.install_dataloader)],
         "torch.optim.optimizer": [("torch-optimizer", hooks_torch.install_optimizer)],
         "torch.distributed.distributed_c10d": [
@@ -48,6 +50,7 @@ def installers() -> dict[str, Sequence[tuple[str, Installer]]]:
         ],
         "torch.nn.parallel.distributed": [("torch-ddp", hooks_dist.install_ddp)],
         "torch.cuda": [("torch-cuda", hooks_cuda.install)],
+        "torch.autograd": [("torch-backward", hooks_torch.install_backward)],
     }
 
 
@@ -60,6 +63,8 @@ def start(environ: dict[str, str] | None = None) -> Agent | None:
     if not path:
         return None
     settings = parse_settings(env.get(ENV_SETTINGS))
+    # the output files sofa-top tails get each line as it is printed (see output.py)
+    output.line_buffer()
     try:
         conn: Connection | None = Connection(
             path, settings.connect_timeout_s, settings.send_timeout_s

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sofa_top.agent import protocol
+from sofa_top.agent import output, protocol
 from sofa_top.agent.patches import Patches
 from sofa_top.agent.rankenv import rank_from_env
 from sofa_top.agent.settings import (
@@ -136,6 +136,11 @@ class StepClock:
         # called once per new iterator, never per step
         self.resolve_batch_size: Callable[[object], int | None] | None = None
 
+    @property
+    def running(self) -> bool:
+        """Whether a boundary was seen since the last reset (the next one ends a step)."""
+        return self._cur is not None
+
     def _switch(self, it: object) -> None:
         self._cur = _ref(it)
         resolve = self.resolve_batch_size
@@ -175,6 +180,24 @@ class StepClock:
             start = self._last
         self._agent.push((self.source, self.step, start, t2, t1 - t0, self._bs, cpu))
         self.step += 1
+        self._last = t2
+
+    def span_many(self, it: object, t0: float, t2: float, wait: float, n: int) -> None:
+        """``n`` steps that ran in one call from ``t0`` to ``t2`` (their fetches inside it),
+        waiting ``wait`` seconds for input in all: each gets an equal share of both."""
+        cur = self._cur
+        if cur is None or cur() is not it:
+            self._switch(it)
+            start = t0
+        else:
+            start = self._last
+        each = (t2 - start) / n
+        w = wait / n
+        push = self._agent.push
+        for i in range(n):
+            end = t2 if i == n - 1 else start + (i + 1) * each
+            push((self.source, self.step, start + i * each, end, w, self._bs, -1.0))
+            self.step += 1
         self._last = t2
 
     def tick(self, t: float) -> None:
@@ -268,6 +291,7 @@ class Agent:
         self.step_observer: Callable[[StepRecord], None] | None = None
         # called by the drain thread before each flush (hooks_cuda releases stale records)
         self.before_flush: Callable[[bool], None] | None = None
+        self._step_notes: dict[str, str] = {}  # source -> how its steps are measured
 
     # -- hot path -------------------------------------------------------------------------
 
@@ -324,6 +348,12 @@ class Agent:
         self._skipped[hook] = reason
         self._info_dirty = True
 
+    def note_steps(self, source: str, note: str) -> None:
+        """Say how the steps of ``source`` are measured (sent with the next info frame)."""
+        if self._step_notes.get(source) != note:
+            self._step_notes[source] = note
+            self._info_dirty = True
+
     def is_disabled(self, hook: str) -> bool:
         """Whether settings switched this hook off."""
         return hook in self.settings.disabled_hooks
@@ -363,6 +393,7 @@ class Agent:
             "hooks_applied": self._applied.copy(),
             "hooks_skipped": [[h, r] for h, r in self._skipped.copy().items()],
             "dropped": self.dropped,
+            "step_notes": [[k, v] for k, v in self._step_notes.copy().items()],
             "optimize": self.settings.optimize.to_json(),
             "settings_problems": list(self.settings.problems),
         }
@@ -563,6 +594,7 @@ class Agent:
                         self._final_flush()
                     return
                 self._wake.wait(interval)
+                output.flush()  # a partial line reaches sofa-top too, and survives a SIGTERM
                 conn = self._conn
                 # sofa-top never sends: end of stream means it closed (quit, Ctrl-C,
                 # SIGKILL); put everything back and go. Checked without blocking at each wake,

@@ -4,24 +4,8 @@ tf-eager
     ``OwnedIterator.__next__`` is wrapped: the time inside it is input wait, and consecutive
     returns are step boundaries (see ``core.StepClock``). Covers ``for x in ds`` and ``next(it)``.
 
-keras-fit (Keras 3, TensorFlow backend)
-    ``model.fit`` normally hands the iterator to a ``tf.function`` that calls ``get_next()`` in
-    the graph, so no Python code ever sees the wait. With ``steps_per_execution == 1`` and no
-    distribution strategy the agent wraps ``train_function``: it fetches the batch eagerly with
-    the (unwrapped) ``OwnedIterator.__next__``, timing it, then passes ``(batch,)`` to Keras'
-    own ``train_function``, which for a non-iterator argument runs its compiled
-    ``one_step_on_data(batch)``. Same compiled step, same data, same order; the wait is timed
-    exactly (not inferred). The step runs from the end of the previous training step (reset at
-    each epoch) to the return of the compiled step. Other settings are reported as skipped
-    rather than guessed. Why not the alternatives: a callback's batch begin/end brackets fetch
-    and compute together, so it cannot separate them; the TF profiler's IteratorGetNext
-    events are exact but a trace costs far more than a step of a small model.
-    Cost: none measurable. On a 2-core CPU box (Keras 3.15, TF 2.21, ~3 ms steps, 30 paired
-    blocks in one process, ``tests/agent/bench_overhead.py``) a step took 0.92-0.95x the time
-    of Keras' own in-graph fetch (CPU 0.86-0.90x): the eager fetch plus the compiled single step
-    is cheaper than the ``Optional``-wrapped iterator function it replaces. Exactness: the
-    timed wait lies between the workload's own lower and upper bounds and within 0.01-0.03 of
-    their midpoint (``tests/workloads/agent_keras_fit.py``).
+keras-fit
+    See ``hooks_keras`` (it builds on this module's iterator hook).
 
 tf-data-pipeline
     ``DatasetV2.__iter__`` is wrapped to walk the dataset graph once per dataset (stages as
@@ -61,11 +45,35 @@ class _State:
     declared: dict[int, _Declared] = {}  # id(dataset) -> what walking it found
     stats_it: Callable[[], object] | None = None  # weakref to the iterator to read stats from
     stats_due = float("inf")
-    keras_reason: str | None = "not installed"
 
 
 def _resolve_bs(it: object) -> int | None:
     return _State.batch_sizes.get(id(it))
+
+
+def resolve_batch_size(it: object) -> int | None:
+    """The batch size of the dataset ``it`` iterates, when the pipeline hook saw it."""
+    return _resolve_bs(it)
+
+
+def orig_next() -> Callable[[Any], Any] | None:
+    """``OwnedIterator.__next__`` as it was before the eager hook wrapped it."""
+    return _State.orig_next
+
+
+def owned_cls() -> type | None:
+    """tf.data's ``OwnedIterator`` class, once the eager hook found it."""
+    return _State.owned_cls
+
+
+def stats_due() -> float:
+    """When (perf_counter) the tf.data runtime view is next due."""
+    return _State.stats_due
+
+
+def maybe_pull_stats(agent: Agent, it: object, now: float) -> None:
+    """Send the tf.data runtime view of ``it`` if it is due."""
+    _maybe_pull_stats(agent, it, now)
 
 
 def _maybe_pull_stats(agent: Agent, it: object, now: float) -> None:
@@ -300,102 +308,3 @@ def _new_iterator(agent: Agent, dataset: Any, it: Any) -> None:
         _State.stats_due = time.perf_counter() + 1.0
     except TypeError:
         _State.stats_it = None
-
-
-# -- keras --------------------------------------------------------------------------------------
-
-
-def _keras_status(agent: Agent, reason: str | None) -> None:
-    if reason == _State.keras_reason:
-        return
-    _State.keras_reason = reason
-    if reason is None:
-        agent.hook_applied("keras-fit")
-    else:
-        agent.hook_skipped("keras-fit", reason)
-
-
-def install_keras(agent: Agent, module: ModuleType) -> None:
-    """Wrap ``TensorFlowTrainer.make_train_function`` (keras.src.backend.tensorflow.trainer)."""
-    cls = getattr(module, "TensorFlowTrainer", None)
-    orig_make = getattr(cls, "make_train_function", None)
-    if cls is None or orig_make is None:
-        raise HookSkipped("keras TensorFlowTrainer.make_train_function not found")
-    clock = agent.clock("keras-fit")
-    clock.resolve_batch_size = _resolve_bs
-    perf = time.perf_counter
-
-    def wrap(trainer: Any, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        def train_function(iterator: Any) -> Any:
-            fetch = _State.orig_next
-            if not agent.enabled or fetch is None or type(iterator) is not _State.owned_cls:
-                if agent.enabled:
-                    _keras_status(agent, "the batches do not come from a tf.data iterator")
-                return fn(iterator)
-            spe = getattr(trainer, "steps_per_execution", 1)
-            if spe != 1:
-                _keras_status(
-                    agent,
-                    f"steps_per_execution={spe}: batches are fetched inside the compiled loop",
-                )
-                return fn(iterator)
-            if getattr(trainer, "_distribute_strategy", None) is not None:
-                _keras_status(agent, "a tf.distribute strategy is in use")
-                return fn(iterator)
-            c0 = time.process_time()
-            t0 = perf()
-            try:
-                data = fetch(iterator)
-            except StopIteration:
-                clock.reset()
-                raise
-            t1 = perf()
-            wait_cpu = time.process_time() - c0
-            # a tuple is not an iterator: Keras runs its compiled one_step_on_data(batch)
-            outputs = fn((data,))
-            t2 = perf()
-            try:
-                clock.span(iterator, t0, t1, t2, wait_cpu)
-                if t2 >= _State.stats_due:
-                    _maybe_pull_stats(agent, iterator, t2)
-                _keras_status(agent, None)
-            except Exception as e:
-                agent.fail("the keras-fit hook", e)
-            return outputs
-
-        train_function._sofa_top_wrapped = True  # type: ignore[attr-defined]
-        return train_function
-
-    def make_train_function(self: Any, force: bool = False) -> Any:
-        result = orig_make(self, force)
-        fn = getattr(self, "train_function", None)
-        if fn is not None and not getattr(fn, "_sofa_top_wrapped", False):
-            try:
-                agent.patches.set(self, "train_function", wrap(self, fn))
-            except Exception as e:
-                agent.fail("the keras-fit hook", e)
-        return result
-
-    make_train_function.__wrapped__ = orig_make  # type: ignore[attr-defined]
-    agent.patches.set(cls, "make_train_function", make_train_function)
-    if _State.orig_next is None:
-        _State.keras_reason = "tf.data iterator hook (tf-eager) did not apply"
-        agent.hook_skipped("keras-fit", _State.keras_reason)
-    else:
-        _keras_status(agent, None)
-
-
-def install_keras_epochs(agent: Agent, module: ModuleType) -> None:
-    """Restart the keras-fit step clock at each epoch (keras.src.callbacks.callback_list)."""
-    cls = getattr(module, "CallbackList", None)
-    orig = getattr(cls, "on_epoch_begin", None)
-    if cls is None or orig is None:
-        return  # steps then span epoch ends; still correct, only less tidy
-    clock = agent.clock("keras-fit")
-
-    def on_epoch_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
-        clock.reset()
-        return orig(self, *args, **kwargs)
-
-    on_epoch_begin.__wrapped__ = orig  # type: ignore[attr-defined]
-    agent.patches.set(cls, "on_epoch_begin", on_epoch_begin)

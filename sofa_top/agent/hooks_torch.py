@@ -1,5 +1,8 @@
 """PyTorch hooks (stdlib only at import; torch is only touched once the workload loaded it).
 
+A training loop's steps can be marked by three clocks; ``loops.TorchLoop`` decides, by what
+the loop does, which one marks them (see there):
+
 torch-dataloader
     ``_BaseDataLoaderIter.__next__`` is wrapped: time inside it is input wait, consecutive
     returns are step boundaries (``core.StepClock``). On each new iterator the loader's shape is
@@ -7,27 +10,40 @@ torch-dataloader
     the worker pids (``_workers``) so that sofa-top can label those processes.
 
 torch-optimizer
-    Where no DataLoader is used, a global ``register_optimizer_step_post_hook`` marks a step
-    boundary after each ``step()`` of the first optimizer seen (input wait unknown: 0). Once a
-    DataLoader has been iterated, its clock wins and optimizer steps are not reported.
+    Global ``register_optimizer_step_pre_hook`` / ``..._post_hook``: a step boundary after each
+    ``step()`` of the loop's lead optimizer, while no DataLoader feeds the loop (input wait not
+    measured: 0). One ``step(closure)`` (LBFGS) is one step, however often the closure runs.
+
+torch-backward
+    ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped: a boundary after
+    each outermost backward outside an optimizer step, for loops that update their weights by
+    hand (``p.data.add_(p.grad, alpha=-lr)``) and feed themselves without a DataLoader.
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 import time
-import weakref
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 from sofa_top.agent.core import Agent, HookSkipped, timed_next
+from sofa_top.agent.loops import TorchLoop
 
 
 class _State:
-    dataloader_seen = False
-    first_optimizer: Callable[[], object] | None = None
+    loop: TorchLoop | None = None
     workers_sent: set[tuple[int, ...]] = set()
     pipelines_sent: set[int] = set()
+
+
+def _loop(agent: Agent) -> TorchLoop:
+    loop = _State.loop
+    if loop is None:
+        loop = _State.loop = TorchLoop(agent)
+    return loop
 
 
 def _batch_size(it: object) -> int | None:
@@ -94,7 +110,6 @@ def loader_stages(it: Any) -> tuple[list[dict[str, Any]], str]:
 
 
 def _new_iterator(agent: Agent, it: Any) -> None:
-    _State.dataloader_seen = True
     key = id(getattr(it, "_dataset", None))
     if key not in _State.pipelines_sent:
         _State.pipelines_sent.add(key)
@@ -116,8 +131,10 @@ def install_dataloader(agent: Agent, module: ModuleType) -> None:
     orig: Callable[[Any], Any] = cls.__next__
     clock = agent.clock("torch-dataloader")
     clock.resolve_batch_size = _batch_size
+    loop = _loop(agent)
 
     def after_fetch(it: Any, new: bool, _t1: float) -> None:
+        loop.fetched()
         if new:
             _new_iterator(agent, it)
 
@@ -128,26 +145,66 @@ def install_dataloader(agent: Agent, module: ModuleType) -> None:
 
 
 def install_optimizer(agent: Agent, module: ModuleType) -> None:
-    """Register a global optimizer step post-hook (torch.optim.optimizer)."""
-    register = getattr(module, "register_optimizer_step_post_hook", None)
-    if register is None:
-        raise HookSkipped("torch.optim has no register_optimizer_step_post_hook")
-    clock = agent.clock("torch-optimizer")
+    """Register global optimizer step pre/post hooks (torch.optim.optimizer)."""
+    register_pre = getattr(module, "register_optimizer_step_pre_hook", None)
+    register_post = getattr(module, "register_optimizer_step_post_hook", None)
+    if register_pre is None or register_post is None:
+        raise HookSkipped("torch.optim has no register_optimizer_step_pre/post_hook")
+    loop = _loop(agent)
     perf = time.perf_counter
 
-    def hook(optimizer: object, args: object, kwargs: object) -> None:
-        if not agent.enabled or _State.dataloader_seen:
-            return
-        try:
-            first = _State.first_optimizer
-            current = None if first is None else first()
-            if current is None:
-                _State.first_optimizer = weakref.ref(optimizer)
-            elif current is not optimizer:
-                return  # several optimizers per iteration (e.g. a GAN): count one of them
-            clock.tick(perf())
-        except Exception as e:
-            agent.fail("the torch-optimizer hook", e)
+    def pre(optimizer: object, args: Any, kwargs: Any) -> None:
+        if agent.enabled:
+            try:
+                # torch passes step()'s own args, self first: step(closure) has a second
+                closure = (len(args) > 1 and args[1] is not None) or (
+                    kwargs.get("closure") is not None
+                )
+                loop.optimizer_started(perf(), closure)
+            except Exception as e:
+                agent.fail("the torch-optimizer hook", e)
 
-    agent.patches.on_detach("the optimizer step hook", register(hook).remove)
+    def post(optimizer: object, args: object, kwargs: object) -> None:
+        if agent.enabled:
+            try:
+                loop.optimizer_stepped(optimizer, perf())
+            except Exception as e:
+                agent.fail("the torch-optimizer hook", e)
+
+    agent.patches.on_detach("the optimizer step pre-hook", register_pre(pre).remove)
+    agent.patches.on_detach("the optimizer step post-hook", register_post(post).remove)
     agent.hook_applied("torch-optimizer")
+
+
+def install_backward(agent: Agent, module: ModuleType) -> None:
+    """Wrap ``torch.autograd.backward`` (torch.autograd), which ``Tensor.backward`` calls."""
+    orig = getattr(module, "backward", None)
+    if orig is None or not callable(orig):
+        raise HookSkipped("torch.autograd.backward not found")
+    loop = _loop(agent)
+    perf = time.perf_counter
+    depth = [0]  # nested backward calls (reentrant checkpointing) end no step
+
+    def compiling() -> bool:
+        compiler = getattr(sys.modules.get("torch"), "compiler", None)
+        check = getattr(compiler, "is_compiling", None)
+        return bool(check()) if check is not None else False
+
+    @functools.wraps(orig)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        if not agent.enabled or compiling():
+            return orig(*args, **kwargs)
+        depth[0] += 1
+        try:
+            result = orig(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+        if depth[0] == 0:
+            try:
+                loop.backward_done(perf())
+            except Exception as e:
+                agent.fail("the torch-backward hook", e)
+        return result
+
+    agent.patches.set(module, "backward", backward)
+    agent.hook_applied("torch-backward")

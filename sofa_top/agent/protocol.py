@@ -10,7 +10,9 @@ holding one object with a string ``"type"`` field. Frame types (agent to server 
               in a distributed job, from its environment (``rankenv.rank_from_env``: rank,
               world_size, local_rank, ...)
 ``info``      ``{pid, t, python, frameworks: [[name, version]], hooks_applied: [hook],
-              hooks_skipped: [[hook, reason]], dropped, optimize: {}}``
+              hooks_skipped: [[hook, reason]], dropped, optimize: {},
+              step_notes: [[source, note]]}`` -- ``step_notes`` (optional): how the steps of
+              a source are measured, when that is not one fetch per step
 ``steps``     ``{pid, source, data: [step, start_us, end_us, wait_us, batch_size|null,
               wait_cpu_us|null, ...]}`` -- flat rows of ``STEP_FIELDS`` (integers; times in
               microseconds since the Unix epoch, ``end_us - start_us`` is the step time,

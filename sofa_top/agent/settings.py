@@ -20,6 +20,7 @@ HOOK_NAMES = (
     "torch-collectives",
     "torch-ddp",
     "torch-cuda",
+    "torch-backward",
 )
 
 

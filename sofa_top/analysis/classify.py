@@ -36,6 +36,20 @@ the window edges, and :func:`reconcile_activity` turns the ``python`` samples a 
 been running (beyond its runnable share of the window) into ``idle``. ``input`` and ``compute``
 samples keep their class whatever the OS says: waiting for the pipeline is input, and a main
 thread waiting for intra-op threads is compute.
+
+How compute called from user code is told from Python, and why: a user ``forward`` that calls
+``torch.mm`` (on weight tensors, without ``nn.Module``), a NumPy ``dot``, a hand-written SGD
+update: py-spy sees only the user's frame, the native call has no Python frame, so rule 6 would
+call it ``python`` (measured: 43% of a ``torch.mm`` loop's samples). What tells them apart is the
+GIL: the interpreter holds it while it runs Python; torch, TensorFlow and NumPy release it
+inside their kernels. The collector runs a second, cheap py-spy with ``--gil`` (it reads only
+the GIL holder's stack, no per-thread /proc reads) alongside each window, and
+:func:`reconcile_gil` turns the ``python`` samples of a thread beyond its GIL-holding share into
+``compute`` (after :func:`reconcile_activity` took out those it cannot have been running at
+all). py-spy's raw output has no per-sample GIL or activity flag (checked: py-spy 0.4 writes
+only ``thread (TID): NAME`` and the frames), hence the share per thread and window; ``--native``
+would show the kernels' frames but cannot run ``--nonblocking`` (it pauses the target at every
+sample): see ``benchmarks/stack_classes.py`` for what each costs.
 """
 
 from __future__ import annotations
@@ -293,3 +307,26 @@ def reconcile_activity(
     if excess <= 0:
         return tuple(stacks)
     return tuple(fixed + _reclass(movable, "idle", excess))
+
+
+def reconcile_gil(
+    stacks: Sequence[StackCount], gil_fraction: float | None
+) -> tuple[StackCount, ...]:
+    """Turn ``python`` samples of one thread that cannot have been running Python into
+    ``compute``: native code (a framework's kernel) that user code called.
+
+    ``stacks`` are one thread's counts for one window (after :func:`reconcile_activity`),
+    ``gil_fraction`` the share of the window's sampling instants at which the thread held the
+    GIL (None when unknown: nothing changes). Python runs only under the GIL, so at most that
+    share of the thread's samples are ``python``; the rest ran without it, inside a call.
+    """
+    if gil_fraction is None or not stacks:
+        return tuple(stacks)
+    total = sum(s.count for s in stacks)
+    holding = round(max(0.0, min(1.0, gil_fraction)) * total)
+    python = [s for s in stacks if s.klass == "python"]
+    excess = sum(s.count for s in python) - holding
+    if excess <= 0:
+        return tuple(stacks)
+    others = [s for s in stacks if s.klass != "python"]
+    return tuple(others + _reclass(python, "compute", excess))

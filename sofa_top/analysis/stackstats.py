@@ -3,6 +3,13 @@
 Percentages (``own_pct``/``total_pct``) are of all thread-samples considered: with py-spy's
 ``--idle`` every Python thread is sampled at each instant, so a process with one busy thread and
 three idle ones shows the busy function at about 25 %. Filter by ``tid`` for one thread's view.
+
+sofa-top never profiles itself: the in-process agent's thread (``sofa-top-agent``, its drain
+loop) and samples whose innermost frame is the agent's own code are left out of everything
+(hot functions, split, threads); the ones where it was running are counted apart as its
+overhead (``StackSummary.agent_samples``). Agent wrapper frames inside a user's stack (the
+``timed_next`` around a DataLoader's ``__next__``, the Keras train-function wrapper) are
+dropped from the frames; the sample keeps the class its whole stack gave it.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from sofa_top.model.samples import STACK_CLASSES, StackClass, StackCount, StackWindow
+from sofa_top.model.samples import STACK_CLASSES, Frame, StackClass, StackCount, StackWindow
 from sofa_top.model.snapshot import FunctionStat, StackSummary, ThreadStat
 
 DEFAULT_TOP = 200
@@ -28,8 +35,43 @@ def _split(counts: Counter[StackClass], total: int) -> dict[str, float]:
     return {k: counts[k] / total for k in STACK_CLASSES}
 
 
-def _stacks(windows: Iterable[StackWindow], tid: int | None) -> list[StackCount]:
-    return [s for w in windows for s in w.stacks if (tid is None or s.tid == tid) and s.count > 0]
+AGENT_THREAD = "sofa-top-agent"  # the agent's drain thread (sofa_top/agent/core.py)
+_AGENT_PATH = "/sofa_top/agent/"
+
+
+def is_agent_frame(frame: Frame) -> bool:
+    """A frame of sofa-top's in-process agent (its hooks, its drain loop, its sitecustomize)."""
+    return _AGENT_PATH in "/" + frame.filename.replace("\\", "/")
+
+
+def is_agent_stack(stack: StackCount) -> bool:
+    """Samples of the agent itself: its thread, or the agent's own code innermost."""
+    if stack.thread_name == AGENT_THREAD:
+        return True
+    frames = stack.frames
+    return bool(frames) and is_agent_frame(frames[-1])
+
+
+def _without_agent(stack: StackCount) -> StackCount:
+    if not any(is_agent_frame(f) for f in stack.frames):
+        return stack
+    return replace(stack, frames=tuple(f for f in stack.frames if not is_agent_frame(f)))
+
+
+def _stacks(windows: Iterable[StackWindow], tid: int | None) -> tuple[list[StackCount], int]:
+    """The user's stacks (agent frames dropped) and the agent's running samples."""
+    out: list[StackCount] = []
+    agent = 0
+    for w in windows:
+        for s in w.stacks:
+            if s.count <= 0 or (tid is not None and s.tid != tid):
+                continue
+            if is_agent_stack(s):
+                if s.klass != "idle":
+                    agent += s.count
+                continue
+            out.append(_without_agent(s))
+    return out, agent
 
 
 def _threads(stacks: Iterable[StackCount]) -> tuple[ThreadStat, ...]:
@@ -51,8 +93,8 @@ def _threads(stacks: Iterable[StackCount]) -> tuple[ThreadStat, ...]:
 
 
 def list_threads(windows: Sequence[StackWindow]) -> tuple[ThreadStat, ...]:
-    """Every (pid, tid) seen in ``windows``, busiest (most non-idle samples) first."""
-    return _threads(_stacks(windows, None))
+    """Every (pid, tid) seen in ``windows`` but the agent's, busiest (most non-idle) first."""
+    return _threads(_stacks(windows, None)[0])
 
 
 def _weighted_mean(pairs: Iterable[tuple[float, float | None]]) -> float | None:
@@ -74,7 +116,7 @@ def summarize(
     """
     if not windows:
         return None
-    stacks = _stacks(windows, tid)
+    stacks, agent_samples = _stacks(windows, tid)
     total = sum(s.count for s in stacks)
     if total <= 0:
         return None
@@ -139,6 +181,7 @@ def summarize(
         threads=_threads(stacks),
         rate_hz=rate if rate is not None else windows[-1].rate_hz,
         sampler_cpu=_weighted_mean((d, w.sampler_cpu) for d, w in durations),
+        agent_samples=agent_samples,
     )
 
 

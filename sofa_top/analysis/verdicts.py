@@ -28,14 +28,16 @@ by min(cores, the stage's parallelism).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from sofa_top.analysis import gpu as gpu_loop
+from sofa_top.analysis import steps as step_facts
+from sofa_top.analysis.steps import RunFacts
 from sofa_top.model.samples import CudaSample, GpuSample, PipelineSample, StepSample, SystemSample
 from sofa_top.model.snapshot import StackSummary
 from sofa_top.model.units import Percent
-from sofa_top.model.verdict import InputCause, InputCauseKind, Verdict
+from sofa_top.model.verdict import InputCause, InputCauseKind, Recommendation, Verdict
 from sofa_top.optimizers import advice
 
 HIGH_INPUT_FRACTION = 0.20  # XProf: "highly input-bound"
@@ -68,6 +70,7 @@ class Evidence:
     cuda: Sequence[CudaSample] = ()  # the agent's CUDA readings (GPU loops), oldest first
     # cores other processes (sofa-top included) kept busy over the same span, when measured
     others_cores: float | None = None
+    facts: RunFacts = field(default_factory=RunFacts)  # mode, agent, exit: for the reasons
 
 
 def others_cores(machine_percent: float | None, tree: Percent | None, cores: int) -> float | None:
@@ -170,6 +173,20 @@ def _gpu_util(ev: Evidence) -> float | None:
 
 def judge(ev: Evidence) -> Verdict:
     """The verdict for one window of evidence."""
+    verdict = _judge(ev)
+    facts = ev.facts
+    if not step_facts.failed(facts) or not ev.steps:
+        return verdict  # a failure before any step is the unknown verdict's own reason
+    why = f": {facts.workload_error}" if facts.workload_error else ""
+    return replace(
+        verdict,
+        headline=f"{verdict.headline} (then the workload failed with exit code "
+        f"{facts.exit_code}{why})",
+        evidence={**verdict.evidence, "workload_error": facts.workload_error},
+    )
+
+
+def _judge(ev: Evidence) -> Verdict:
     fw = _framework(ev)
     base: dict[str, object] = {
         "cpu_saturation": _round(_cpu_saturation(ev)),
@@ -193,15 +210,40 @@ def judge(ev: Evidence) -> Verdict:
         and (ev.stacks is None or _split(ev.stacks, "idle") >= STACK_DOMINANT)
     ):
         return Verdict("idle", 0.7, f"idle: the process tree uses {ev.tree_cpu:.0f}% CPU", base)
+    base["steps_reason"] = (
+        f"only {len(ev.steps)} step(s) so far (a verdict from steps needs {MIN_STEPS})"
+        if ev.steps
+        else step_facts.no_steps_reason(ev.facts)
+    )
     if ev.stacks is not None:
         return _judge_stacks(ev, fw, base)
     return Verdict(
         "unknown",
         0.0,
-        "unknown: no step telemetry and no stack samples yet",
+        f"unknown: no stack samples yet, and {base['steps_reason']}",
         base,
-        advice.launch_recommendations(),
+        _next_step(ev),
     )
+
+
+def _next_step(ev: Evidence) -> tuple[Recommendation, ...]:
+    """The way to more evidence that this session's mode allows."""
+    if not ev.facts.launched and not step_facts.failed(ev.facts):
+        return advice.launch_recommendations()
+    return (Recommendation(step_facts.next_step(ev.facts)),)
+
+
+def _step_evidence(ev: Evidence) -> dict[str, object]:
+    """Which clock the steps came from, and whether it timed the input wait."""
+    source = step_facts.main_source(ev.steps)
+    agent = ev.facts.agent
+    note = dict(agent.step_notes).get(source or "") if agent is not None else None
+    return {
+        "step_source": source,
+        "step_sources": step_facts.step_sources(ev.steps),
+        "input_wait_measured": step_facts.wait_measured(source),
+        "step_note": note,
+    }
 
 
 def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
@@ -214,6 +256,7 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         "steps": len(ev.steps),
         "median_step_s": _median([s.duration_s for s in ev.steps]),
         "bottleneck_stage": _bottleneck(ev.pipeline),
+        **_step_evidence(ev),
     }
     conf = min(0.95, 0.5 + 0.05 * len(ev.steps))
     if frac >= MODERATE_INPUT_FRACTION:
@@ -246,13 +289,14 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         )
     # NVML alone (no CUDA readings from the agent): a GPU this busy is the one computing
     evidence["device"] = "gpu" if gpu is not None and gpu >= 100 * gpu_loop.GPU_BUSY_HIGH else "cpu"
-    return Verdict(
-        "compute-bound",
-        conf,
-        f"compute-bound: only {frac:.0%} of each step waits for input",
-        evidence,
-        advice.compute_recommendations(fw),
-    )
+    headline = f"compute-bound: only {frac:.0%} of each step waits for input"
+    if not evidence["input_wait_measured"]:
+        source = step_facts.SOURCE_TEXT.get(str(evidence["step_source"]), "its clock")
+        headline = (
+            f"compute-bound: steps from {source}; no DataLoader or tf.data iterator feeds "
+            "the loop, so its input wait is not measured"
+        )
+    return Verdict("compute-bound", conf, headline, evidence, advice.compute_recommendations(fw))
 
 
 def _pinned(p: PipelineSample | None) -> bool:
@@ -354,7 +398,13 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
     s = ev.stacks
     assert s is not None
     if s.thread_samples < MIN_THREAD_SAMPLES:
-        return Verdict("unknown", 0.0, "unknown: too few stack samples yet", base)
+        return Verdict(
+            "unknown",
+            0.0,
+            f"unknown: too few stack samples yet, and {base.get('steps_reason')}",
+            base,
+            _next_step(ev),
+        )
     split = _training_thread(s)
     inp, comp, py = (split.get(k, 0.0) for k in ("input", "compute", "python"))
     evidence = {
@@ -377,13 +427,14 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         return Verdict("input-bound", 0.6, headline, evidence, tuple(recs), severity="high")
     if "keras" in files and "trainer" in files:
         # Keras fit pulls batches inside a compiled function: the stacks cannot see the wait.
+        why = "" if not ev.facts.launched else f" ({base.get('steps_reason')})"
         return Verdict(
             "unknown",
             0.2,
             "unknown: Keras fit reads its input inside a compiled step, invisible "
-            "to stack sampling",
+            f"to stack sampling{why}",
             evidence,
-            advice.launch_recommendations(),
+            _next_step(ev),
         )
     if comp >= STACK_DOMINANT:
         return Verdict(
@@ -404,9 +455,9 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
     return Verdict(
         "unknown",
         0.2,
-        "unknown: the stacks show no dominant activity",
+        f"unknown: the stacks show no dominant activity, and {base.get('steps_reason')}",
         evidence,
-        advice.launch_recommendations(),
+        _next_step(ev),
     )
 
 

@@ -192,6 +192,7 @@ class StackWindow:
 
 EventKind = Literal[
     "log",  # one line of the launched workload's output (data: stream)
+    "log-progress",  # the current text of an output line still being rewritten with \r
     "log-dropped",  # output lines not kept (data: dropped)
     "log-error",  # the output could not be read
     "target-exit",  # the target exited (data: exit_code when known)
@@ -400,6 +401,9 @@ class AgentInfo:
     hooks_applied: tuple[str, ...]
     hooks_skipped: tuple[tuple[str, str], ...]  # (hook, reason)
     dropped: int = 0  # messages dropped because the agent's queue was full
+    # (source, note): how a source's steps are measured when not one fetch per step, e.g.
+    # Keras with steps_per_execution > 1 (per-step numbers are per execution / N)
+    step_notes: tuple[tuple[str, str], ...] = ()
 
 
 Sample = (

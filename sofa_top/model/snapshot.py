@@ -68,6 +68,15 @@ class StackSummary:
     threads: tuple[ThreadStat, ...]
     rate_hz: float
     sampler_cpu: Percent | None
+    # samples in which sofa-top's own agent was running (its thread or its frames), left out
+    # of everything above: its overhead
+    agent_samples: int = 0
+
+    @property
+    def agent_fraction(self) -> float:
+        """The agent's running samples over all samples, the agent's included."""
+        total = self.thread_samples + self.agent_samples
+        return self.agent_samples / total if total else 0.0
 
 
 Point = tuple[Timestamp, float | None]
@@ -98,6 +107,8 @@ class Snapshot:
     agent: AgentInfo | None = None  # framework versions and hooks applied/skipped (agent)
     logs: tuple[Event, ...] = ()  # workload output lines (kind "log"), last LOG_LINES, oldest first
     logs_dropped: int = 0  # output lines not kept (flood protection)
+    # output lines still being rewritten with \r (progress bars), their current text
+    log_progress: tuple[Event, ...] = ()
     read_only: bool = False  # a replay: no live data, ``ts`` is the cursor
     ranks: tuple[RankStat, ...] = ()  # a distributed job's ranks, by rank (about the last 10 s)
     rank_verdict: Verdict | None = None  # "straggler" or "balanced", with two or more ranks

@@ -24,7 +24,8 @@ from typing import Any
 from sofa_top import __version__
 from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats
 from sofa_top.analysis.stackstats import summarize, summarize_by_thread
-from sofa_top.analysis.verdicts import WINDOW_S, Evidence, judge, others_cores
+from sofa_top.analysis.steps import RunFacts
+from sofa_top.analysis.verdicts import MIN_STEPS, WINDOW_S, Evidence, judge, others_cores
 from sofa_top.collectors.base import BACKPRESSURE, Collector
 from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import (
@@ -71,6 +72,7 @@ class Session:
         extra_meta: dict[str, Any] | None = None,
     ) -> None:
         self.target = target
+        self.mode = mode
         self.collectors = list(collectors)
         self.store = store
         self.session_path = str(store.path)
@@ -103,6 +105,7 @@ class Session:
         self._cuda: deque[CudaSample] = deque(maxlen=200)
         self._logs: deque[Event] = deque(maxlen=LOG_LINES)
         self._logs_dropped = 0
+        self._progress: dict[str, Event] = {}  # stream -> its line being rewritten with \r
         self._frameworks: tuple[str, ...] = ()
         self._verdict: Verdict | None = None
         self._ranks = RankTracker()
@@ -118,6 +121,7 @@ class Session:
             versions={"sofa_top": __version__, "python": sys.version.split()[0]},
             started=self.started,
             cpu_count=os.cpu_count() or 1,
+            launched=target.launched,
             **(extra_meta or {}),
         )
         store.commit()
@@ -272,6 +276,9 @@ class Session:
         elif isinstance(s, Event):
             if s.kind == "log":
                 self._logs.append(s)
+                self._progress.pop(str(s.data.get("stream")), None)  # that line is done
+            elif s.kind == "log-progress":
+                self._progress[str(s.data.get("stream"))] = s
             elif s.kind == "log-dropped":
                 self._logs_dropped = int(str(s.data.get("dropped", 0)))
             else:
@@ -336,6 +343,7 @@ class Session:
             ranks=self._rank_stats,
             rank_verdict=self._rank_verdict,
             cuda=self._latest_cuda(),
+            log_progress=tuple(self._progress.values()),
         )
 
     def _judge_ranks(self, now: float) -> None:
@@ -377,6 +385,13 @@ class Session:
             return self._verdict
         cutoff = now - WINDOW_S
         steps = [s for s in self._steps if s.ts >= cutoff]
+        if len(steps) < MIN_STEPS:
+            # steps longer than the window (an LBFGS step, say) still count: the last few,
+            # while the loop is still in its next one
+            last = list(self._steps)[-MIN_STEPS:]
+            longest = max((s.duration_s for s in last), default=0.0)
+            if last and now - last[-1].ts <= max(WINDOW_S, 2 * longest):
+                steps = last
         windows = [w for w in self._windows if w.ts_end >= cutoff]
         recent = [(t, c) for ts, t, c in self._cpu if ts >= cutoff and t is not None]
         tree_cpu = statistics.fmean(t for t, _ in recent) if recent else None
@@ -398,6 +413,7 @@ class Session:
                 pipeline=self._pipeline,
                 frameworks=self._frameworks,
                 cuda=[c for c in self._cuda if c.ts >= now - CUDA_WINDOW_S],
+                facts=RunFacts(mode=self.mode, launched=self.target.launched, agent=self._agent),
             )
         )
         prev = self._verdict

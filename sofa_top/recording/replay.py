@@ -53,7 +53,14 @@ from sofa_top.recording.rings import HISTORY_S
 STACK_SUMMARY_S = 5.0  # as the live hub (session.STACK_SUMMARY_S)
 EVENTS_KEPT = 50  # as many events and steps as the hub hands the UI
 STEPS_KEPT = 600
-HIDDEN_EVENT_KINDS = ("agent", "pipeline", "cuda", "log", "log-dropped")  # stored, not hub events
+HIDDEN_EVENT_KINDS = (
+    "agent",
+    "pipeline",
+    "cuda",
+    "log",
+    "log-progress",
+    "log-dropped",
+)  # stored, not hub events
 RANK_STEPS_KEPT = 50_000  # the ranks' steps of one verdict window (8 ranks at 600 steps/s)
 MARKER_KIND = "verdict"
 _GPU_FIELDS = ("util", "mem_used", "power", "temp", "sm_clock", "target_mem")

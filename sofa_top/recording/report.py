@@ -8,8 +8,11 @@ The JSON schema is ``record.schema.json`` beside this file (tests validate again
      "duration_s": S, "exit_code": INT|null, "end_reason": STR,
      "dropped_samples": samples sofa-top itself dropped because its writer fell behind,
      "verdict": {"kind", "confidence", "evidence", "recommendations"} | null,
+     "workload_error": the last line the workload wrote to stderr when it failed | null,
      "steps": {"count", "median_step_s", "input_wait_fraction",
-               "dropped": steps the agent counted but could not send (its queue was full)},
+               "dropped": steps the agent counted but could not send (its queue was full),
+               "sources": {clock: steps}, "reason": why there are none | null,
+               "note": how the main clock's steps are measured | null},
      "cpu": {"cores", "tree_mean_percent", "tree_max_percent", "system_mean_percent",
              "rss_max_bytes", "threads_max"},
      "gpu": {"devices": [{"index", "util_mean_percent", "mem_max_bytes", "power_mean_w",
@@ -18,7 +21,9 @@ The JSON schema is ``record.schema.json`` beside this file (tests validate again
               "mem_reserved_max_bytes", "alloc_retries", "ooms", "errors", ...} | null,
      "stacks": {"thread_samples", "rate_hz", "split": {class: fraction}, "error": STR|null,
                 "hint": STR|null, "top": [{"function", "file", "line", "own_pct", "total_pct",
-                                           "thread", "class"}]},
+                                           "thread", "class"}],
+                "agent_samples": active samples of sofa-top's own agent (left out of the rest),
+                "agent_fraction": their share of all samples},
      "ranks": [{"rank", "local_rank", "node", "pid", "step_s", "input_wait_fraction",
                 "collective_wait_fraction", "verdict", ...}] (empty: not a distributed job),
      "straggler": {"rank", "cause", "verdict", "others_collective_wait_fraction", ...} | null,
@@ -32,11 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sofa_top.analysis import steps as step_facts
 from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats, straggler_json
 from sofa_top.analysis.stackstats import summarize
+from sofa_top.analysis.steps import RunFacts
 from sofa_top.analysis.verdicts import Evidence, judge, others_cores
 from sofa_top.model.ranks import RankStat
-from sofa_top.model.samples import CudaSample, PipelineSample, StackWindow, StepSample
+from sofa_top.model.samples import AgentInfo, CudaSample, PipelineSample, StackWindow, StepSample
 from sofa_top.model.snapshot import StackSummary
 from sofa_top.recording.ranks_live import session_ranks
 from sofa_top.recording.reader import SessionReader
@@ -69,6 +76,8 @@ class _Read:
     cuda: list[CudaSample]
     cuda_errors: list[str]
     errors: dict[str, list[str]]  # series name -> the reasons its readings failed
+    agent: AgentInfo | None  # the target's agent's last report
+    stderr_tail: str | None  # the workload's last non-empty stderr line
 
 
 def _ranks(reader: SessionReader, steps: list[StepSample], cpu_count: int) -> tuple[RankStat, ...]:
@@ -116,6 +125,8 @@ def _read(path: Path) -> _Read:
             ranks=_ranks(reader, steps, int(meta.get("cpu_count") or 1)),
             cuda=reader.cuda_samples(),
             cuda_errors=[e.message for e in reader.events("cuda-error")],
+            agent=_last_agent(reader, target_pid),
+            stderr_tail=_stderr_tail(reader),
         )
     finally:
         reader.close()
@@ -147,15 +158,19 @@ def _stacks_json(windows: list[StackWindow], summary: StackSummary | None) -> di
         "error": last_err.error if last_err and summary is None else None,
         "hint": last_err.hint if last_err and summary is None else None,
         "top": top,
+        "agent_samples": summary.agent_samples if summary else 0,
+        "agent_fraction": round(summary.agent_fraction, 4) if summary else 0.0,
     }
 
 
-def _steps_json(steps: list[StepSample], dropped: int) -> dict[str, Any]:
+def _steps_json(steps: list[StepSample], dropped: int, facts: RunFacts) -> dict[str, Any]:
     durations = [s.duration_s for s in steps]
     waits = sum(s.input_wait_s for s in steps)
     busy = [s for s in steps if s.gpu_busy_s is not None]
     spans = [s.gpu_span_s for s in steps if s.gpu_span_s is not None]
     busy_time = sum(s.duration_s for s in busy)
+    main = step_facts.main_source(steps)
+    notes = dict(facts.agent.step_notes) if facts.agent is not None else {}
     return {
         "count": len(steps),
         "median_step_s": statistics.median(durations) if durations else None,
@@ -167,6 +182,9 @@ def _steps_json(steps: list[StepSample], dropped: int) -> dict[str, Any]:
         else None,
         "gpu_busy_steps": len(busy),
         "median_gpu_span_s": statistics.median(spans) if spans else None,
+        "sources": step_facts.step_sources(steps),
+        "reason": None if steps else step_facts.no_steps_reason(facts),
+        "note": notes.get(main) if main is not None else None,
     }
 
 
@@ -179,6 +197,17 @@ def session_summary(path: str | Path) -> dict[str, Any]:
     target_mean, _ = _stats(r.target_cpu)
     sys_mean, _ = _stats(pts.get("sys.cpu", []))
     summary = summarize(r.windows) if r.windows else None
+    exit_code = meta.get("exit_code")
+    facts = RunFacts(
+        mode=meta.get("mode"),
+        # older files have no "launched": only a launch recorded agent settings
+        launched=bool(meta.get("launched", "settings" in meta)),
+        agent=r.agent,
+        exit_code=exit_code if isinstance(exit_code, int) else None,
+        workload_error=r.stderr_tail,
+    )
+    if not step_facts.failed(facts):
+        facts = RunFacts(facts.mode, facts.launched, facts.agent, facts.exit_code, None)
     verdict = judge(
         Evidence(
             steps=r.steps,
@@ -189,6 +218,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
             child_cpu=None if tree_mean is None else max(0.0, tree_mean - (target_mean or 0.0)),
             cuda=r.cuda,
             others_cores=others_cores(sys_mean, tree_mean, int(meta.get("cpu_count") or 1)),
+            facts=facts,
         )
     )
     rank_verdict = cross_rank_verdict(r.ranks)
@@ -203,8 +233,9 @@ def session_summary(path: str | Path) -> dict[str, Any]:
         "exit_code": meta.get("exit_code"),
         "end_reason": meta.get("end_reason"),
         "dropped_samples": int(meta.get("dropped_samples") or 0),
+        "workload_error": facts.workload_error,
         "verdict": verdict.as_json(),
-        "steps": _steps_json(r.steps, r.agent_dropped),
+        "steps": _steps_json(r.steps, r.agent_dropped, facts),
         "cpu": {
             "cores": meta.get("cpu_count"),
             "tree_mean_percent": tree_mean,
@@ -232,3 +263,43 @@ def _agent_dropped(reader: SessionReader) -> int:
                 pid = e.data.get("pid")
                 per_pid[pid] = max(per_pid.get(pid, 0), n)
     return sum(per_pid.values())
+
+
+def _pairs(value: object) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple((str(v[0]), str(v[1])) for v in value if isinstance(v, list) and len(v) == 2)
+
+
+def _int_of(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _last_agent(reader: SessionReader, pid: object) -> AgentInfo | None:
+    """The last report of the target's agent (of any agent when the target's is missing)."""
+    last: AgentInfo | None = None
+    for e in reader.events("agent"):
+        d = e.data
+        applied = d.get("hooks_applied")
+        info = AgentInfo(
+            ts=e.ts,
+            pid=_int_of(d.get("pid")),
+            python=str(d.get("python") or ""),
+            frameworks=_pairs(d.get("frameworks")),
+            hooks_applied=tuple(str(h) for h in applied) if isinstance(applied, list) else (),
+            hooks_skipped=_pairs(d.get("hooks_skipped")),
+            dropped=_int_of(d.get("dropped")),
+            step_notes=_pairs(d.get("step_notes")),
+        )
+        if last is None or info.pid == pid or last.pid != pid:
+            last = info
+    return last
+
+
+def _stderr_tail(reader: SessionReader) -> str | None:
+    """The last non-empty line the workload wrote to stderr (a traceback's last line)."""
+    tail: str | None = None
+    for e in reader.events("log"):
+        if e.data.get("stream") == "stderr" and e.message.strip():
+            tail = e.message.strip()
+    return tail

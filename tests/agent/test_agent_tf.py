@@ -113,16 +113,57 @@ def test_keras_fit_epochs_restart_the_step_clock() -> None:
     assert all(b.start == a.ts for a, b in itertools.pairwise(steps[15:]))
 
 
-def test_keras_fit_with_steps_per_execution_is_reported_not_guessed() -> None:
+@pytest.mark.parametrize(("mode", "source"), [("input", "pipeline"), ("compute", "memory")])
+def test_keras_fit_with_steps_per_execution_is_measured(mode: str, source: str) -> None:
+    """N batches per compiled call: the wait is timed inside Keras' own loop, per execution."""
+    spe = 16
     run = run_with_agent(
         workload_cmd(
-            "agent_keras_fit.py", "--mode", "compute", "--steps", "10", "--steps-per-execution", "3"
+            "agent_keras_fit.py",
+            *("--mode", mode, "--source", source, "--steps-per-execution", str(spe)),
+            *("--warmup", str(spe), "--steps", "40"),  # 56 steps: 3 full executions and 8
         )
     )
     assert run.returncode == 0, run.summary()
-    assert run.steps("keras-fit") == []
-    skipped = dict(run.infos()[-1].hooks_skipped)
-    assert "steps_per_execution=3" in skipped["keras-fit"]
+    first = int(run.value("SELF_FIRST_STEP"))
+    own = run.value("SELF_INPUT_FRACTION")
+    lower = run.value("SELF_INPUT_FRACTION_LOWER")
+    upper = run.value("SELF_INPUT_FRACTION_UPPER")
+    seen = run.agent_fraction("keras-fit", first)
+    assert abs(seen - own) <= 0.10, (seen, own)
+    assert lower - 0.03 <= seen <= upper + 0.03, (lower, seen, upper)
+    assert classify(seen) == classify(own) == mode
+    steps = run.steps("keras-fit")
+    # every batch is a step, the short last execution too
+    assert [s.step for s in steps] == list(range(56))
+    # Keras slices in-memory arrays without a Batch stage: no batch size to read there
+    assert {s.batch_size for s in steps} == ({32} if source == "pipeline" else {None})
+    assert all(s.wait_cpu_s is None for s in steps)  # no CPU reading inside the graph
+    info = run.infos()[-1]
+    assert "keras-fit" in info.hooks_applied
+    (note,) = (n for src, n in info.step_notes if src == "keras-fit")
+    assert f"steps_per_execution={spe}" in note and "divided by its steps" in note
+
+
+def test_keras_fit_steps_per_execution_with_a_generator_that_ends_early() -> None:
+    """A generator shorter than steps_per_epoch: Keras stops the epoch; every batch counted."""
+    code = (
+        "import numpy as np, tensorflow as tf\n"
+        "def gen():\n"
+        "    for i in range(20):\n"
+        "        yield np.full((8, 4), i, np.float32), np.zeros((8, 1), np.float32)\n"
+        "spec = (tf.TensorSpec((8, 4), tf.float32), tf.TensorSpec((8, 1), tf.float32))\n"
+        "ds = tf.data.Dataset.from_generator(gen, output_signature=spec)\n"
+        "m = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])\n"
+        "m.compile('sgd', 'mse', steps_per_execution=8)\n"
+        "h = m.fit(ds, epochs=1, steps_per_epoch=100, verbose=0)\n"
+        "print('epochs', len(h.history['loss']))\n"
+    )
+    run = run_with_agent([sys.executable, "-c", code])
+    assert run.returncode == 0, run.summary()
+    assert "epochs 1" in run.stdout
+    assert [s.step for s in run.steps("keras-fit")] == list(range(20))
+    assert run.events("agent-error") == []
 
 
 def test_iteration_inside_tf_function_is_left_alone(tmp_path: Path) -> None:

@@ -146,9 +146,7 @@ def test_a_cuda_error_switches_the_hook_off_and_steps_go_on() -> None:
     assert agent.step_observer is None and agent.before_flush is None
     rows = _queued(agent)
     assert [r[1] for r in rows] == list(range(8))  # every step went out, in order
-    assert all(
-        len(r) == 8 for r in rows[3:]
-    )  # after the failure: base + collective, no GPU
+    assert all(len(r) == 8 for r in rows[3:])  # after the failure: base + collective, no GPU
     (event,) = [f for f in agent._control if f.get("kind") == "cuda-error"]
     assert "unspecified launch failure" in event["message"]
     assert dict(agent._skipped)["torch-cuda"].startswith("stopped: RuntimeError: CUDA error")

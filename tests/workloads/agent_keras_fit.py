@@ -15,6 +15,17 @@ Over the steps after ``--warmup``, with loop time from the end of the last warm-
 end of the last batch (callback), it prints ``SELF_INPUT_FRACTION_LOWER`` (ready),
 ``SELF_INPUT_FRACTION_UPPER`` (received) and, last, ``SELF_INPUT_FRACTION`` = their midpoint.
 
+With ``--steps-per-execution N > 1`` the callbacks run once per N steps, and inside the compiled
+loop Keras fetches batch ``k + 1`` while step ``k`` computes. A ``tf.py_function`` at the end
+of ``train_step`` marks ``done`` (step ``k`` finished); step ``k`` waited from the previous
+step's ``done`` (or the execution's ``asked``, for its first step) until its batch was
+``ready`` (lower bound) / ``received`` (upper bound), or not at all when the batch was there
+first. Warm-up is then counted in whole executions (``SELF_FIRST_STEP`` is the first measured
+step).
+
+``--source memory``: ``fit`` on NumPy arrays (Keras makes the tf.data pipeline): there is no
+batch-making function, so the lower bound is 0.
+
 ``--mode input``: 25 ms of production per batch, a small model (input-bound).
 ``--mode compute``: 0.2 ms of production, a much heavier model (compute-bound).
 """
@@ -42,6 +53,7 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--steps-per-execution", type=int, default=1)
+    p.add_argument("--source", choices=("pipeline", "memory"), default="pipeline")
     a = p.parse_args()
     n = a.warmup + a.steps
     produce_s = 0.025 if a.mode == "input" else 0.0002
@@ -71,21 +83,40 @@ def main() -> int:
     options.experimental_optimization.map_parallelization = False
     ds = tf.data.Dataset.range(n * a.batch).batch(a.batch).map(to_tensors)
     ds = ds.with_options(options)
+    fit_args: dict[str, object] = {"x": ds}
+    if a.source == "memory":
+        x_all, y_all = make_batch(np.arange(n * a.batch))
+        ready.clear()
+        fit_args = {"x": x_all, "y": y_all, "batch_size": a.batch, "shuffle": False}
 
     inputs = tf.keras.Input((FEATURES,))
     h = inputs
     for _ in range(depth):
         h = tf.keras.layers.Dense(width, activation="relu")(h)
     received: list[float] = []
+    done: list[float] = []
 
-    def note_received(_: tf.Tensor) -> None:
+    def note_received(n: tf.Tensor) -> tf.Tensor:
         received.append(time.perf_counter())
+        return n
+
+    def note_done(_: tf.Tensor) -> None:
+        done.append(time.perf_counter())
 
     class TimedModel(tf.keras.Model):  # type: ignore[misc]
         def train_step(self, data: tuple[tf.Tensor, tf.Tensor]) -> dict[str, tf.Tensor]:
-            # runs in the compiled step as soon as the batch has arrived there
-            tf.py_function(note_received, [tf.shape(data[0])[0]], [])
-            return super().train_step(data)  # type: ignore[no-any-return]
+            # runs in the compiled step as soon as the batch has arrived there; the step
+            # waits for it, so ``received`` is before the step computes anything
+            token = tf.py_function(note_received, [tf.shape(data[0])[0]], tf.int32)
+            with tf.control_dependencies([token]):
+                data = tf.nest.map_structure(tf.identity, data)
+            logs = super().train_step(data)
+            # done once the weights are updated too (the metrics are ready before that); the
+            # reads come after the updates in program order, so they wait for them
+            updated = [tf.identity(v.value) for v in self.trainable_variables]
+            with tf.control_dependencies([*tf.nest.flatten(logs), *updated]):
+                tf.py_function(note_done, [tf.shape(data[0])[0]], [])
+            return logs  # type: ignore[no-any-return]
 
     model = TimedModel(inputs, tf.keras.layers.Dense(1, activation="sigmoid")(h))
     model.compile(
@@ -102,10 +133,9 @@ def main() -> int:
         def on_train_batch_end(self, batch: int, logs: object = None) -> None:
             ends.append(time.perf_counter())
 
-    model.fit(ds, epochs=a.epochs, verbose=0, callbacks=[Timer()])
+    model.fit(**fit_args, epochs=a.epochs, verbose=0, callbacks=[Timer()])  # type: ignore[arg-type]
     if a.steps_per_execution != 1:
-        print(f"FIT_CALLS={len(asked)}")  # several batches per call: no per-step timing here
-        return 0
+        return report_executions(a, asked, ends, ready, received, done)
     if not len(ready) == len(received) == len(asked):
         print(f"unexpected: {len(ready)} batches for {len(asked)} steps", file=sys.stderr)
         return 3
@@ -118,6 +148,39 @@ def main() -> int:
     print(f"SELF_INPUT_FRACTION_LOWER={lower:.4f}")
     print(f"SELF_INPUT_FRACTION_UPPER={upper:.4f}")
     print(f"SELF_INPUT_FRACTION={(lower + upper) / 2:.4f}")
+    return 0
+
+
+def report_executions(
+    a: argparse.Namespace,
+    asked: list[float],
+    ends: list[float],
+    ready: list[float],
+    received: list[float],
+    done: list[float],
+) -> int:
+    """The fractions with several steps per execution (the last epoch; see the docstring)."""
+    spe = a.steps_per_execution
+    steps = a.warmup + a.steps
+    per_epoch = -(-steps // spe)  # executions per epoch
+    if len(received) != len(done) or len(asked) != per_epoch * a.epochs:
+        print(f"unexpected: {len(received)} steps, {len(asked)} executions", file=sys.stderr)
+        return 3
+    first_exec = max(1, -(-a.warmup // spe))  # whole executions of warm-up
+    first_step = first_exec * spe
+    base = len(received) - steps  # the last epoch's first step
+    lower = upper = 0.0
+    for k in range(first_step, steps):
+        prev = asked[len(asked) - per_epoch + k // spe] if k % spe == 0 else done[base + k - 1]
+        upper += max(0.0, received[base + k] - prev)
+        if ready:
+            lower += max(0.0, ready[base + k] - prev)
+    total = ends[-1] - ends[len(ends) - per_epoch + first_exec - 1]
+    print(f"SELF_FIRST_STEP={first_step}")
+    print(f"SELF_STEPS_PER_S={(steps - first_step) / total:.3f}")
+    print(f"SELF_INPUT_FRACTION_LOWER={lower / total:.4f}")
+    print(f"SELF_INPUT_FRACTION_UPPER={upper / total:.4f}")
+    print(f"SELF_INPUT_FRACTION={(lower + upper) / 2 / total:.4f}")
     return 0
 
 

@@ -1,0 +1,167 @@
+"""``record --json`` on training loops of every common shape: steps, their source, the verdict.
+
+Each runs a real workload under ``sofa-top record -- CMD`` (the agent injected) and reads what
+the checks read: ``steps.count``, ``steps.sources``, ``verdict.evidence.step_source``,
+``verdict.kind``, ``stacks.split``, ``stacks.top[].file``/``thread``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import WORKLOADS, log_lines, run_cli, validate_record_json
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+pytest.importorskip("torch")
+
+
+def record(tmp_path: Path, *cmd: str, timeout: float = 240) -> tuple[dict[str, Any], list[str]]:
+    """``record --json`` of ``cmd``; the summary and the workload's output lines."""
+    session = tmp_path / "s.sofa"
+    proc = run_cli("record", "--json", "-o", str(session), "--", *cmd, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr  # sofa-top's own stderr
+    summary = json.loads(proc.stdout)
+    validate_record_json(summary)
+    return summary, log_lines(session)
+
+
+def value(lines: list[str], key: str) -> float:
+    found = [m.group(1) for line in lines if (m := re.fullmatch(rf"{key}=(\S+)", line))]
+    assert found, f"{key} not printed: {lines[-20:]}"
+    return float(found[-1])
+
+
+def assert_no_sofa_top_in_stacks(summary: dict[str, Any]) -> None:
+    for f in summary["stacks"]["top"]:
+        assert "sofa_top/agent" not in f["file"], f
+        assert f["thread"] != "sofa-top-agent", f
+
+
+def shape(
+    tmp_path: Path, name: str, *args: str, seconds: str = "6"
+) -> tuple[dict[str, Any], list[str]]:
+    return record(
+        tmp_path,
+        sys.executable,
+        str(WORKLOADS / "loop_shapes_torch.py"),
+        *("--shape", name, "--seconds", seconds, *args),
+    )
+
+
+# (shape, its clock, extra args)
+SHAPES = [
+    ("forward-forward", "torch-optimizer", ("--min-iterations", "120")),
+    ("layerwise", "torch-optimizer", ()),
+    ("upfront", "torch-optimizer", ("--min-iterations", "200")),
+    ("hand-sgd", "torch-backward", ()),
+    ("lbfgs", "torch-optimizer", ()),
+    ("compile", "torch-optimizer", ("--min-iterations", "60")),
+    ("generator", "torch-optimizer", ()),
+]
+
+
+@pytest.mark.parametrize(("name", "source", "args"), SHAPES, ids=[s[0] for s in SHAPES])
+def test_loop_shape_has_steps_from_its_clock(
+    tmp_path: Path, name: str, source: str, args: tuple[str, ...]
+) -> None:
+    summary, lines = shape(tmp_path, name, *args)
+    iterations = int(value(lines, "ITERATIONS"))
+    steps = summary["steps"]
+    assert steps["count"] > 0 and steps["reason"] is None, steps
+    # iterations, not optimizer steps: each clock switch (and its start) costs one step
+    assert iterations - 4 <= steps["sources"][source] <= iterations, (iterations, steps)
+    verdict = summary["verdict"]
+    assert verdict["evidence"]["step_source"] == source, verdict
+    assert verdict["kind"] == "compute-bound", verdict  # all of them compute on in-memory data
+    assert verdict["evidence"]["input_wait_measured"] is False
+    assert "not measured" in verdict["headline"]
+    assert_no_sofa_top_in_stacks(summary)
+
+
+def test_forward_forward_counts_iterations_not_optimizer_steps(tmp_path: Path) -> None:
+    summary, lines = shape(tmp_path, "forward-forward", "--min-iterations", "120")
+    assert value(lines, "OPTIMIZER_STEPS") == 3 * value(lines, "ITERATIONS")
+    # the 32 batches pulled up front are the DataLoader's only steps: it did not swallow these
+    assert summary["steps"]["sources"]["torch-dataloader"] == 32
+    assert summary["steps"]["sources"]["torch-optimizer"] <= value(lines, "ITERATIONS")
+
+
+def test_torch_math_called_from_user_code_is_compute(tmp_path: Path) -> None:
+    """``torch.mm`` inside a user ``forward`` (no nn.Module): the GIL says it is not Python.
+
+    The loop runs long enough that importing torch (Python, rightly) is a small part of it."""
+    summary, _ = shape(tmp_path, "mm", seconds="20")
+    split = summary["stacks"]["split"]
+    assert split["python"] <= 0.15, split
+    assert split["compute"] >= 0.6, split
+    assert summary["verdict"]["kind"] == "compute-bound"
+    forward = [f for f in summary["stacks"]["top"] if f["function"].endswith("forward")]
+    assert forward and forward[0]["class"] == "compute", summary["stacks"]["top"]
+
+
+def test_a_pure_python_loop_stays_python(tmp_path: Path) -> None:
+    """The other side of the GIL rule: a thread that holds the GIL is running Python."""
+    summary, _ = record(tmp_path, sys.executable, str(WORKLOADS / "busy_python.py"), "6")
+    assert summary["stacks"]["split"]["python"] >= 0.8, summary["stacks"]["split"]
+
+
+def test_sofa_top_is_not_in_its_own_profile(tmp_path: Path) -> None:
+    """A DataLoader loop under the agent: its wrapper frames and drain thread are left out, the
+    user's frames under the wrapper keep their class, and the agent's CPU is shown apart."""
+    summary, _ = record(
+        tmp_path,
+        sys.executable,
+        str(WORKLOADS / "agent_torch.py"),
+        *("--mode", "input", "--steps", "150"),
+    )
+    assert_no_sofa_top_in_stacks(summary)
+    stacks = summary["stacks"]
+    assert not any(f["function"] == "timed_next" for f in stacks["top"])
+    getitem = [f for f in stacks["top"] if f["function"] == "Samples.__getitem__"]
+    assert getitem and getitem[0]["class"] == "input", stacks["top"]
+    assert stacks["agent_samples"] >= 0 and 0 <= stacks["agent_fraction"] < 0.05
+    assert summary["verdict"]["kind"] == "input-bound"
+    assert summary["verdict"]["evidence"]["step_source"] == "torch-dataloader"
+
+
+def test_keras_fit_steps_per_execution_32_in_memory_is_compute_bound(tmp_path: Path) -> None:
+    pytest.importorskip("tensorflow")
+    summary, lines = record(
+        tmp_path,
+        sys.executable,
+        str(WORKLOADS / "agent_keras_fit.py"),
+        *("--mode", "compute", "--source", "memory", "--steps-per-execution", "32"),
+        *("--warmup", "32", "--steps", "160"),
+    )
+    verdict = summary["verdict"]
+    assert verdict["kind"] == "compute-bound", verdict
+    assert verdict["evidence"]["step_source"] == "keras-fit"
+    assert verdict["evidence"]["input_wait_measured"] is True
+    assert "steps_per_execution=32" in verdict["evidence"]["step_note"]
+    assert "steps_per_execution=32" in summary["steps"]["note"]
+    assert summary["steps"]["count"] == 192
+    own = value(lines, "SELF_INPUT_FRACTION")
+    # the whole session (warm-up included) against the workload's own measure of its loop
+    assert abs(summary["steps"]["input_wait_fraction"] - own) <= 0.10, (summary["steps"], own)
+
+
+@pytest.mark.parametrize("framework", ["hf", "lightning"])
+def test_framework_trainers_have_steps(tmp_path: Path, framework: str) -> None:
+    pytest.importorskip("transformers" if framework == "hf" else "lightning")
+    summary, lines = record(
+        tmp_path, sys.executable, str(WORKLOADS / "loop_frameworks.py"), "--framework", framework
+    )
+    steps = summary["steps"]
+    iterations = int(value(lines, "ITERATIONS"))
+    # the framework's DataLoader marks each optimizer step (one lookahead fetch at most)
+    assert iterations - 2 <= steps["sources"]["torch-dataloader"] <= iterations + 1, steps
+    assert summary["verdict"]["evidence"]["step_source"] == "torch-dataloader"
+    assert summary["verdict"]["kind"] in ("compute-bound", "input-bound")
+    assert_no_sofa_top_in_stacks(summary)
