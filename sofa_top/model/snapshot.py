@@ -22,6 +22,7 @@ from sofa_top.model.samples import (
 )
 from sofa_top.model.units import Percent, Pid, Timestamp
 from sofa_top.model.verdict import Verdict
+from sofa_top.model.workload import ModelReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,7 @@ class Snapshot:
     events: tuple[Event, ...] = ()  # most recent last
     target_exited: bool = False
     exit_code: int | None = None
-    cpu_count: int = 1
+    cpu_count: int = 1  # the cores the target may use (affinity, cgroup quota)
     verdict: Verdict | None = None  # judged over about the last 10 s
     steps: tuple[StepSample, ...] = ()  # recent steps (launch mode), oldest first
     pipeline: PipelineSample | None = None  # latest tf.data / DataLoader stage view (agent)
@@ -97,3 +98,4 @@ class Snapshot:
     logs: tuple[Event, ...] = ()  # workload output lines (kind "log"), last LOG_LINES, oldest first
     logs_dropped: int = 0  # output lines not kept (flood protection)
     read_only: bool = False  # a replay: no live data, ``ts`` is the cursor
+    model: ModelReport | None = None  # the agent's model and thread-pool report (launch mode)

@@ -18,13 +18,14 @@ VerdictKind = Literal[
     "python-overhead",
     "gpu-underutilized",
     "memory-pressure",
+    "cpu-oversubscribed",
     "idle",
     "unknown",
 ]
 VERDICT_KINDS: tuple[VerdictKind, ...] = get_args(VerdictKind)
 Severity = Literal["", "high", "moderate"]
 # The optimizer toggle a recommendation can be tried with (compare's configuration names).
-ToggleName = Literal["prefetch", "xla", "depth-first"]
+ToggleName = Literal["prefetch", "xla", "depth-first", "threads"]
 InputCauseKind = Literal["cpu", "latency", "mixed"]
 
 
@@ -94,8 +95,13 @@ class InputCause:
     source: Literal[
         "agent", "tree"
     ]  # "agent" (CPU during each wait) or "tree" (the tree's CPU, no agent)
+    # the share of the cores it could get that the stage kept busy (None: of its usable cores)
+    share: float | None = None
 
     @property
     def utilization(self) -> float:
-        """The share of its usable cores the input stage kept busy."""
+        """The share of the cores it could get (its usable ones, less what other processes
+        took) that the input stage kept busy."""
+        if self.share is not None:
+            return self.share
         return self.cpu_cores / max(1, self.usable_cores)

@@ -22,8 +22,9 @@ from typing import Any
 
 from sofa_top import __version__
 from sofa_top.analysis.stackstats import summarize, summarize_by_thread
-from sofa_top.analysis.verdicts import WINDOW_S, Evidence, judge
+from sofa_top.analysis.verdicts import WINDOW_S, Evidence, judge, others_cores
 from sofa_top.collectors.base import BACKPRESSURE, Collector
+from sofa_top.collectors.cores import available_cores
 from sofa_top.model.samples import (
     AgentInfo,
     Event,
@@ -38,6 +39,7 @@ from sofa_top.model.samples import (
 from sofa_top.model.snapshot import LOG_LINES, Snapshot, StackSummary, TargetInfo
 from sofa_top.model.source import OnSnapshot
 from sofa_top.model.verdict import Verdict
+from sofa_top.model.workload import ModelReport, merge, model_report
 from sofa_top.recording.rings import Rings
 from sofa_top.recording.series import SeriesPoint
 from sofa_top.recording.store import SessionStore
@@ -91,6 +93,11 @@ class Session:
         self._steps: deque[StepSample] = deque(maxlen=2000)
         # (ts, tree CPU, CPU of the tree less the target) per process sample, for the verdict
         self._cpu: deque[tuple[float, float | None, float]] = deque(maxlen=400)
+        self._runnable: deque[tuple[float, int]] = deque(maxlen=100)  # (ts, R threads)
+        self._machine: deque[tuple[float, float]] = deque(maxlen=400)  # (ts, busy cores)
+        # one core count for every number shown: the cores the target may use
+        self.cores = available_cores(target.pid) if target.pid > 0 else os.cpu_count() or 1
+        self._model: ModelReport | None = None
         self._pipeline: PipelineSample | None = None
         self._agent: AgentInfo | None = None
         self._logs: deque[Event] = deque(maxlen=LOG_LINES)
@@ -106,7 +113,8 @@ class Session:
             host=platform.node(),
             versions={"sofa_top": __version__, "python": sys.version.split()[0]},
             started=self.started,
-            cpu_count=os.cpu_count() or 1,
+            cpu_count=self.cores,
+            machine_cpu_count=os.cpu_count() or 1,
             **(extra_meta or {}),
         )
         store.commit()
@@ -241,12 +249,18 @@ class Session:
                 p.cpu_percent or 0.0 for p in s.procs if p.alive and p.pid != s.target_pid
             )
             self._cpu.append((s.ts, s.tree_cpu_percent, children))
+            if s.tree_runnable is not None:
+                self._runnable.append((s.ts, s.tree_runnable))
+            if s.cores is not None:
+                self.cores = s.cores
             if not s.target_alive and not self.target_exited:
                 self.target_exited = True
                 self._exit_seen = time.monotonic()
                 self.exit_code = s.exit_code
         elif isinstance(s, SystemSample):
             self._system = s
+            if s.cpu_per_core:
+                self._machine.append((s.ts, sum(s.cpu_per_core) / 100.0))
         elif isinstance(s, GpuSample):
             self._gpu = s
         elif isinstance(s, StackWindow):
@@ -259,6 +273,8 @@ class Session:
             elif s.kind == "log-dropped":
                 self._logs_dropped = int(str(s.data.get("dropped", 0)))
             else:
+                if s.kind == "agent-model" and (report := model_report(s.data)) is not None:
+                    self._model = merge(self._model, report)
                 self._events.append(s)
         elif isinstance(s, PipelineSample):
             self._pipeline = s
@@ -305,13 +321,14 @@ class Session:
             events=tuple(self._events)[-50:],
             target_exited=self.target_exited,
             exit_code=self.exit_code,
-            cpu_count=os.cpu_count() or 1,
+            cpu_count=self.cores,
             verdict=verdict,
             steps=tuple(self._steps)[-600:],
             pipeline=self._pipeline,
             agent=self._agent,
             logs=tuple(self._logs),
             logs_dropped=self._logs_dropped,
+            model=self._model,
         )
 
     def _judge(
@@ -326,17 +343,24 @@ class Session:
         recent = [(t, c) for ts, t, c in self._cpu if ts >= cutoff and t is not None]
         tree_cpu = statistics.fmean(t for t, _ in recent) if recent else None
         child_cpu = statistics.fmean(c for _, c in recent) if recent else None
+        runnable = [n for ts, n in self._runnable if ts >= cutoff]
+        machine = [b for ts, b in self._machine if ts >= cutoff]
         verdict = judge(
             Evidence(
                 steps=steps,
                 stacks=summarize(windows) if windows else summary,
                 tree_cpu=tree_cpu,
                 child_cpu=child_cpu,
-                cpu_count=os.cpu_count() or 1,
+                cpu_count=self.cores,
                 system=self._system,
                 gpu=self._gpu,
                 pipeline=self._pipeline,
                 frameworks=self._frameworks,
+                runnable_threads=statistics.fmean(runnable) if runnable else None,
+                others_cores=others_cores(
+                    statistics.fmean(machine) if machine else None, tree_cpu, self.cores
+                ),
+                model=self._model,
             )
         )
         prev = self._verdict

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from sofa_top.analysis.stackstats import summarize
-from sofa_top.analysis.verdicts import Evidence, judge
+from sofa_top.analysis.verdicts import Evidence, judge, others_cores
 from sofa_top.model.samples import PipelineSample, StackWindow, StepSample
 from sofa_top.model.snapshot import StackSummary
+from sofa_top.model.workload import ModelReport, merge, model_report
 from sofa_top.recording.store import SessionReader
 
 SCHEMA_VERSION = 1
@@ -54,6 +55,7 @@ class _Read:
     steps: list[StepSample]
     pipeline: PipelineSample | None
     agent_dropped: int
+    model: ModelReport | None = None
 
 
 def _read(path: Path) -> _Read:
@@ -73,9 +75,27 @@ def _read(path: Path) -> _Read:
             steps=reader.steps(),
             pipeline=reader.last_pipeline(),
             agent_dropped=_agent_dropped(reader),
+            model=_model(reader),
         )
     finally:
         reader.close()
+
+
+def _others(r: _Read, tree_mean: float | None) -> float | None:
+    """Cores other processes kept busy over the session, on the tree's cores."""
+    machine = int(r.meta.get("machine_cpu_count") or r.meta.get("cpu_count") or 1)
+    sys_mean = _stats(r.points.get("sys.cpu", []))[0]
+    busy = None if sys_mean is None else sys_mean / 100.0 * machine
+    return others_cores(busy, tree_mean, int(r.meta.get("cpu_count") or 1), machine)
+
+
+def _model(reader: SessionReader) -> ModelReport | None:
+    out: ModelReport | None = None
+    for e in reader.events("agent-model"):
+        report = model_report(e.data)
+        if report is not None:
+            out = merge(out, report)
+    return out
 
 
 def _gpu_json(pts: dict[str, list[float | None]]) -> dict[str, Any] | None:
@@ -149,6 +169,9 @@ def session_summary(path: str | Path) -> dict[str, Any]:
             cpu_count=int(meta.get("cpu_count") or 1),
             pipeline=r.pipeline,
             child_cpu=None if tree_mean is None else max(0.0, tree_mean - (target_mean or 0.0)),
+            runnable_threads=_stats(pts.get("tree.runnable", []))[0],
+            others_cores=_others(r, tree_mean),
+            model=r.model,
         )
     )
     return {
