@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sofa_top.agent import core, hooks_tf, hooks_torch, optimize
+from sofa_top.agent import core, hooks_tf, hooks_torch, optimize, probes
 from sofa_top.agent.core import Agent, PostImportHooks, log_once
 from sofa_top.agent.settings import ENV_SETTINGS, ENV_SOCKET, parse_settings
 from sofa_top.agent.transport import Connection
@@ -29,6 +29,9 @@ def installers() -> dict[str, Sequence[tuple[str, Installer]]]:
         "keras.src.callbacks.callback_list": [("keras-fit", hooks_tf.install_keras_epochs)],
         "torch.utils.data.dataloader": [("torch-dataloader", hooks_torch.install_dataloader)],
         "torch.optim.optimizer": [("torch-optimizer", hooks_torch.install_optimizer)],
+        # what the advice needs to know of the model and thread pools (agent-model events)
+        "torch.nn.modules.module": [("model-probe", probes.install_torch_model)],
+        "tensorflow": [("model-probe", probes.install_tf)],
     }
 
 
@@ -50,7 +53,8 @@ def start(environ: dict[str, str] | None = None) -> Agent | None:
         conn = None
     agent = core.AGENT = Agent(settings, conn)
     hooks = {} if conn is None else installers()
-    if settings.optimize.toggles():  # the toggles apply with or without telemetry
+    # the toggles apply with or without telemetry; compare's data check rides with them
+    if settings.optimize.toggles() or settings.optimize.check_data:
         optimize.add_installers(agent, hooks)
     if hooks:
         PostImportHooks(agent, hooks).install()
