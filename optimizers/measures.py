@@ -31,6 +31,20 @@ class InputStats:
 
 
 @dataclass(frozen=True)
+class DataStream:
+    """What one run's loop was fed, as the agent's batch fingerprints counted it."""
+
+    batches: int
+    repeats: int  # batches whose fingerprint an earlier batch of the run had
+    epoch_batches: tuple[int, ...] = ()  # batches per completed epoch
+
+    @property
+    def repeat_fraction(self) -> float:
+        """The share of batches that repeated an earlier one."""
+        return self.repeats / self.batches if self.batches else 0.0
+
+
+@dataclass(frozen=True)
 class RunOutcome:
     """One repeat of one configuration (or one level of the parallelism search)."""
 
@@ -50,6 +64,10 @@ class RunOutcome:
     batch_size: float | None = None  # median over the measured steps
     input: InputStats | None = None
     evidence: Mapping[str, object] = field(default_factory=dict)  # the verdict's
+    data: DataStream | None = None  # the batches' fingerprints (None: none were seen)
+    blocked: tuple[tuple[Toggle, str], ...] = ()  # (toggle, obstacle kind) the agent reported
+    serial_source: str | None = None  # a source stage no toggle parallelizes (its name)
+    serial_s_per_step: float | None = None  # that stage's own time per step, when measured
 
     @classmethod
     def failure(cls, session: str, why: str) -> RunOutcome:

@@ -10,9 +10,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sofa_top.agent.toggles import OptimizeSpec, Toggle, toggle_of_hook
-from sofa_top.model.samples import Event, StepSample
-from sofa_top.optimizers.measures import InputStats, Points, RunOutcome, Unit, input_stats
+from sofa_top.agent.toggles import OptimizeSpec, Toggle, toggle_of, toggle_of_hook
+from sofa_top.model.samples import Event, PipelineSample, StepSample
+from sofa_top.optimizers.advice import view
+from sofa_top.optimizers.measures import (
+    DataStream,
+    InputStats,
+    Points,
+    RunOutcome,
+    Unit,
+    input_stats,
+)
 from sofa_top.optimizers.probes import affinity
 from sofa_top.recording.store import SessionReader
 
@@ -31,6 +39,7 @@ class _Stored:
     cpu_points: Points
     core_points: list[Points]
     rss: list[float] = field(default_factory=list)
+    pipeline: PipelineSample | None = None
 
 
 def _read(path: Path) -> _Stored:
@@ -48,6 +57,7 @@ def _read(path: Path) -> _Stored:
                 reader.points(f"sys.cpu.{i}") for i in affinity() if f"sys.cpu.{i}" in names
             ],
             rss=[v for _ts, v, _e in reader.points("tree.rss") if v is not None],
+            pipeline=reader.last_pipeline(),
         )
     finally:
         reader.close()
@@ -148,6 +158,51 @@ def _compile_s(steady: float | None, opt_events: Sequence[Event]) -> float | Non
     return out
 
 
+def _data_stream(opt_events: Sequence[Event]) -> DataStream | None:
+    """The last data-check counts the agent sent (they are cumulative)."""
+    last: dict[str, object] | None = None
+    for e in opt_events:
+        d = e.data.get("data_check")
+        if isinstance(d, dict):
+            last = d
+    if last is None:
+        return None
+    batches, repeats, epochs = last.get("batches"), last.get("repeats"), last.get("epoch_batches")
+    if not isinstance(batches, int) or not isinstance(repeats, int):
+        return None
+    return DataStream(
+        batches,
+        repeats,
+        tuple(n for n in (epochs if isinstance(epochs, list) else []) if isinstance(n, int)),
+    )
+
+
+def _blocked(opt_events: Sequence[Event]) -> tuple[tuple[Toggle, str], ...]:
+    """(toggle, obstacle) for each typed reason the agent gave for not applying a toggle."""
+    out: list[tuple[Toggle, str]] = []
+    for e in opt_events:
+        t, kind = e.data.get("toggle"), e.data.get("blocked")
+        toggle = toggle_of(t) if isinstance(t, str) else None
+        if toggle is not None and isinstance(kind, str) and (toggle, kind) not in out:
+            out.append((toggle, kind))
+    return tuple(out)
+
+
+def _serial_source(stored: _Stored, batch: float | None) -> tuple[str | None, float | None]:
+    """The source no toggle parallelizes, and its own time per step when the agent timed it."""
+    v = view(stored.pipeline)
+    src = v.serial_source
+    if src is None:
+        return None, None
+    per_step = None
+    if src.self_time_s is not None:
+        # elements batched after the source: each step takes a batch of them
+        outer = v.stages[: v.stages.index(src)]
+        batched = any(s.kind == "batch" for s in outer)
+        per_step = src.self_time_s * ((batch or 1.0) if batched else 1.0)
+    return src.name, per_step
+
+
 def analyze_session(
     path: str | Path,
     warmup: int,
@@ -161,6 +216,7 @@ def analyze_session(
     applied, not_applied = _toggles(stored, spec)
     verdict, evidence = _verdict(Path(path))
     par = [int(v) for e in stored.opt_events if isinstance(v := e.data.get("parallelism"), int)]
+    serial, serial_s = _serial_source(stored, st.batch)
     return RunOutcome(
         session=str(path),
         rate=st.rate,
@@ -178,4 +234,8 @@ def analyze_session(
         batch_size=st.batch,
         input=st.stats,
         evidence=evidence,
+        data=_data_stream(stored.opt_events),
+        blocked=_blocked(stored.opt_events),
+        serial_source=serial,
+        serial_s_per_step=serial_s,
     )

@@ -17,7 +17,13 @@ from sofa_top.optimizers.search import SearchResult
 
 SCHEMA_VERSION = 2
 SCHEMA_FILE = Path(__file__).with_name("compare.schema.json")
-Flag = Literal["toggle-not-applied", "slower-than-baseline", "non-finite-loss", "run-failed"]
+Flag = Literal[
+    "toggle-not-applied",
+    "slower-than-baseline",
+    "non-finite-loss",
+    "run-failed",
+    "data-changed",  # the run's loop was fed another data stream than the baseline's
+]
 
 
 @dataclass
@@ -39,6 +45,8 @@ class ConfigResult:
     sessions: list[str] = field(default_factory=list)
     parallelism: int | None = None
     headroom: Headroom = field(default_factory=lambda: Headroom.unknown("steps/s"))
+    data_change: str | None = None  # how the data stream differed from the baseline's
+    advice: list[str] = field(default_factory=list)  # code changes that let a toggle apply
 
     def to_json(self) -> dict[str, Any]:
         """One entry of ``runs`` in ``compare --json``."""
@@ -57,6 +65,8 @@ class ConfigResult:
             "sessions": list(self.sessions),
             "parallelism": self.parallelism,
             "headroom": asdict(self.headroom),
+            "data_change": self.data_change,
+            "advice": list(self.advice),
         }
 
 

@@ -7,9 +7,40 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sofa_top.agent.toggles import XLA_FLAGS, Toggle
+from sofa_top.optimizers.advice.inputs import SHARD_RECIPE
 from sofa_top.optimizers.compare.results import CompareResult, ConfigResult, Flag
 from sofa_top.optimizers.headroom import Diagnosis, headroom
-from sofa_top.optimizers.measures import Throughput, median
+from sofa_top.optimizers.measures import DataStream, Throughput, median
+
+REPEATS_CHANGED = 0.10  # more repeated batches than the baseline's by this share of batches
+MIN_REPEATS = 3
+EPOCH_TOLERANCE = 0.10  # per-worker partial last batches make epochs slightly longer
+
+# The code change that lets a toggle apply, per obstacle the agent reports (``blocked``).
+UNBLOCK: dict[str, str] = {
+    "unsharded-iterable": (
+        f"PyTorch: the IterableDataset feeds every DataLoader worker the whole stream: "
+        f"{SHARD_RECIPE}; then DataLoader(num_workers=N) reads each sample once"
+    ),
+}
+
+
+def data_change(run: DataStream | None, base: DataStream | None) -> str | None:
+    """How ``run``'s data stream differs from the baseline's (None: no difference seen, or
+    nothing to compare)."""
+    if run is None or base is None:
+        return None
+    extra = run.repeat_fraction - base.repeat_fraction
+    if run.repeats >= MIN_REPEATS and extra >= REPEATS_CHANGED:
+        return (
+            f"{run.repeats} of {run.batches} batches repeat an earlier one (baseline: "
+            f"{base.repeats} of {base.batches}): samples are fed more than once"
+        )
+    if run.epoch_batches and base.epoch_batches:
+        n, b = run.epoch_batches[0], base.epoch_batches[0]
+        if abs(n - b) > max(2, EPOCH_TOLERANCE * b):
+            return f"an epoch is {n} batches (baseline: {b}): the data stream changed"
+    return None
 
 
 def _toggles(cr: ConfigResult) -> tuple[list[Toggle], list[tuple[Toggle, str]]]:
@@ -37,11 +68,19 @@ def _flags(cr: ConfigResult) -> list[Flag]:
         flags.append("non-finite-loss")
     if any(o.failed for o in cr.outcomes):
         flags.append("run-failed")
+    if cr.data_change is not None:
+        flags.append("data-changed")
     return flags
 
 
-def summarize(cr: ConfigResult, baseline: float | None, diag: Diagnosis | None) -> None:
-    """Fill ``cr``'s summary fields from its outcomes (``baseline``: the baseline's median)."""
+def summarize(
+    cr: ConfigResult,
+    baseline: float | None,
+    diag: Diagnosis | None,
+    base_data: DataStream | None = None,
+) -> None:
+    """Fill ``cr``'s summary fields from its outcomes (``baseline``: the baseline's median
+    throughput, ``base_data``: the data stream its first run was fed)."""
     outs = cr.outcomes
     cr.throughput = Throughput.of(outs)
     cr.compile_s = median([o.compile_s for o in outs if o.compile_s is not None])
@@ -51,20 +90,30 @@ def summarize(cr: ConfigResult, baseline: float | None, diag: Diagnosis | None) 
     cr.where = sorted({w for o in outs for w in o.where})
     cr.errors = [f"{Path(o.session).name}: {o.failed}" for o in outs if o.failed]
     med = cr.throughput.median
-    cr.speedup = med / baseline if baseline and med is not None else None
+    if cr.config != "baseline":
+        cr.data_change = next(
+            (c for o in outs if (c := data_change(o.data, base_data)) is not None), None
+        )
+    # a run fed other data is not faster at the same work: no speedup is reported for it
+    cr.speedup = med / baseline if baseline and med is not None and cr.data_change is None else None
     cr.flags = _flags(cr)
     cr.parallelism = cr.optimize.parallelism
+    cr.advice = [
+        UNBLOCK[k] for k in sorted({k for o in outs for _t, k in o.blocked}) if k in UNBLOCK
+    ]
     cr.headroom = headroom(outs, cr.throughput, cr.parallelism, "prefetch" in cr.applied, diag)
 
 
 def best_config(runs: Sequence[ConfigResult]) -> str | None:
-    """The fastest configuration whose runs neither failed nor produced a non-finite loss."""
+    """The fastest configuration whose runs neither failed, produced a non-finite loss, nor
+    were fed another data stream than the baseline's."""
     ok = [
         r
         for r in runs
         if r.throughput.median is not None
         and "run-failed" not in r.flags
         and "non-finite-loss" not in r.flags
+        and "data-changed" not in r.flags
     ]
     return max(ok, key=lambda r: r.throughput.median or 0.0).config if ok else None
 
@@ -90,6 +139,19 @@ def changes_for(result: CompareResult, config: str | None) -> list[str]:
             out.append("PyTorch: `model.compile()` (torch.compile in place) before the loop")
     if "depth_first" in cr.applied:
         out.append("PyTorch: `model = sofa_top.optimizers.depth_first(model)`")
+    if "threads" in cr.applied:
+        n = cr.optimize.threads
+        if "torch:" in where:
+            out.append(
+                f"PyTorch: `torch.set_num_threads({n})` at the start (or env "
+                f"OMP_NUM_THREADS={n}); env OMP_WAIT_POLICY=PASSIVE"
+            )
+        if "tensorflow:" in where:
+            out.append(
+                f"TF: `tf.config.threading.set_intra_op_parallelism_threads({n})` and "
+                f"`set_inter_op_parallelism_threads({n})` before the first op; env "
+                "OMP_WAIT_POLICY=PASSIVE"
+            )
     return out
 
 
@@ -110,4 +172,10 @@ def _prefetch_changes(where: str, n: int | None) -> list[str]:
     m = re.search(r"DataLoader\(([^)]*)\)", where)
     if m:
         out.append(f"PyTorch: `DataLoader(..., {m.group(1)})`")
+    k = re.search(r"keras: (\S+) PyDataset\(workers=(\d+)\)", where)
+    if k:
+        out.append(
+            f"Keras: `super().__init__(workers={k.group(2)})` in {k.group(1)}.__init__ "
+            "(use_multiprocessing=True when __getitem__ is CPU-bound Python)"
+        )
     return out

@@ -35,11 +35,25 @@ prefetch
     ends in a prefetch), since tf.data's default pool has one thread per core; a
     ``DataLoader`` with fewer than N workers (0 included) gets ``num_workers=N``. Each
     ``optimize`` event then carries ``parallelism`` and says N in its ``where``.
+    An ``IterableDataset`` gets workers only if it shards: ``datacheck.iterable_shards`` runs
+    it as workers 0 and 1 would and compares their first items; one that yields the same
+    items in both keeps its loader as it was (the toggle is skipped with the reason: workers
+    would feed every sample N times). A Keras ``PyDataset`` with one worker gets ``workers``
+    (the setting, else the default workers) through its own enqueuer, which keeps the order;
+    Keras' tf.data around it is left as Keras set it.
 depth_first
     ``sofa_top.optimizers.depth_first`` on the same top-level module (loaded from its
     files, under its real module names, when ``sofa_top.optimizers`` is not importable).
     Mutually exclusive with torch.compile: with both requested, depth-first is reported
     skipped.
+threads
+    ``{"threads": N}``: ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``/``OPENBLAS_NUM_THREADS=N`` and
+    ``OMP_WAIT_POLICY=PASSIVE`` at agent start (before the workload loads its BLAS);
+    ``torch.set_num_threads(N)`` once torch is imported, and a later call of the script's own
+    with more threads is capped at N; TensorFlow's intra- and inter-op pools at N.
+check_data
+    Not a toggle: every batch the loop fetches (DataLoader, tf.data iterator) is fingerprinted
+    (``datacheck``) and the counts reported as ``optimize`` events with ``data_check``.
 """
 
 from __future__ import annotations
@@ -51,6 +65,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from sofa_top.agent import datacheck
 from sofa_top.agent.toggles import XLA_FLAGS, OptimizeSpec, PrefetchOptions, Toggle, hook_name
 
 if TYPE_CHECKING:
@@ -75,6 +90,8 @@ class _State:
     wanted: OptimizeSpec = OptimizeSpec()
     where: dict[str, list[str]] = {}
     top_module_hook: Any = None
+    shards: dict[int, tuple[Any, bool, str]] = {}  # id(dataset) -> (dataset, shards, why)
+    check: datacheck.DataCheck | None = None
 
 
 def _applied(toggle: Toggle, where: str, **data: Any) -> None:
@@ -92,7 +109,9 @@ def _applied(toggle: Toggle, where: str, **data: Any) -> None:
     )
 
 
-def _skipped(toggle: Toggle, reason: str) -> None:
+def _skipped(toggle: Toggle, reason: str, **data: Any) -> None:
+    """Report that ``toggle`` did not change something; ``data`` says why in typed form
+    (``blocked``: a kind of obstacle compare knows the code change for)."""
     agent = _State.agent
     if agent is None or _State.where.get(toggle):
         return  # applied somewhere already: a miss elsewhere does not undo it
@@ -100,8 +119,18 @@ def _skipped(toggle: Toggle, reason: str) -> None:
     agent.event(
         "optimize",
         f"{toggle} not applied: {reason}",
-        {"toggle": toggle, "applied": False, "where": None, "reason": reason},
+        {"toggle": toggle, "applied": False, "where": None, "reason": reason, **data},
     )
+
+
+def _check_guard(fn: Callable[[Agent, ModuleType], None]) -> Installer:
+    def install(agent: Agent, module: ModuleType) -> None:
+        try:
+            fn(agent, module)
+        except Exception as e:  # the check is compare's, never the workload's problem
+            agent.event("optimize", f"data check not installed: {e!r}", {"toggle": None})
+
+    return install
 
 
 def _guard(toggle: Toggle, fn: Callable[[Agent, ModuleType], None]) -> Installer:
@@ -195,7 +224,7 @@ def _install_tf_data(agent: Agent, module: ModuleType) -> None:
         try:
             from tensorflow.python.eager import context
 
-            if context.executing_eagerly():
+            if context.executing_eagerly() and not _keras_py_dataset(self):
                 o = module.options_lib.Options()
                 if n is not None:
                     # tf.data's default pool has one thread per core: waiting calls need more
@@ -226,6 +255,50 @@ def _install_tf_data(agent: Agent, module: ModuleType) -> None:
     cls.__iter__ = __iter__
 
 
+def _keras_py_dataset(ds: Any, depth: int = 4) -> bool:
+    """Whether ``ds`` is Keras' tf.data around a PyDataset (Keras tunes its threads itself)."""
+    from sofa_top.agent.hooks_tf import from_generator_source
+
+    todo = [(ds, 0)]
+    while todo:
+        d, level = todo.pop()
+        gen = from_generator_source(d)
+        if gen is not None and getattr(getattr(gen, "__self__", None), "py_dataset", None):
+            return True
+        if level < depth:
+            try:
+                todo.extend((child, level + 1) for child in d._inputs())
+            except Exception:
+                continue
+    return False
+
+
+def _install_py_dataset(agent: Agent, module: ModuleType) -> None:
+    cls = getattr(module, "PyDatasetAdapter", None)
+    if cls is None:
+        raise RuntimeError("keras PyDatasetAdapter not found")
+    opts = _State.wanted.prefetch or PrefetchOptions()
+    workers = opts.parallelism or opts.workers or default_workers()
+    orig = cls.__init__
+
+    def __init__(self: Any, x: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            current = int(getattr(x, "workers", 1) or 1)
+            if current < workers and not getattr(x, "use_multiprocessing", False):
+                x.workers = workers  # threads: the OrderedEnqueuer keeps the batch order
+                _applied(
+                    "prefetch",
+                    f"keras: {type(x).__name__} PyDataset(workers={workers})",
+                    workers=workers,
+                )
+        except Exception as e:
+            _skipped("prefetch", f"PyDataset workers not set: {e!r}")
+        orig(self, x, *args, **kwargs)
+
+    __init__.__wrapped__ = orig  # type: ignore[attr-defined]
+    cls.__init__ = __init__
+
+
 # -- PyTorch ------------------------------------------------------------------------------------
 
 
@@ -250,6 +323,20 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
             ):
                 import torch
 
+                dataset = a.get("dataset")
+                if isinstance(dataset, torch.utils.data.IterableDataset):
+                    shards, why = _shards(dataset, workers)
+                    if not shards:
+                        _skipped(
+                            "prefetch",
+                            f"not sharded: DataLoader over {type(dataset).__name__} keeps "
+                            f"num_workers={current}: {why}",
+                            blocked="unsharded-iterable",
+                            dataset=type(dataset).__name__,
+                        )
+                        orig(self, *args, **kwargs)
+                        return
+
                 a["num_workers"] = workers
                 a["persistent_workers"] = True
                 pf = a.get("prefetch_factor") or opts.prefetch_factor or 4
@@ -273,16 +360,32 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
     cls.__init__ = __init__
 
 
-def _load_depth_first() -> Callable[[Any], Any]:
+def _shards(dataset: Any, workers: int) -> tuple[bool, str]:
+    """``datacheck.iterable_shards``, once per dataset; a probe that fails means no workers."""
+    key = id(dataset)
+    hit = _State.shards.get(key)
+    if hit is not None and hit[0] is dataset:
+        return hit[1], hit[2]
+    try:
+        shards, why = datacheck.iterable_shards(dataset, workers)
+    except Exception as e:
+        shards, why = False, f"probing its workers' streams failed: {e!r}"
+    _State.shards[key] = (dataset, shards, why)
+    return shards, why
+
+
+def _load_depth_first(name: str = "depth_first") -> Callable[..., Any]:
+    """``sofa_top.optimizers.depth_first.<name>`` (``depth_first``, ``count_chains``)."""
     import importlib
 
     try:  # by name, not a static import: the agent imports nothing else from sofa_top
-        return importlib.import_module("sofa_top.optimizers.depth_first").depth_first  # type: ignore[no-any-return]
+        mod = importlib.import_module("sofa_top.optimizers.depth_first")
     except ImportError:
-        return _load_depth_first_by_path()
+        mod = _load_depth_first_by_path()
+    return getattr(mod, name)  # type: ignore[no-any-return]
 
 
-def _load_depth_first_by_path() -> Callable[[Any], Any]:
+def _load_depth_first_by_path() -> ModuleType:
     """``depth_first`` from this copy of sofa-top's files, without ``sofa_top.optimizers``.
 
     The package's modules import each other and ``sofa_top.optimizers.cache`` by absolute
@@ -293,10 +396,9 @@ def _load_depth_first_by_path() -> Callable[[Any], Any]:
     folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "optimizers")
     package = os.path.join(folder, "depth_first")
     _exec_by_path("sofa_top.optimizers.cache", os.path.join(folder, "cache.py"))
-    mod = _exec_by_path(
+    return _exec_by_path(
         "sofa_top.optimizers.depth_first", os.path.join(package, "__init__.py"), package
     )
-    return mod.depth_first  # type: ignore[no-any-return]
 
 
 def _exec_by_path(name: str, path: str, package: str | None = None) -> ModuleType:
@@ -384,6 +486,87 @@ def _install_torch_modules(agent: Agent, module: ModuleType) -> None:
     _State.top_module_hook = register(pre_hook)
 
 
+# -- threads ------------------------------------------------------------------------------------
+
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def _set_thread_env(n: int) -> None:
+    for name in THREAD_ENV:
+        os.environ[name] = str(n)
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+
+def _install_torch_threads(agent: Agent, torch: ModuleType) -> None:
+    n = _State.wanted.threads
+    if n is None:
+        return
+    orig = torch.set_num_threads
+    torch.set_num_threads(n)
+
+    def set_num_threads(k: int) -> None:
+        capped = min(int(k), n) if isinstance(k, int) and k > 0 else k
+        if capped != k:
+            _applied("threads", f"torch: the script's set_num_threads({k}) capped at {n}")
+        orig(capped)
+
+    set_num_threads.__wrapped__ = orig  # type: ignore[attr-defined]
+    torch.set_num_threads = set_num_threads  # type: ignore[attr-defined]
+    _applied(
+        "threads",
+        f"torch: set_num_threads({n}), OMP_NUM_THREADS={n}, OMP_WAIT_POLICY=PASSIVE",
+        threads=n,
+    )
+
+
+def _install_tf_threads(agent: Agent, tf: ModuleType) -> None:
+    n = _State.wanted.threads
+    if n is None:
+        return
+    tf.config.threading.set_intra_op_parallelism_threads(n)
+    tf.config.threading.set_inter_op_parallelism_threads(n)
+    _applied(
+        "threads",
+        f"tensorflow: set_intra_op_parallelism_threads({n}), set_inter_op_parallelism_threads"
+        f"({n}), OMP_NUM_THREADS={n}",
+        threads=n,
+    )
+
+
+# -- the data-stream check ----------------------------------------------------------------------
+
+
+def _check() -> datacheck.DataCheck:
+    check = _State.check
+    if check is None:
+
+        def report(data: dict[str, Any]) -> None:
+            agent = _State.agent
+            if agent is not None:
+                agent.event(
+                    "optimize",
+                    f"data check: {data['batches']} batches, {data['repeats']} repeated",
+                    {"toggle": None, "data_check": data},
+                )
+
+        check = _State.check = datacheck.DataCheck(report)
+    return check
+
+
+def _install_check_torch(agent: Agent, module: ModuleType) -> None:
+    cls = getattr(module, "_BaseDataLoaderIter", None)
+    if cls is None:
+        raise RuntimeError("torch _BaseDataLoaderIter not found")
+    cls.__next__ = datacheck.wrap_next(cls.__next__, _check())
+
+
+def _install_check_tf(agent: Agent, module: ModuleType) -> None:
+    cls = getattr(module, "OwnedIterator", None)
+    if cls is None:
+        raise RuntimeError("tf.data OwnedIterator not found")
+    cls.__next__ = datacheck.wrap_next(cls.__next__, _check())
+
+
 # -- entry point --------------------------------------------------------------------------------
 
 
@@ -393,6 +576,8 @@ def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Insta
     _State.agent = agent
     _State.wanted = wanted
     _State.where = {}
+    _State.shards = {}
+    _State.check = None
     for problem in agent.settings.problems:
         if problem.startswith("optimize:"):
             agent.event("optimize", problem, {"toggle": None})
@@ -404,6 +589,8 @@ def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Insta
         )
     if wanted.xla:
         os.environ.setdefault("TF_XLA_FLAGS", XLA_FLAGS)
+    if wanted.threads is not None:
+        _set_thread_env(wanted.threads)
 
     def add(name: str, toggle: Toggle, fn: Callable[[Agent, ModuleType], None]) -> None:
         installers[name] = [*installers.get(name, ()), (hook_name(toggle), _guard(toggle, fn))]
@@ -414,6 +601,19 @@ def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Insta
     if wanted.prefetch is not None:
         add("tensorflow.python.data.ops.dataset_ops", "prefetch", _install_tf_data)
         add("torch.utils.data.dataloader", "prefetch", _install_dataloader)
+        add("keras.src.trainers.data_adapters.py_dataset_adapter", "prefetch", _install_py_dataset)
+    if wanted.threads is not None:
+        add("torch", "threads", _install_torch_threads)
+        add("tensorflow", "threads", _install_tf_threads)
+    if wanted.check_data:
+        installers["torch.utils.data.dataloader"] = [
+            *installers.get("torch.utils.data.dataloader", ()),
+            ("data-check", _check_guard(_install_check_torch)),
+        ]
+        installers["tensorflow.python.data.ops.iterator_ops"] = [
+            *installers.get("tensorflow.python.data.ops.iterator_ops", ()),
+            ("data-check", _check_guard(_install_check_tf)),
+        ]
     if wanted.xla or wanted.depth_first:
         add(
             "torch.nn.modules.module",

@@ -3,12 +3,19 @@ optimizers choose them, and both import this one definition).
 
 On the wire a spec is ``settings["optimize"]`` (``OptimizeSpec.to_json``)::
 
-    {"xla": true, "prefetch": {"parallelism": 16, "deterministic": false}, "depth_first": true}
+    {"xla": true, "prefetch": {"parallelism": 16, "deterministic": false}, "depth_first": true,
+     "threads": 1, "check_data": true}
 
-``"prefetch": true`` means the defaults. A toggle is known by three names, each with its use:
-the spec key (``depth_first``), the name people type and read (``depth-first``: compare's
-configurations, recommendations) and the hook it is reported under by the agent
-(``opt:depth-first``). The conversions are here and nowhere else.
+``"prefetch": true`` means the defaults. ``threads: N`` caps the workload's compute thread
+pools at N (OpenMP/MKL and torch's intra-op pool, TensorFlow's intra- and inter-op pools) and
+lets idle OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``). ``check_data`` is no toggle: compare
+sets it on every run, the baseline included, so that the agent fingerprints the batches and
+compare can tell a configuration that changed the data stream.
+
+A toggle is known by three names, each with its use: the spec key (``depth_first``), the name
+people type and read (``depth-first``: compare's configurations, recommendations) and the hook
+it is reported under by the agent (``opt:depth-first``). The conversions are here and nowhere
+else.
 """
 
 from __future__ import annotations
@@ -16,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-Toggle = Literal["xla", "prefetch", "depth_first"]
-TOGGLES: tuple[Toggle, ...] = ("xla", "prefetch", "depth_first")
+Toggle = Literal["xla", "prefetch", "depth_first", "threads"]
+TOGGLES: tuple[Toggle, ...] = ("xla", "prefetch", "depth_first", "threads")
 HOOK_PREFIX = "opt:"
 # TensorFlow auto-clustering, set by the xla toggle before the workload imports TF
 XLA_FLAGS = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
@@ -88,6 +95,8 @@ class OptimizeSpec:
     xla: bool = False
     prefetch: PrefetchOptions | None = None
     depth_first: bool = False
+    threads: int | None = None  # cap the compute thread pools at this many threads
+    check_data: bool = False  # fingerprint the batches (compare's data-stream check)
 
     def toggles(self) -> tuple[Toggle, ...]:
         """The toggles asked for, in ``TOGGLES`` order."""
@@ -95,6 +104,7 @@ class OptimizeSpec:
             "xla": self.xla,
             "prefetch": self.prefetch is not None,
             "depth_first": self.depth_first,
+            "threads": self.threads is not None,
         }
         return tuple(t for t in TOGGLES if on[t])
 
@@ -120,6 +130,10 @@ class OptimizeSpec:
             d["prefetch"] = self.prefetch.to_json()
         if self.depth_first:
             d["depth_first"] = True
+        if self.threads is not None:
+            d["threads"] = self.threads
+        if self.check_data:
+            d["check_data"] = True
         return d
 
     @classmethod
@@ -130,19 +144,28 @@ class OptimizeSpec:
         problems: list[str] = []
         on: dict[str, bool] = {}
         prefetch: PrefetchOptions | None = None
+        threads: int | None = None
         for key, value in raw.items():
-            toggle = next((t for t in TOGGLES if t == key), None)  # spec keys only
+            toggle = next((t for t in (*TOGGLES, "check_data") if t == key), None)  # spec keys
             if toggle is None:
                 problems.append(f"optimize: unknown toggle {key!r} ignored")
             elif toggle == "prefetch":
                 prefetch, bad = _prefetch(value)
                 problems += bad
+            elif toggle == "threads":
+                threads = _positive_int(value)
+                if threads is None and value not in (False, None):
+                    problems.append("optimize: threads: expected a positive integer")
             elif value is True:
                 on[toggle] = True
             elif value not in (False, None):
                 problems.append(f"optimize: {key}: expected true or false")
         spec = cls(
-            xla=on.get("xla", False), prefetch=prefetch, depth_first=on.get("depth_first", False)
+            xla=on.get("xla", False),
+            prefetch=prefetch,
+            depth_first=on.get("depth_first", False),
+            threads=threads,
+            check_data=on.get("check_data", False),
         )
         return spec, tuple(problems)
 
