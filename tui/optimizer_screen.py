@@ -30,7 +30,9 @@ from textual.widgets import Button, Checkbox, Footer, Input, Label, ProgressBar,
 
 from sofa_top.agent.toggles import OptimizeSpec
 from sofa_top.model.snapshot import Snapshot, TargetInfo
-from sofa_top.model.verdict import Verdict
+from sofa_top.model.verdict import ToggleName, Verdict
+from sofa_top.model.workload import ModelReport
+from sofa_top.optimizers.advice import toggles_off
 from sofa_top.optimizers.compare import (
     CompareEvent,
     CompareResult,
@@ -53,10 +55,11 @@ EXCLUSIVE_NOTE = (
     "depth-first skipped"
 )
 # toggle (verdict recommendations, compare's configuration names), checkbox label
-TOGGLES: tuple[tuple[str, str], ...] = (
+TOGGLES: tuple[tuple[ToggleName, str], ...] = (
     ("prefetch", "prefetch + parallelism"),
     ("xla", "XLA / torch.compile"),
-    ("depth-first", "depth-first (BrainSlug)"),
+    ("depth-first", "depth-first"),
+    ("threads", "threads"),
 )
 DEFAULT_REPEATS = 3
 DEFAULT_STEPS = 50
@@ -206,6 +209,10 @@ def winner_text(result: CompareResult) -> RenderableType:
         for s in best.sessions:
             parts.append(Text(f"  {s}", style="grey62"))
     for r in result.runs:
+        if r.data_change:
+            parts.append(Text(f"{r.config}: data changed: {r.data_change}", style="yellow"))
+        for a in r.advice:
+            parts.append(Text(f"{r.config}: to apply it: {a}"))
         for e in r.errors:
             parts.append(Text(f"{r.config}: {e}", style="red"))
     return Group(*parts)
@@ -244,10 +251,14 @@ class OptimizerScreen(Screen[None]):
         *,
         runner: Runner = run_compare,
         out_dir: str | Path | None = None,
+        framework: str = "",
+        model: ModelReport | None = None,
     ) -> None:
         super().__init__()
         self.target = target
         self.verdict = verdict
+        # why each toggle that cannot help or apply here is off (shown, never pre-ticked)
+        self.off = toggles_off(framework, verdict.kind if verdict else None, model)
         self.runner = runner
         self.out_dir = out_dir
         self.running = False
@@ -257,7 +268,7 @@ class OptimizerScreen(Screen[None]):
         self.done_runs = 0
         self.total_runs = 0
         wanted = {r.toggle for r in (verdict.recommendations if verdict else ()) if r.toggle}
-        self.preselected = {t for t, _label in TOGGLES if t in wanted}
+        self.preselected = {t for t, _label in TOGGLES if t in wanted and t not in self.off}
 
     @property
     def can_run(self) -> bool:
@@ -322,7 +333,10 @@ class OptimizerScreen(Screen[None]):
         text = EXCLUSIVE_NOTE
         if conflict:
             text = "⚠ both ticked: " + EXCLUSIVE_NOTE.replace("a run with both", "the combined run")
-        note.update(text)
+        off = [f"{t}: {why}" for t, _label in TOGGLES if (why := self.off.get(t))]
+        if off:
+            text += "\noff here: " + "; ".join(off)
+        note.update(Text(text))
         note.set_class(conflict, "-conflict")
 
     def _status(self, text: str, *, error: bool = False) -> None:
@@ -489,10 +503,22 @@ def _search_text(event: CompareEvent) -> str:
     return progress_line(event).strip()
 
 
-def _dashboard_target(app: App[Any]) -> tuple[TargetInfo | None, Verdict | None]:
+def snapshot_framework(snapshot: Snapshot) -> str:
+    """``tensorflow``, ``torch`` or "" (not known) for the workload of ``snapshot``."""
+    if snapshot.model is not None:
+        return snapshot.model.framework
+    if snapshot.pipeline is not None:
+        return "tensorflow" if snapshot.pipeline.framework == "tf.data" else "torch"
+    names = {n for n, _v in snapshot.agent.frameworks} if snapshot.agent else set()
+    if "tensorflow" in names and "torch" not in names:
+        return "tensorflow"
+    return "torch" if "torch" in names else ""
+
+
+def _dashboard_target(app: App[Any]) -> tuple[TargetInfo | None, Snapshot | None]:
     snapshot = getattr(app, "latest", None)
     if isinstance(snapshot, Snapshot):
-        return snapshot.target, snapshot.verdict
+        return snapshot.target, snapshot
     source = getattr(app, "source", None)
     for holder in (source, getattr(source, "session", None)):
         target = getattr(holder, "target", None)
@@ -514,7 +540,14 @@ def open_optimizer(app: App[Any], runner: Runner | None = None) -> None:
             app.push_screen(SCREEN_NAME)
             return
         app.uninstall_screen(SCREEN_NAME)
-    target, verdict = _dashboard_target(app)
+    target, snapshot = _dashboard_target(app)
     chosen: Runner = runner or getattr(app, "optimizer_runner", None) or run_compare
-    app.install_screen(OptimizerScreen(target, verdict, runner=chosen), SCREEN_NAME)
+    screen = OptimizerScreen(
+        target,
+        None if snapshot is None else snapshot.verdict,
+        runner=chosen,
+        framework="" if snapshot is None else snapshot_framework(snapshot),
+        model=None if snapshot is None else snapshot.model,
+    )
+    app.install_screen(screen, SCREEN_NAME)
     app.push_screen(SCREEN_NAME)
