@@ -160,6 +160,7 @@ def headroom(
     parallelism: int | None,
     prefetch_applied: bool,
     diag: Diagnosis | None,
+    compute_changed: bool = False,
 ) -> Headroom:
     """The best throughput the baseline's numbers say this configuration's input stage can
     reach on this machine, in the run's unit, and the fraction of it the run reached.
@@ -188,6 +189,10 @@ def headroom(
         free = min(float(diag.cores), max(diag.cores - others, busy or 0.0))
     cpu_per_step = cpu or diag.cpu_per_step_s
     bounds = diag.bounds(p, cpu, free)
+    if compute_changed:
+        # XLA, depth-first and thread counts change the compute itself: the baseline's
+        # compute-only rate bounds nothing for them
+        bounds.pop("compute", None)
     none = Headroom(None, None, unit, None, diag.cores, p, free, cpu_per_step, None)
     if not bounds:
         return none
@@ -204,10 +209,13 @@ def headroom(
         if bound == "cores" and free is not None and diag.cores - free >= 0.05:
             what += f" ({diag.cores - free:.1f} of them busy elsewhere)"
         text = f"at {frac:.0%} of {what}"
-        steps_rate = min(bounds.values())
-        if diag.step_s and steps_rate <= NOTHING_TO_WIN / diag.step_s:
-            # the binding bound is where the baseline already is: no setting wins more
-            text += "; nothing left to win without changing the code"
+        if (
+            bound == "serial-source"
+            and diag.step_s
+            and bounds[bound] <= NOTHING_TO_WIN / diag.step_s
+        ):
+            # the source caps the pipeline where the baseline already is: no toggle moves it
+            text += f"; nothing left to win without changing {diag.serial_source}"
     return Headroom(rate, frac, unit, bound, diag.cores, p, free, cpu_per_step, text)
 
 

@@ -37,11 +37,14 @@ class DataStream:
     batches: int
     repeats: int  # batches whose fingerprint an earlier batch of the run had
     epoch_batches: tuple[int, ...] = ()  # batches per completed epoch
+    first_epoch: tuple[int, int] | None = None  # (batches, repeats) when the first one ended
 
     @property
     def repeat_fraction(self) -> float:
-        """The share of batches that repeated an earlier one."""
-        return self.repeats / self.batches if self.batches else 0.0
+        """The share of batches that repeated an earlier one, within the first epoch when one
+        ended (a later epoch repeats the first by design)."""
+        batches, repeats = self.first_epoch or (self.batches, self.repeats)
+        return repeats / batches if batches else 0.0
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,11 @@ SHARD_RECIPE = (
 SHARD_WHY = "unsharded, every worker replays the whole stream: each sample is seen N times"
 
 
+def n_cores(n: int) -> str:
+    """``1 core``, ``2 cores``: the workload's core count, as every text writes it."""
+    return f"{n} core{'' if n == 1 else 's'}"
+
+
 def _calls(n: int | None) -> str:
     return "tf.data.AUTOTUNE" if n is None else str(n)
 
@@ -150,7 +155,7 @@ def parallelize(
 
 def _latency(v: PipelineView, fw: str, cores: int, iowait: float | None) -> list[Recommendation]:
     wide = max(16, 4 * cores)
-    head = f"the input stage waits on I/O, not CPU: raise parallelism past the {cores} cores"
+    head = f"the input stage waits on I/O, not CPU: raise parallelism past the {n_cores(cores)}"
     recs: list[Recommendation]
     if v.framework == "tf.data" or (not v.framework and fw == "tensorflow"):
         parts = []
@@ -253,7 +258,7 @@ def input_recommendations(
         if cause.usable_cores >= cores:
             recs = [
                 Recommendation(
-                    f"preprocessing already keeps the {cores} cores busy: more parallelism "
+                    f"preprocessing already keeps the {n_cores(cores)} busy: more parallelism "
                     "cannot help here"
                 )
             ]

@@ -170,10 +170,17 @@ def _data_stream(opt_events: Sequence[Event]) -> DataStream | None:
     batches, repeats, epochs = last.get("batches"), last.get("repeats"), last.get("epoch_batches")
     if not isinstance(batches, int) or not isinstance(repeats, int):
         return None
+    first = last.get("first_epoch")
+    first_epoch = (
+        (first[0], first[1])
+        if isinstance(first, list) and len(first) == 2 and all(isinstance(n, int) for n in first)
+        else None
+    )
     return DataStream(
         batches,
         repeats,
         tuple(n for n in (epochs if isinstance(epochs, list) else []) if isinstance(n, int)),
+        first_epoch,
     )
 
 

@@ -31,10 +31,12 @@ def data_change(run: DataStream | None, base: DataStream | None) -> str | None:
     if run is None or base is None:
         return None
     extra = run.repeat_fraction - base.repeat_fraction
-    if run.repeats >= MIN_REPEATS and extra >= REPEATS_CHANGED:
+    batches, repeats = run.first_epoch or (run.batches, run.repeats)
+    if repeats >= MIN_REPEATS and extra >= REPEATS_CHANGED:
+        where = "of the first epoch's" if run.first_epoch else "of"
         return (
-            f"{run.repeats} of {run.batches} batches repeat an earlier one (baseline: "
-            f"{base.repeats} of {base.batches}): samples are fed more than once"
+            f"{repeats} {where} {batches} batches repeat an earlier one (baseline: "
+            f"{base.repeat_fraction:.0%}): samples are fed more than once"
         )
     if run.epoch_batches and base.epoch_batches:
         n, b = run.epoch_batches[0], base.epoch_batches[0]
@@ -101,7 +103,14 @@ def summarize(
     cr.advice = [
         UNBLOCK[k] for k in sorted({k for o in outs for _t, k in o.blocked}) if k in UNBLOCK
     ]
-    cr.headroom = headroom(outs, cr.throughput, cr.parallelism, "prefetch" in cr.applied, diag)
+    cr.headroom = headroom(
+        outs,
+        cr.throughput,
+        cr.parallelism,
+        "prefetch" in cr.applied,
+        diag,
+        compute_changed=bool({"xla", "depth_first", "threads"} & set(cr.applied)),
+    )
 
 
 def best_config(runs: Sequence[ConfigResult]) -> str | None:
@@ -126,7 +135,7 @@ def changes_for(result: CompareResult, config: str | None) -> list[str]:
     out: list[str] = []
     where = " ".join(cr.where)
     if "prefetch" in cr.applied:
-        out += _prefetch_changes(where, cr.parallelism)
+        out += _prefetch_changes(where)
     if "xla" in cr.applied:
         if "tensorflow" in where:
             out.append(
@@ -155,20 +164,26 @@ def changes_for(result: CompareResult, config: str | None) -> list[str]:
     return out
 
 
-def _prefetch_changes(where: str, n: int | None) -> list[str]:
+def _prefetch_changes(where: str) -> list[str]:
+    """The tf.data, DataLoader and PyDataset changes the agent made (``where``), as code: only
+    the stages it changed (a pipeline without a map gets no ``ds.map``)."""
     out: list[str] = []
-    if "tf.data" in where and n is None:
-        out.append(
-            "tf.data: `ds.map(f, num_parallel_calls=tf.data.AUTOTUNE)` (same for "
-            "interleave) and add `.prefetch(tf.data.AUTOTUNE)` after `.batch(...)`"
-        )
-    elif "tf.data" in where:
-        out.append(
-            f"tf.data: `ds.map(f, num_parallel_calls={n})` (same for interleave), add "
-            "`.prefetch(tf.data.AUTOTUNE)` after `.batch(...)`, and "
-            f"`options.threading.private_threadpool_size = {n}` "
+    tf: list[str] = []
+    for stage in ("map", "interleave"):
+        calls = re.search(rf"tf\.data: {stage}\(num_parallel_calls=(\w+)\)", where)
+        if calls:
+            value = "tf.data.AUTOTUNE" if calls.group(1) == "AUTOTUNE" else calls.group(1)
+            tf.append(f"`ds.{stage}(f, num_parallel_calls={value})`")
+    if ".prefetch(AUTOTUNE) appended" in where:
+        tf.append("`ds = ds.prefetch(tf.data.AUTOTUNE)` as the last step")
+    pool = re.search(r"private_threadpool_size=(\d+)", where)
+    if pool:
+        tf.append(
+            f"`options.threading.private_threadpool_size = {pool.group(1)}` "
             "(`ds = ds.with_options(options)`)"
         )
+    if tf:
+        out.append("tf.data: " + ", ".join(tf))
     m = re.search(r"DataLoader\(([^)]*)\)", where)
     if m:
         out.append(f"PyTorch: `DataLoader(..., {m.group(1)})`")

@@ -5,7 +5,8 @@ only at import; tensors are read through their own methods).
     A CRC32 of a batch's structure (types, shapes, dtypes) and of at most ``SAMPLED`` values
     taken at a stride through each of its first ``LEAVES`` tensors or arrays. Two different
     batches get the same print only if they agree at every sampled position; a repeated batch
-    always does. Cost: ~15-40 us per batch (``benchmarks/datacheck.py``).
+    always does. CPU tensors are read through numpy views. Cost per batch: see
+    ``benchmarks/datacheck.py`` (benchmarks/README.md has the numbers).
 
 ``IterableShards``: before the ``prefetch`` toggle gives a DataLoader over an
 ``IterableDataset`` workers, it runs the dataset as worker 0 and worker 1 would (their
@@ -52,27 +53,36 @@ def _leaves(value: Any, out: list[Any], depth: int = 0) -> None:
         out.append(value)
 
 
+def _torch_bytes(t: Any) -> bytes:
+    """A CPU tensor through numpy (a view: ~2 us); others (CUDA, bfloat16) through torch."""
+    try:
+        return _array_bytes(t.numpy())
+    except Exception:
+        flat = t.reshape(-1)
+        step = max(1, int(flat.numel()) // SAMPLED)
+        head = f"{tuple(t.shape)}{t.dtype}".encode()
+        return head + repr(flat[::step][:SAMPLED].tolist()).encode()
+
+
+def _array_bytes(a: Any) -> bytes:
+    flat = a.reshape(-1)  # a view for the contiguous arrays batches nearly always are
+    step = max(1, int(flat.size) // SAMPLED)
+    head = f"{a.shape}{a.dtype}".encode()
+    return head + bytes(flat[::step][:SAMPLED].tobytes())
+
+
 def _leaf_bytes(leaf: Any) -> bytes:
     numpy = getattr(leaf, "numpy", None)
     detach = getattr(leaf, "detach", None)
     if detach is not None:  # a torch tensor
-        t = detach()
-        flat = t.reshape(-1)
-        n = int(flat.numel())
-        step = max(1, n // SAMPLED)
-        head = f"{tuple(t.shape)}{t.dtype}".encode()
-        return head + repr(flat[::step][:SAMPLED].tolist()).encode()
+        return _torch_bytes(detach())
     if numpy is not None and not isinstance(leaf, type):  # a tf EagerTensor
         try:
             leaf = numpy()
         except Exception:
             return repr(type(leaf)).encode()
-    ravel = getattr(leaf, "ravel", None)
-    if ravel is not None and hasattr(leaf, "tobytes"):  # a numpy array
-        flat = ravel()
-        step = max(1, int(flat.size) // SAMPLED)
-        head = f"{getattr(leaf, 'shape', ())}{getattr(leaf, 'dtype', '')}".encode()
-        return head + bytes(flat[::step][:SAMPLED].tobytes())
+    if hasattr(leaf, "reshape") and hasattr(leaf, "tobytes"):  # a numpy array
+        return _array_bytes(leaf)
     if isinstance(leaf, bytes | str | int | float | bool) or leaf is None:
         return repr(leaf).encode()
     return type(leaf).__name__.encode()
@@ -96,6 +106,9 @@ class DataCheck:
         self.batches = 0
         self.repeats = 0
         self.epochs: list[int] = []  # batches per finished epoch (iterator exhausted)
+        # (batches, repeats) when the first epoch ended: a repeat inside one epoch is a
+        # duplicate, one in a later epoch is just the next epoch
+        self.first_epoch: tuple[int, int] | None = None
         self._seen: set[int] = set()
         self._current: dict[int, int] = {}  # id(iterator) -> batches fetched from it
         self._next_report = REPORT_AT[0]
@@ -120,6 +133,8 @@ class DataCheck:
     def exhausted(self, it: object) -> None:
         """``it`` ran out: one epoch of its batches."""
         n = self._current.pop(id(it), 0)
+        if n and self.first_epoch is None:
+            self.first_epoch = (self.batches, self.repeats)
         if n and len(self.epochs) < 64:
             self.epochs.append(n)
             self.report()
@@ -130,6 +145,7 @@ class DataCheck:
             "batches": self.batches,
             "repeats": self.repeats,
             "epoch_batches": list(self.epochs),
+            "first_epoch": None if self.first_epoch is None else list(self.first_epoch),
             "distinct_tracked": len(self._seen),
         }
 
