@@ -36,14 +36,15 @@ def runnable_threads(pid: Pid) -> int | None:
     return n
 
 
-def available_cores(pid: Pid) -> int:
+def available_cores(pid: Pid, root: str = "/sys/fs/cgroup") -> int:
     """The cores ``pid`` may use: its CPU affinity, capped by its cgroup's CPU quota
-    (``cpu.max`` in cgroup v2, ``cpu.cfs_quota_us`` in v1), rounded up; at least 1."""
+    (``cpu.max`` in cgroup v2, ``cpu.cfs_quota_us`` in v1, under ``root``), rounded up; at
+    least 1."""
     try:
         cores = len(os.sched_getaffinity(pid))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    quota = cgroup_cpu_quota(pid)
+    quota = cgroup_cpu_quota(pid, root)
     if quota is not None:
         cores = min(cores, math.ceil(quota - 1e-9))
     return max(1, cores)
