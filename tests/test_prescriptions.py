@@ -83,6 +83,27 @@ def test_prefetch_never_feeds_the_model_another_stream(tmp_path: Path, shard: st
         assert result["best"] != "prefetch"
 
 
+def test_a_dataset_that_raises_is_a_failed_run_with_its_reason(tmp_path: Path) -> None:
+    cmd = (sys.executable, str(WORKLOADS / "iterable_stream.py"), "--shard", "worker",
+           "--fail-after", "40", "--seconds", "120")  # fmt: skip
+    proc = run_cli(
+        "compare", "--configs", "baseline,prefetch", "--repeats", "1", "--steps", "60",
+        "--warmup-steps", "3", "--parallelism", "2", "--json", "-o", str(tmp_path / "cmp"),
+        "--", *cmd, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr  # the workload's traceback is in its session log
+    result = json.loads(proc.stdout)
+    validate_compare_json(result)
+    for run in result["runs"]:
+        assert "run-failed" in run["flags"], run
+        assert any("exit code 1: RuntimeError" in e for e in run["errors"]), run["errors"]
+        # in a worker the loop gets the worker's error: the reason says where it came from
+        if run["config"] == "baseline":
+            assert any("corrupt record" in e for e in run["errors"]), run["errors"]
+    assert result["best"] is None
+
+
 # -- advice per stage kind and framework ---------------------------------------------------------
 
 

@@ -101,8 +101,21 @@ def _steady(stored: _Stored, warmup: int, steps: int | None) -> _Steady:
     return out
 
 
-def _exit_failure(meta: dict[str, Any]) -> str | None:
-    """A workload that failed by itself (not stopped by compare's SIGTERM)."""
+_RAISED = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit))\b.*")
+
+
+def _last_error(logs: Sequence[Event]) -> str | None:
+    """The exception the workload's output ends with (its last ``SomethingError: ...`` line)."""
+    for e in reversed(logs[-200:]):
+        if _RAISED.match(e.message):
+            return e.message.strip()[:200]
+    return None
+
+
+def _exit_failure(meta: dict[str, Any], logs: Sequence[Event] = ()) -> str | None:
+    """A workload that failed by itself (not stopped by compare's SIGTERM), with the exception
+    it printed last when there is one (a DataLoader worker that raised, a dataset whose length
+    lies)."""
     exit_code = meta.get("exit_code")
     end_reason = str(meta.get("end_reason") or "")
     if (
@@ -110,7 +123,8 @@ def _exit_failure(meta: dict[str, Any]) -> str | None:
         and exit_code not in (0, -15, 143)
         and ("target exited" in end_reason or exit_code > 0)
     ):
-        return f"exit code {exit_code}"
+        raised = _last_error(logs)
+        return f"exit code {exit_code}" + (f": {raised}" if raised else "")
     return None
 
 
@@ -234,7 +248,7 @@ def analyze_session(
         not_applied=not_applied,
         where=tuple(str(e.data["where"]) for e in stored.opt_events if e.data.get("where")),
         nonfinite_loss=any(_LOSS_BAD.search(e.message) for e in stored.logs),
-        failed=st.failed or _exit_failure(stored.meta),
+        failed=_exit_failure(stored.meta, stored.logs) or st.failed,
         parallelism=max(par) if par else None,
         memory=memory,
         rss=int(max(stored.rss)) if stored.rss else None,

@@ -9,7 +9,8 @@ workers differ (the shape the agent's first-items probe cannot tell from shardin
 data check must). Each item costs ``--item-ms`` of sleep (a read) plus a little
 CPU, so the loop is input-bound with no workers. An epoch is ``--items`` items; the loop runs
 epochs for ``--seconds`` and prints ``EPOCH <n> <batches>`` after each and ``READY`` after the
-first batch.
+first batch. ``--fail-after N``: the N-th item of a stream raises (a corrupt record): in a
+DataLoader worker, the loop gets it as the worker's error.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ FEATURES = 32
 
 
 class Stream(IterableDataset[tuple[torch.Tensor, int]]):
-    def __init__(self, items: int, shard: str, item_ms: float) -> None:
+    def __init__(self, items: int, shard: str, item_ms: float, fail_after: int = 0) -> None:
         self.items = items
         self.shard = shard
         self.item_s = item_ms / 1000.0
+        self.fail_after = fail_after
 
     def _indices(self) -> list[int]:
         info = get_worker_info()
@@ -42,7 +44,9 @@ class Stream(IterableDataset[tuple[torch.Tensor, int]]):
         return idx
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, int]]:
-        for i in self._indices():
+        for n, i in enumerate(self._indices(), 1):
+            if n == self.fail_after:
+                raise RuntimeError(f"corrupt record {i}")
             time.sleep(self.item_s)
             g = torch.Generator().manual_seed(i)
             yield torch.randn(FEATURES, generator=g), i % 4
@@ -56,13 +60,16 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--fail-after", type=int, default=0)
     a = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = nn.Linear(FEATURES, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(
-        Stream(a.items, a.shard, a.item_ms), batch_size=a.batch, num_workers=a.workers
+        Stream(a.items, a.shard, a.item_ms, a.fail_after),
+        batch_size=a.batch,
+        num_workers=a.workers,
     )
     end = time.monotonic() + a.seconds
     epoch = 0
