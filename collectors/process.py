@@ -31,6 +31,7 @@ import psutil
 
 from sofa_top.agent.rankenv import parse_environ, rank_from_env
 from sofa_top.collectors.base import Emit
+from sofa_top.collectors.cores import available_cores, runnable_threads
 from sofa_top.collectors.discovery import is_python_process
 from sofa_top.model.errors import UserError
 from sofa_top.model.ranks import RankId
@@ -38,6 +39,10 @@ from sofa_top.model.samples import Event, ProcessSample, ProcInfo, SystemSample
 from sofa_top.model.units import Bytes, Percent, Pid, Seconds, Timestamp
 
 EXIT_CODE_WAIT_S = 10.0  # how long to wait for a launched target's exit code once it looks gone
+# Thread states are one /proc read per thread: counted twice a second, not at every tick (a
+# 150-thread TensorFlow tree would cost ~1,500 reads a second at 10 Hz).
+RUNNABLE_EVERY_S: Seconds = 0.5
+CORES_EVERY_S: Seconds = 5.0  # affinity and cgroup quotas change rarely
 _PF_KTHREAD = 0x00200000  # task flag in /proc/<pid>/stat that marks kernel threads
 # A process this young (seconds) may not have exec'd yet when first seen: forked, it shows its
 # parent's name and command line, and an exec of the same interpreter keeps the name. Its
@@ -124,6 +129,9 @@ class ProcessCollector:
         self._swap_ts = 0.0
         self._has_children_file: bool | None = None
         self.self_cpu_seconds: Seconds = 0.0  # CPU time spent in run() so far (its own thread)
+        self._runnable_due = 0.0
+        self._cores: int | None = None
+        self._cores_due = 0.0
 
     # ----------------------------------------------------------------- public API
 
@@ -226,6 +234,14 @@ class ProcessCollector:
         live = [i for i in infos if i.alive]
         self._tree_pids = frozenset(i.pid for i in live)
         cpus = [i.cpu_percent for i in live if i.cpu_percent is not None]
+        now = time.monotonic()
+        runnable: int | None = None
+        if live and now >= self._runnable_due:
+            self._runnable_due = now + RUNNABLE_EVERY_S
+            runnable = _sum_or_none(runnable_threads(i.pid) for i in live)
+        if self._target_alive and now >= self._cores_due:
+            self._cores_due = now + CORES_EVERY_S
+            self._cores = available_cores(self.pid)
         return ProcessSample(
             ts=ts,
             target_pid=self.pid,
@@ -238,6 +254,8 @@ class ProcessCollector:
             tree_threads=_sum_or_none(i.num_threads for i in live),
             exit_code=self._exit_code,
             error=self._target_error,
+            tree_runnable=runnable,
+            cores=self._cores,
         )
 
     def _error_sample(self, error: str) -> ProcessSample:

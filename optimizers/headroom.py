@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 from sofa_top.optimizers.measures import RunOutcome, Throughput, Unit, median
 
-Bound = Literal["compute", "cores", "latency"]
+Bound = Literal["compute", "cores", "latency", "serial-source"]
+NOTHING_TO_WIN = 1.05  # a bound within 5% of the baseline's own rate leaves nothing to win
 InputCauseName = Literal["cpu", "latency", "mixed"]
 
 
@@ -33,6 +34,9 @@ class Diagnosis:
     memory: int | None
     rss: int | None
     others_cores: float | None = None  # cores other processes kept busy meanwhile
+    step_s: float | None = None  # the baseline's median step
+    serial_source: str | None = None  # a source stage no toggle parallelizes
+    serial_s: float | None = None  # its time per step (measured, else the input wait)
 
     def bounds(
         self,
@@ -40,7 +44,9 @@ class Diagnosis:
         cpu_per_step_s: float | None = None,
         free_cores: float | None = None,
     ) -> dict[Bound, float]:
-        """Upper bounds on steps/s: compute-only, the cores' CPU, and P parallel waits.
+        """Upper bounds on steps/s: compute-only, the cores' CPU, P parallel waits, and a
+        serial source that no toggle parallelizes (overlapped at best: one source time per
+        step).
 
         ``cpu_per_step_s``: a configuration's own CPU cost per step, instead of the
         baseline's; ``free_cores``: the cores left by other processes, instead of all."""
@@ -52,6 +58,8 @@ class Diagnosis:
             out["cores"] = (free_cores or self.cores) / cpu
         if self.cause in ("latency", "mixed") and self.input_s and self.input_s > 0:
             out["latency"] = (parallelism or 1) / self.input_s
+        if self.serial_source and self.serial_s and self.serial_s > 0:
+            out["serial-source"] = 1.0 / self.serial_s
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -115,6 +123,9 @@ def diagnose(baseline: Sequence[RunOutcome], cores: int) -> Diagnosis | None:
         return median([float(v) for v in vals if v is not None])
 
     mem, rss = med([o.memory for o in ok]), med([o.rss for o in ok])
+    serial = ok[0].serial_source
+    # measured per step when the agent timed the stage; else the whole input wait is the source
+    serial_s = med([o.serial_s_per_step for o in ok]) or (wait if serial else None)
     return Diagnosis(
         cause=cause,
         input_fraction=num("input_fraction"),
@@ -129,6 +140,9 @@ def diagnose(baseline: Sequence[RunOutcome], cores: int) -> Diagnosis | None:
         memory=None if mem is None else int(mem),
         rss=None if rss is None else int(rss),
         others_cores=med([x.others_cores for x in stats]),
+        step_s=step,
+        serial_source=serial,
+        serial_s=serial_s,
     )
 
 
@@ -136,6 +150,7 @@ _BOUND_TEXT: dict[Bound, str] = {
     "compute": "the compute-only rate (no input wait)",
     "cores": "what {cores} cores allow",
     "latency": "what parallelism {p} allows",
+    "serial-source": "what the serial source {source} allows",
 }
 
 
@@ -145,6 +160,7 @@ def headroom(
     parallelism: int | None,
     prefetch_applied: bool,
     diag: Diagnosis | None,
+    compute_changed: bool = False,
 ) -> Headroom:
     """The best throughput the baseline's numbers say this configuration's input stage can
     reach on this machine, in the run's unit, and the fraction of it the run reached.
@@ -177,6 +193,10 @@ def headroom(
         free = min(float(diag.cores), max(diag.cores - others, busy or 0.0, fair))
     cpu_per_step = cpu or diag.cpu_per_step_s
     bounds = diag.bounds(p, cpu, free)
+    if compute_changed:
+        # XLA, depth-first and thread counts change the compute itself: the baseline's
+        # compute-only rate bounds nothing for them
+        bounds.pop("compute", None)
     none = Headroom(None, None, unit, None, diag.cores, p, free, cpu_per_step, None)
     if not bounds:
         return none
@@ -189,10 +209,17 @@ def headroom(
     frac = text = None
     if throughput.median is not None and rate > 0:
         frac = throughput.median / rate
-        what = _BOUND_TEXT[bound].format(cores=diag.cores, p=p)
+        what = _BOUND_TEXT[bound].format(cores=diag.cores, p=p, source=diag.serial_source)
         if bound == "cores" and free is not None and diag.cores - free >= 0.05:
             what += f" ({diag.cores - free:.1f} of them busy elsewhere)"
         text = f"at {frac:.0%} of {what}"
+        if (
+            bound == "serial-source"
+            and diag.step_s
+            and bounds[bound] <= NOTHING_TO_WIN / diag.step_s
+        ):
+            # the source caps the pipeline where the baseline already is: no toggle moves it
+            text += f"; nothing left to win without changing {diag.serial_source}"
     return Headroom(rate, frac, unit, bound, diag.cores, p, free, cpu_per_step, text)
 
 
@@ -200,7 +227,11 @@ def headroom_short(h: Headroom) -> str:
     """``96% of 2 cores``, ``76% of P=16``, ``95% of compute``, or ``-``: for narrow tables."""
     if h.fraction_reached is None or h.bound is None:
         return "-"
-    what = {"cores": f"{h.cores} cores", "latency": f"P={h.parallelism}"}
+    what = {
+        "cores": f"{h.cores} cores",
+        "latency": f"P={h.parallelism}",
+        "serial-source": "the serial source",
+    }
     return f"{h.fraction_reached:.0%} of {what.get(h.bound, h.bound)}"
 
 

@@ -31,6 +31,23 @@ class InputStats:
 
 
 @dataclass(frozen=True)
+class DataStream:
+    """What one run's loop was fed, as the agent's batch fingerprints counted it."""
+
+    batches: int
+    repeats: int  # batches whose fingerprint an earlier batch of the run had
+    epoch_batches: tuple[int, ...] = ()  # batches per completed epoch
+    first_epoch: tuple[int, int] | None = None  # (batches, repeats) when the first one ended
+
+    @property
+    def repeat_fraction(self) -> float:
+        """The share of batches that repeated an earlier one, within the first epoch when one
+        ended (a later epoch repeats the first by design)."""
+        batches, repeats = self.first_epoch or (self.batches, self.repeats)
+        return repeats / batches if batches else 0.0
+
+
+@dataclass(frozen=True)
 class RunOutcome:
     """One repeat of one configuration (or one level of the parallelism search)."""
 
@@ -51,6 +68,10 @@ class RunOutcome:
     input: InputStats | None = None
     evidence: Mapping[str, object] = field(default_factory=dict)  # the verdict's
     loss: float | None = None  # the loss the workload logged last (median of its last 5)
+    data: DataStream | None = None  # the batches' fingerprints (None: none were seen)
+    blocked: tuple[tuple[Toggle, str], ...] = ()  # (toggle, obstacle kind) the agent reported
+    serial_source: str | None = None  # a source stage no toggle parallelizes (its name)
+    serial_s_per_step: float | None = None  # that stage's own time per step, when measured
 
     @classmethod
     def failure(cls, session: str, why: str) -> RunOutcome:

@@ -111,3 +111,35 @@ def test_compare_json_schema(
     assert d["search"]["chosen"] == 3 and d["search"]["levels"] == []
     assert [r["parallelism"] for r in d["runs"]] == [None, 3]
     assert d["runs"][1]["optimize"] == {"prefetch": {"parallelism": 3}}
+
+
+def test_compare_piped_is_complete(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Written to a pipe or a file, the table is not cut to the 80 columns rich assumes there."""
+    import io
+
+    from sofa_top.agent.toggles import OptimizeSpec, PrefetchOptions
+    from sofa_top.optimizers.compare.results import CompareResult, ConfigResult
+    from sofa_top.optimizers.measures import Throughput
+
+    why = (
+        "not sharded: DataLoader over Stream keeps num_workers=0: workers 0 and 1 of 2 yield "
+        "the same samples (16 of the first 16): it does not shard by get_worker_info()"
+    )
+    base = ConfigResult("baseline", OptimizeSpec(), throughput=Throughput(379.2, 370.1, 390.4,
+                        "samples/s"), speedup=1.0, verdict="input-bound")  # fmt: skip
+    pre = ConfigResult(
+        "prefetch", OptimizeSpec(prefetch=PrefetchOptions()), not_applied=[("prefetch", why)],
+        throughput=Throughput(380.8, 371.0, 392.2, "samples/s"), speedup=1.004,
+        verdict="input-bound", flags=["toggle-not-applied"], advice=["shard it per worker"],
+    )  # fmt: skip
+    result = CompareResult(["python", "train.py"], 1, 60, None, 3, [base, pre], "baseline", [])
+    out = io.StringIO()  # not a terminal
+    monkeypatch.setattr(sys, "stdout", out)
+    render_compare(result)
+    text = out.getvalue()
+    assert "…" not in text
+    for whole in ("throughput (median, min-max)", "applied / flags", "toggle-not-applied",
+                  "input-bound", "380.80 (371.00-392.20) samples/s"):  # fmt: skip
+        assert whole in text, whole
+    joined = " ".join(line.strip(" │┃") for line in text.splitlines())
+    assert "get_worker_info()" in joined and "prefetch: to apply it: shard it per worker" in text

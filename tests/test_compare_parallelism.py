@@ -255,3 +255,24 @@ def test_a_run_excludes_at_least_what_its_producers_buffered() -> None:
     assert run_warmup(3, p16, 2) == 2 * 16 * BUFFERED_PER_PRODUCER
     assert run_warmup(500, p16, 2) == 500
     assert run_warmup(3, spec({"xla": True}), 2) == 3
+
+
+def test_headroom_counts_a_serial_source_and_says_when_nothing_is_left() -> None:
+    # a serial from_generator: 30 ms of its own per step, the baseline stepping at 31 ms
+    # (within 5% of what the generator allows: overlapping the compute wins nothing more)
+    d = _diag("latency", serial_source="read_items", serial_s=0.030, step_s=0.031)
+    # the latency bound at P=16 would promise 500 steps/s; the generator allows 33
+    tp = Throughput(8 * 31.2, 8 * 31.2, 8 * 31.2, "samples/s")
+    h = headroom([], tp, 16, True, d)
+    assert h.bound == "serial-source" and h.throughput == pytest.approx(8 / 0.030)
+    assert h.text is not None and "what the serial source read_items allows" in h.text
+    assert "nothing left to win without changing read_items" in h.text
+    # a source that is not near its cap yet: the bound, and no such claim
+    fast = _diag("latency", serial_source="read_items", serial_s=0.010, step_s=0.032)
+    h = headroom([], tp, 16, True, fast)
+    assert h.bound == "serial-source" and "nothing left" not in (h.text or "")
+    # compute-changing toggles: the baseline's compute-only rate bounds nothing for them
+    d = _diag(None, compute_s=0.001, cpu_per_step_s=None, input_s=0.0005)
+    tp = Throughput(900.0 * 8, 900.0 * 8, 900.0 * 8, "samples/s")
+    assert headroom([], tp, None, False, d).bound == "compute"
+    assert headroom([], tp, None, False, d, compute_changed=True).bound is None

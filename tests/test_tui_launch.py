@@ -33,6 +33,7 @@ from sofa_top.tui.confirm_quit import QUESTION, ConfirmQuitScreen
 from sofa_top.tui.help_screen import HelpScreen
 from sofa_top.tui.log_pane import STDERR_STYLE, log_line
 from sofa_top.tui.steps_panel import (
+    AXIS_W,
     COMPUTE_STYLE,
     INPUT_STYLE,
     NO_STEPS_ATTACH,
@@ -70,7 +71,8 @@ async def test_verdict_panel_is_compact_at_80x24() -> None:
         assert "waiting for the first snapshot" in verdict_text(app)
         await deliver(pilot, source, launch_snapshot())
         lines = verdict_text(app).split("\n")
-        assert len(lines) == 3 and app.verdict.region.height == 3
+        # the first recommendation wraps onto a fourth line at 80 columns, never cut
+        assert len(lines) == 4 and app.verdict.region.height == 4
         assert app.verdict.region.y == 2  # right under the two header lines
         assert lines[0].startswith(" INPUT-BOUND · high  60% of each step waits for input")
         assert "input-bound:" not in lines[0]  # the badge already says the kind
@@ -78,8 +80,11 @@ async def test_verdict_panel_is_compact_at_80x24() -> None:
         assert "input wait 60% of step" in lines[1]
         assert f"bottleneck {BOTTLENECK_STAGE}" in lines[1]
         assert "CPU saturation 39%" in lines[1]
-        # The first concrete code change, cut to the width.
+        # The first concrete code change, whole, wrapped to the width.
         assert lines[2].startswith("fix: " + FIRST_REC[:40])
+        assert lines[3].startswith("     ")  # its continuation, indented under the text
+        rec = " ".join(line.strip() for line in lines[2:])
+        assert FIRST_REC in rec.removeprefix("fix: ") and "…" not in rec
         assert all(len(line) <= 78 for line in lines)
 
 
@@ -170,7 +175,7 @@ def test_step_chart_stacks_input_under_compute_newest_right() -> None:
     assert len(lines) == 4
     # Few steps: one bar and one gap each, flush right (columns 14, 16, 18 of 20).
     bottom = lines[-1]
-    columns = [i for i, ch in enumerate(bottom.plain) if i >= 8 and ch != " "]
+    columns = [i for i, ch in enumerate(bottom.plain) if i >= AXIS_W and ch != " "]
     assert columns == [14, 16, 18]
 
     def style_at(line: Text, index: int) -> Style:
@@ -184,6 +189,9 @@ def test_step_chart_stacks_input_under_compute_newest_right() -> None:
     assert style_at(bottom, 18).color == INPUT_STYLE.color  # input at the bottom ...
     assert style_at(top, 18).color == COMPUTE_STYLE.color  # ... compute on top
     assert lines[0].plain.strip().startswith("1.10 s")  # axis: the scale at the top
+    # the widest label keeps its unit whole ("51.6 m" was "51.6 ms" cut to the axis)
+    ms = step_chart(steps_of([(0.047, 0.0)] * 3), width=20, height=4)
+    assert ms[0].plain.startswith("51.7 ms ┤")
 
 
 @run_async
@@ -477,3 +485,31 @@ def test_verdict_evidence_names_the_input_cause() -> None:
     # no cause measured: nothing said about it
     plain = verdict_lines(verdict, launch_snapshot(), 160, roomy=True)[1].plain
     assert "cores busy" not in plain
+
+
+def test_agent_pane_shows_keras_only_for_a_workload_that_uses_it() -> None:
+    from sofa_top.model.samples import AgentInfo
+    from sofa_top.tui.steps_panel import keras_used
+
+    # what the agent reports for a plain tf.data script: TensorFlow imported Keras itself,
+    # so the Keras hook installed, yet the script never calls fit
+    tf_script = AgentInfo(
+        T0, 4242, "3.11.7", (("tensorflow", "2.21.0"), ("keras", "3.15.1")),
+        ("tf-eager", "tf-data-pipeline", "keras-fit"),
+        (("torch-dataloader", "not imported by the workload"),),
+    )  # fmt: skip
+    eager = steps_of([(0.25, 0.05)] * 5)  # tf-eager steps
+    assert not keras_used(tf_script, eager)
+    text = agent_text(tf_script, launched=True, keras=False).plain
+    assert "keras" not in text and "✓tf-eager" in text and "tensorflow 2.21.0" in text
+    # a Keras fit shows both
+    fit = tuple(replace(s, source="keras-fit") for s in eager)
+    assert keras_used(tf_script, fit)
+    assert "✓keras-fit" in agent_text(tf_script, launched=True, keras=True).plain
+    # a fit the hook saw but could not measure says why
+    spe = replace(
+        tf_script,
+        hooks_applied=("tf-eager",),
+        hooks_skipped=(("keras-fit", "steps_per_execution=32: batches are fetched in-graph"),),
+    )
+    assert keras_used(spe, eager)

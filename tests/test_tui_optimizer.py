@@ -53,7 +53,11 @@ from sofa_top.tui.optimizer_screen import (
 SIZE = (100, 30)
 OUT = "/home/ml/.local/share/sofa-top/sessions"
 RATES = {"baseline": (400.0, 410.0, 395.0), "prefetch": (655.0, 640.0, 662.0)}
-TF_WHERE = "tf.data: map num_parallel_calls=AUTOTUNE, prefetch(AUTOTUNE) appended"
+# what the agent reports for a tf.data pipeline it parallelized (optimize.py's own wording)
+TF_WHERE = [
+    "tf.data: map(num_parallel_calls=AUTOTUNE)",
+    "tf.data: .prefetch(AUTOTUNE) appended at iteration",
+]
 
 
 def fake_result(cmd: Sequence[str], configs: Sequence[str], repeats: int) -> CompareResult:
@@ -81,7 +85,7 @@ def fake_result(cmd: Sequence[str], configs: Sequence[str], repeats: int) -> Com
                 verdict="compute-bound" if c == "prefetch" else "input-bound",
                 compile_s=None if c != "xla" else 12.5,
                 flags=flags,
-                where=[TF_WHERE] if c == "prefetch" else [],
+                where=TF_WHERE if c == "prefetch" else [],
                 sessions=sessions,
                 parallelism=2 if c == "prefetch" else None,
                 headroom=Headroom(682.0, med / 682.0, "samples/s", "cores", 2,
@@ -469,3 +473,35 @@ async def test_real_compare_from_the_panel(tmp_path: Path, monkeypatch: Any) -> 
         table = plain(screen, "#opt-table")
         assert f"{base.throughput.median:.1f}" in table
         assert "not applied" in table or "toggle-not-applied" in table
+
+
+@run_async
+async def test_only_toggles_that_apply_are_ticked_and_the_others_say_why() -> None:
+    from dataclasses import replace
+
+    from sofa_top.model.verdict import Recommendation
+    from sofa_top.model.workload import ModelReport
+
+    # a TensorFlow job whose (older) verdict still offered depth-first: never ticked for TF
+    old = compute_bound_verdict()
+    old = replace(
+        old, recommendations=(*old.recommendations, Recommendation("depth_first", "depth-first"))
+    )
+    app = dashboard(launch_snapshot(verdict=old))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_panel(app, pilot)
+        assert screen.query_one("#opt-xla", Checkbox).value is True
+        assert screen.query_one("#opt-depth-first", Checkbox).value is False
+        assert screen.query_one("#opt-threads", Checkbox).value is False
+        note = plain(screen, "#opt-note")
+        assert "depth-first: not offered for TensorFlow" in note
+        assert "threads: the thread pools do not outnumber" in note
+        assert "prefetch: compute-bound: the loop does not wait for its input" in note
+    # a torch LSTM: no chain for depth-first, and the panel says so
+    lstm = ModelReport("torch", "LSTMLM", "__main__", 10, 0, "", 1)
+    snap = replace(launch_snapshot(verdict=old), model=lstm, pipeline=None)
+    app = dashboard(snap)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_panel(app, pilot)
+        assert screen.query_one("#opt-depth-first", Checkbox).value is False
+        assert "LSTMLM has no chain of memory-bound layers" in plain(screen, "#opt-note")

@@ -36,7 +36,9 @@ from sofa_top.agent.toggles import OptimizeSpec
 from sofa_top.collectors.discovery import JobCopy, job_copy
 from sofa_top.model.errors import UserError
 from sofa_top.model.snapshot import Snapshot, TargetInfo
-from sofa_top.model.verdict import Verdict
+from sofa_top.model.verdict import ToggleName, Verdict
+from sofa_top.model.workload import ModelReport
+from sofa_top.optimizers.advice import toggles_off
 from sofa_top.optimizers.compare import (
     CompareEvent,
     CompareResult,
@@ -63,13 +65,14 @@ EXCLUSIVE_NOTE = (
     "depth-first skipped"
 )
 # toggle (verdict recommendations, compare's configuration names), checkbox label
-TOGGLES: tuple[tuple[str, str], ...] = (
+TOGGLES: tuple[tuple[ToggleName, str], ...] = (
     ("prefetch", "prefetch + parallelism"),
     ("xla", "XLA / torch.compile"),
-    ("depth-first", "depth-first (BrainSlug)"),
+    ("depth-first", "depth-first"),
+    ("threads", "threads"),
 )
 # offered only when the workload uses CUDA (the agent saw it initialised)
-GPU_TOGGLES: tuple[tuple[str, str], ...] = (
+GPU_TOGGLES: tuple[tuple[ToggleName, str], ...] = (
     ("pin-memory", "pin_memory + non_blocking"),
     ("bf16", "bf16 autocast (numerics change)"),
     ("compile-mode", "CUDA graphs (reduce-overhead)"),
@@ -259,6 +262,10 @@ def winner_text(result: CompareResult) -> RenderableType:
         for s in best.sessions:
             parts.append(Text(f"  {s}", style="grey62"))
     for r in result.runs:
+        if r.data_change:
+            parts.append(Text(f"{r.config}: data changed: {r.data_change}", style="yellow"))
+        for a in r.advice:
+            parts.append(Text(f"{r.config}: to apply it: {a}"))
         for e in r.errors:
             parts.append(Text(f"{r.config}: {e}", style="red"))
     return Group(*parts)
@@ -304,6 +311,8 @@ class OptimizerScreen(Screen[None]):
         out_dir: str | Path | None = None,
         copier: Callable[[int], JobCopy] = job_copy,
         cuda: bool = False,
+        framework: str = "",
+        model: ModelReport | None = None,
     ) -> None:
         super().__init__()
         self.target = target
@@ -311,6 +320,8 @@ class OptimizerScreen(Screen[None]):
         self.verdict = verdict
         self.cuda = cuda  # the workload uses CUDA: the GPU toggles are offered
         self.toggles = TOGGLES + (GPU_TOGGLES if cuda else ())
+        # why each toggle that cannot help or apply here is off (shown, never pre-ticked)
+        self.off = toggles_off(framework, verdict.kind if verdict else None, model)
         self.runner = runner
         self.out_dir = out_dir
         self.running = False
@@ -320,7 +331,7 @@ class OptimizerScreen(Screen[None]):
         self.done_runs = 0
         self.total_runs = 0
         wanted = {r.toggle for r in (verdict.recommendations if verdict else ()) if r.toggle}
-        self.preselected = {t for t, _label in self.toggles if t in wanted}
+        self.preselected = {t for t, _label in self.toggles if t in wanted and t not in self.off}
 
     @property
     def can_run(self) -> bool:
@@ -398,7 +409,10 @@ class OptimizerScreen(Screen[None]):
         text = EXCLUSIVE_NOTE
         if conflict:
             text = "⚠ both ticked: " + EXCLUSIVE_NOTE.replace("a run with both", "the combined run")
-        note.update(text)
+        off = [f"{t}: {why}" for t, _label in TOGGLES if (why := self.off.get(t))]
+        if off:
+            text += "\noff here: " + "; ".join(off)
+        note.update(Text(text))
         note.set_class(conflict, "-conflict")
 
     def _status(self, text: str, *, error: bool = False) -> None:
@@ -592,16 +606,28 @@ def uses_cuda(snapshot: Snapshot) -> bool:
     return snapshot.cuda is not None or (agent is not None and "torch-cuda" in agent.hooks_applied)
 
 
-def _dashboard_target(app: App[Any]) -> tuple[TargetInfo | None, Verdict | None, bool]:
+def snapshot_framework(snapshot: Snapshot) -> str:
+    """``tensorflow``, ``torch`` or "" (not known) for the workload of ``snapshot``."""
+    if snapshot.model is not None:
+        return snapshot.model.framework
+    if snapshot.pipeline is not None:
+        return "tensorflow" if snapshot.pipeline.framework == "tf.data" else "torch"
+    names = {n for n, _v in snapshot.agent.frameworks} if snapshot.agent else set()
+    if "tensorflow" in names and "torch" not in names:
+        return "tensorflow"
+    return "torch" if "torch" in names else ""
+
+
+def _dashboard_target(app: App[Any]) -> tuple[TargetInfo | None, Snapshot | None]:
     snapshot = getattr(app, "latest", None)
     if isinstance(snapshot, Snapshot):
-        return snapshot.target, snapshot.verdict, uses_cuda(snapshot)
+        return snapshot.target, snapshot
     source = getattr(app, "source", None)
     for holder in (source, getattr(source, "session", None)):
         target = getattr(holder, "target", None)
         if isinstance(target, TargetInfo):
-            return target, None, False
-    return None, None, False
+            return target, None
+    return None, None
 
 
 def open_optimizer(app: App[Any], runner: Runner | None = None) -> None:
@@ -617,9 +643,17 @@ def open_optimizer(app: App[Any], runner: Runner | None = None) -> None:
             app.push_screen(SCREEN_NAME)
             return
         app.uninstall_screen(SCREEN_NAME)
-    target, verdict, cuda = _dashboard_target(app)
+    target, snapshot = _dashboard_target(app)
     chosen: Runner = runner or getattr(app, "optimizer_runner", None) or run_compare
     copier = getattr(app, "optimizer_copier", None) or job_copy
-    screen = OptimizerScreen(target, verdict, runner=chosen, copier=copier, cuda=cuda)
+    screen = OptimizerScreen(
+        target,
+        None if snapshot is None else snapshot.verdict,
+        runner=chosen,
+        copier=copier,
+        cuda=snapshot is not None and uses_cuda(snapshot),
+        framework="" if snapshot is None else snapshot_framework(snapshot),
+        model=None if snapshot is None else snapshot.model,
+    )
     app.install_screen(screen, SCREEN_NAME)
     app.push_screen(SCREEN_NAME)

@@ -18,13 +18,14 @@ from textual.widget import Widget
 
 from sofa_top.model.samples import AgentInfo, PipelineSample, StepSample
 from sofa_top.model.snapshot import Snapshot
+from sofa_top.model.workload import ModelReport
 from sofa_top.tui.formatting import truncate
 from sofa_top.tui.line_cache import LineCachedWidget, QuietTitles
 from sofa_top.tui.sparkline import append_runs
 from sofa_top.tui.split_bar import CLASS_COLORS
 
 STATS_WINDOW_S = 10.0  # as the verdicts: throughput and median over about the last 10 s
-AXIS_W = 8  # "1.23 s ┤"
+AXIS_W = 9  # "51.6 ms ┤": the longest label human_seconds writes, whole
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
 INPUT_STYLE = Style(color=CLASS_COLORS["input"])
@@ -389,22 +390,44 @@ def pipeline_table(pipeline: PipelineSample, width: int) -> Table:
     return table
 
 
-def agent_text(agent: AgentInfo | None, launched: bool) -> Text:
-    """What the agent hooked and skipped (and why), on one line (wrapping when needed)."""
+NOT_IMPORTED = "not imported by the workload"  # the agent's reason for a hook never installed
+
+
+def keras_used(
+    agent: AgentInfo | None, steps: Sequence[StepSample], model: ModelReport | None = None
+) -> bool:
+    """Whether the workload itself uses Keras: TensorFlow imports Keras on its own, so a hook
+    installed (or a ``keras`` module loaded) says nothing; a Keras fit step, a fit the hook
+    saw and could not measure, or a Keras model run by torch does."""
+    if any(s.source == "keras-fit" for s in steps) or (model is not None and model.keras_model):
+        return True
+    if agent is None:
+        return False
+    return any(h == "keras-fit" and why != NOT_IMPORTED for h, why in agent.hooks_skipped) and (
+        "keras-fit" not in agent.hooks_applied
+    )
+
+
+def agent_text(agent: AgentInfo | None, launched: bool, keras: bool = True) -> Text:
+    """What the agent hooked and skipped (and why), on one line (wrapping when needed);
+    without ``keras`` (the workload never used Keras) its Keras hook and module are left out."""
     if agent is None:
         if launched:
             return Text("agent: no report yet", DIM)
         return Text("agent: not loaded (attach mode)", DIM)
     text = Text.assemble(("agent ", BOLD), f"pid {agent.pid} · python {agent.python}")
     for name, version in agent.frameworks:
-        text.append(f" · {name} {version}")
-    if agent.hooks_applied:
+        if keras or name != "keras":
+            text.append(f" · {name} {version}")
+    applied = [h for h in agent.hooks_applied if keras or h != "keras-fit"]
+    skipped = [(h, why) for h, why in agent.hooks_skipped if keras or h != "keras-fit"]
+    if applied:
         text.append(" · hooks ")
-        text.append(" ".join(f"✓{h}" for h in agent.hooks_applied), Style(color="green"))
-    if agent.hooks_skipped:
+        text.append(" ".join(f"✓{h}" for h in applied), Style(color="green"))
+    if skipped:
         text.append(" · skipped ")
         text.append(
-            ", ".join(f"✗{h} ({reason})" for h, reason in agent.hooks_skipped),
+            ", ".join(f"✗{h} ({reason})" for h, reason in skipped),
             Style(color="yellow"),
         )
     if agent.dropped:
@@ -424,20 +447,28 @@ class PipelineBody(Widget):
         self.pipeline: PipelineSample | None = None
         self.agent: AgentInfo | None = None
         self.launched = False
+        self.keras = False
 
     def show(
-        self, pipeline: PipelineSample | None, agent: AgentInfo | None, launched: bool
+        self,
+        pipeline: PipelineSample | None,
+        agent: AgentInfo | None,
+        launched: bool,
+        keras: bool = False,
     ) -> None:
-        """Replace what is drawn."""
-        same = (pipeline, agent, launched) == (self.pipeline, self.agent, self.launched)
+        """Replace what is drawn (``keras``: the workload uses Keras)."""
+        now = (pipeline, agent, launched, keras)
+        same = now == (self.pipeline, self.agent, self.launched, self.keras)
         self.pipeline = pipeline
         self.agent = agent
         self.launched = launched
+        self.keras = keras
         if not same:  # the agent reports rarely: most seconds there is nothing to redraw
             self.refresh(layout=True)
 
     def _agent_lines(self, width: int) -> int:
-        return max(1, math.ceil(agent_text(self.agent, self.launched).cell_len / max(width, 1)))
+        text = agent_text(self.agent, self.launched, self.keras)
+        return max(1, math.ceil(text.cell_len / max(width, 1)))
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         stages = len(self.pipeline.stages) + 1 if self.pipeline and self.pipeline.stages else 1
@@ -461,7 +492,7 @@ class PipelineBody(Widget):
             )
         else:
             grid.add_row(pipeline_table(pipeline, width))
-        grid.add_row(agent_text(self.agent, self.launched))
+        grid.add_row(agent_text(self.agent, self.launched, self.keras))
         # Last: the first thing to scroll out of a short pane.
         if pipeline is not None and pipeline.note:
             grid.add_row(Text(truncate(pipeline.note, width), DIM))
@@ -482,7 +513,8 @@ class PipelinePane(VerticalScroll, QuietTitles, can_focus=True):
     def show(self, snapshot: Snapshot) -> None:
         """Draw the pipeline and agent of ``snapshot``."""
         pipeline = snapshot.pipeline
-        self.body.show(pipeline, snapshot.agent, snapshot.target.launched)
+        keras = keras_used(snapshot.agent, snapshot.steps, snapshot.model)
+        self.body.show(pipeline, snapshot.agent, snapshot.target.launched, keras)
         if pipeline is None:
             self.set_titles("input pipeline")
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from rich.console import Console
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
@@ -19,9 +20,10 @@ GREEN = "#5faf5f"
 BLUE = "#5f87d7"
 GREY = "#8a8a8a"
 
-COMPACT_LINES = 3  # 80x24: headline, evidence, first recommendation
-ROOMY_LINES = 5  # tall terminals: headline, evidence, three recommendations
+COMPACT_LINES = 3  # 80x24: headline, evidence, first recommendation (wrapped: more lines)
+ROOMY_LINES = 5  # tall terminals: headline, evidence, three recommendations (each wrapped)
 ROOMY_RECOMMENDATIONS = ROOMY_LINES - 2
+_WRAP = Console(width=400, color_system=None)  # only measures: Text.wrap needs a console
 
 DIM = Style(color="grey62")
 WAITING = Style(color="grey62", italic=True)
@@ -39,7 +41,7 @@ def kind_color(verdict: Verdict) -> str:
         return GREEN
     if kind == "input-bound":
         return RED if verdict.severity != "moderate" else AMBER
-    if kind == "memory-pressure":
+    if kind in ("memory-pressure", "cpu-oversubscribed"):
         return RED
     if kind == "gpu-underutilized":
         return AMBER
@@ -199,6 +201,34 @@ def recommendation_text(verdict: Verdict, index: int, *, numbered: bool) -> Text
     return text
 
 
+def _breaks(plain: str, first: int, rest: int) -> list[int]:
+    """Offsets where lines of ``first`` then ``rest`` cells start, breaking after spaces
+    (a word longer than a line is cut where the line ends)."""
+    out: list[int] = []
+    start, width = 0, first
+    while len(plain) - start > width:
+        cut = plain.rfind(" ", start, start + width + 1)
+        end = cut + 1 if cut > start else start + width
+        out.append(end)
+        start, width = end, rest
+    return out
+
+
+def wrap_recommendation(text: Text, width: int, indent: int) -> list[Text]:
+    """``text`` on as many lines of ``width`` as it needs (a code change cut short says
+    something else: "private_threadpool_size=1…" was 16), continuation lines indented."""
+    if text.cell_len <= width:
+        return [text]
+    pad = min(indent, max(0, width // 4))
+    parts = text.divide(_breaks(text.plain, max(1, width), max(1, width - pad)))
+    out = [parts[0]]
+    for part in parts[1:]:
+        part.rstrip()
+        out.append(Text(" " * pad) + part)
+    out[0].rstrip()
+    return out
+
+
 def verdict_lines(
     verdict: Verdict | None,
     snapshot: Snapshot | None,
@@ -234,24 +264,26 @@ def verdict_lines(
         lines.append(first)
         lines.append(_fit(evidence_parts(verdict, snapshot) if snapshot else [], width))
         recs = len(verdict.recommendations)
+        wrapped: list[Text] = []
         if roomy:
             for i in range(min(recs, ROOMY_RECOMMENDATIONS)):
-                lines.append(recommendation_text(verdict, i, numbered=True))
-            if recs > ROOMY_RECOMMENDATIONS:
-                lines[-1].append(f"  (+{recs - ROOMY_RECOMMENDATIONS} more)", DIM)
+                line = recommendation_text(verdict, i, numbered=True)
+                if i == ROOMY_RECOMMENDATIONS - 1 and recs > ROOMY_RECOMMENDATIONS:
+                    line.append(f"  (+{recs - ROOMY_RECOMMENDATIONS} more)", DIM)
+                wrapped += wrap_recommendation(line, width, len(f"{i + 1}. "))
         elif recs:
             line = recommendation_text(verdict, 0, numbered=False)
             if recs > 1:
-                more = Text(f"  (+{recs - 1} more: 2 steps view)", DIM)
-                if line.cell_len + more.cell_len <= width:
-                    line.append_text(more)
-            lines.append(line)
+                line.append(f"  (+{recs - 1} more: 2 steps view)", DIM)
+            wrapped += wrap_recommendation(line, width, len("fix: "))
         elif verdict.kind == "compute-bound":
             lines.append(Text("nothing to fix in the input pipeline", DIM))
+        for line in lines:
+            line.truncate(width, overflow="ellipsis")
+        lines += wrapped
     for line in lines:
-        line.truncate(width, overflow="ellipsis")
+        line.truncate(width, overflow="ellipsis")  # wrapped lines already fit
         line.no_wrap = True
-    lines = lines[:count]
     lines.extend(Text() for _ in range(count - len(lines)))
     return lines
 
@@ -268,12 +300,17 @@ class VerdictPanel(LineCachedWidget):
         self.snapshot: Snapshot | None = None
         self.roomy = False
         self.replay = False
+        self._lines = COMPACT_LINES
 
     def show(self, snapshot: Snapshot | None) -> None:
         """Draw the verdict of ``snapshot``."""
         self.snapshot = snapshot
         verdict = shown_verdict(snapshot)
         self.set_class(verdict is not None and kind_color(verdict) == RED, "-alarm")
+        before = self._lines
+        self._lines = self.line_count
+        if self._lines != before:
+            self.refresh(layout=True)  # a recommendation that wraps onto more lines
         self.redraw()  # the verdict holds for seconds: most snapshots repaint nothing here
 
     def set_roomy(self, roomy: bool) -> None:
@@ -284,11 +321,17 @@ class VerdictPanel(LineCachedWidget):
 
     @property
     def line_count(self) -> int:
-        """Lines of content (the border, when roomy, comes on top)."""
-        return ROOMY_LINES if self.roomy else COMPACT_LINES
+        """Lines of content (the border, when roomy, comes on top): more than the layout's
+        minimum when a recommendation wraps."""
+        return len(self.text_lines())
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return self.line_count
+        snapshot = self.snapshot
+        verdict = snapshot.verdict if snapshot is not None else None
+        lines = verdict_lines(
+            verdict, snapshot, max(1, width), roomy=self.roomy, replay=self.replay
+        )
+        return len(lines)
 
     def render(self) -> Text:
         return Text("\n").join(self.text_lines())

@@ -10,9 +10,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sofa_top.agent.toggles import OptimizeSpec, Toggle, toggle_of_hook
-from sofa_top.model.samples import Event, StepSample
-from sofa_top.optimizers.measures import InputStats, Points, RunOutcome, Unit, input_stats
+from sofa_top.agent.toggles import OptimizeSpec, Toggle, toggle_of, toggle_of_hook
+from sofa_top.model.samples import Event, PipelineSample, StepSample
+from sofa_top.optimizers.advice import view
+from sofa_top.optimizers.measures import (
+    DataStream,
+    InputStats,
+    Points,
+    RunOutcome,
+    Unit,
+    input_stats,
+)
 from sofa_top.optimizers.probes import affinity
 from sofa_top.recording.reader import SessionReader
 
@@ -39,6 +47,7 @@ class _Stored:
     cpu_points: Points
     core_points: list[Points]
     rss: list[float] = field(default_factory=list)
+    pipeline: PipelineSample | None = None
 
 
 def _read(path: Path) -> _Stored:
@@ -56,6 +65,7 @@ def _read(path: Path) -> _Stored:
                 reader.points(f"sys.cpu.{i}") for i in affinity() if f"sys.cpu.{i}" in names
             ],
             rss=[v for _ts, v, _e in reader.points("tree.rss") if v is not None],
+            pipeline=reader.last_pipeline(),
         )
     finally:
         reader.close()
@@ -99,8 +109,21 @@ def _steady(stored: _Stored, warmup: int, steps: int | None) -> _Steady:
     return out
 
 
-def _exit_failure(meta: dict[str, Any]) -> str | None:
-    """A workload that failed by itself (not stopped by compare's SIGTERM)."""
+_RAISED = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit))\b.*")
+
+
+def _last_error(logs: Sequence[Event]) -> str | None:
+    """The exception the workload's output ends with (its last ``SomethingError: ...`` line)."""
+    for e in reversed(logs[-200:]):
+        if _RAISED.match(e.message):
+            return e.message.strip()[:200]
+    return None
+
+
+def _exit_failure(meta: dict[str, Any], logs: Sequence[Event] = ()) -> str | None:
+    """A workload that failed by itself (not stopped by compare's SIGTERM), with the exception
+    it printed last when there is one (a DataLoader worker that raised, a dataset whose length
+    lies)."""
     exit_code = meta.get("exit_code")
     end_reason = str(meta.get("end_reason") or "")
     if (
@@ -108,7 +131,8 @@ def _exit_failure(meta: dict[str, Any]) -> str | None:
         and exit_code not in (0, -15, 143)
         and ("target exited" in end_reason or exit_code > 0)
     ):
-        return f"exit code {exit_code}"
+        raised = _last_error(logs)
+        return f"exit code {exit_code}" + (f": {raised}" if raised else "")
     return None
 
 
@@ -156,6 +180,58 @@ def _compile_s(steady: float | None, opt_events: Sequence[Event]) -> float | Non
     return out
 
 
+def _data_stream(opt_events: Sequence[Event]) -> DataStream | None:
+    """The last data-check counts the agent sent (they are cumulative)."""
+    last: dict[str, object] | None = None
+    for e in opt_events:
+        d = e.data.get("data_check")
+        if isinstance(d, dict):
+            last = d
+    if last is None:
+        return None
+    batches, repeats, epochs = last.get("batches"), last.get("repeats"), last.get("epoch_batches")
+    if not isinstance(batches, int) or not isinstance(repeats, int):
+        return None
+    first = last.get("first_epoch")
+    first_epoch = (
+        (first[0], first[1])
+        if isinstance(first, list) and len(first) == 2 and all(isinstance(n, int) for n in first)
+        else None
+    )
+    return DataStream(
+        batches,
+        repeats,
+        tuple(n for n in (epochs if isinstance(epochs, list) else []) if isinstance(n, int)),
+        first_epoch,
+    )
+
+
+def _blocked(opt_events: Sequence[Event]) -> tuple[tuple[Toggle, str], ...]:
+    """(toggle, obstacle) for each typed reason the agent gave for not applying a toggle."""
+    out: list[tuple[Toggle, str]] = []
+    for e in opt_events:
+        t, kind = e.data.get("toggle"), e.data.get("blocked")
+        toggle = toggle_of(t) if isinstance(t, str) else None
+        if toggle is not None and isinstance(kind, str) and (toggle, kind) not in out:
+            out.append((toggle, kind))
+    return tuple(out)
+
+
+def _serial_source(stored: _Stored, batch: float | None) -> tuple[str | None, float | None]:
+    """The source no toggle parallelizes, and its own time per step when the agent timed it."""
+    v = view(stored.pipeline)
+    src = v.serial_source
+    if src is None:
+        return None, None
+    per_step = None
+    if src.self_time_s is not None:
+        # elements batched after the source: each step takes a batch of them
+        outer = v.stages[: v.stages.index(src)]
+        batched = any(s.kind == "batch" for s in outer)
+        per_step = src.self_time_s * ((batch or 1.0) if batched else 1.0)
+    return src.name, per_step
+
+
 def analyze_session(
     path: str | Path,
     warmup: int,
@@ -169,6 +245,7 @@ def analyze_session(
     applied, not_applied = _toggles(stored, spec)
     verdict, evidence = _verdict(Path(path))
     par = [int(v) for e in stored.opt_events if isinstance(v := e.data.get("parallelism"), int)]
+    serial, serial_s = _serial_source(stored, st.batch)
     return RunOutcome(
         session=str(path),
         rate=st.rate,
@@ -179,7 +256,7 @@ def analyze_session(
         not_applied=not_applied,
         where=tuple(str(e.data["where"]) for e in stored.opt_events if e.data.get("where")),
         nonfinite_loss=any(_LOSS_BAD.search(e.message) for e in stored.logs),
-        failed=st.failed or _exit_failure(stored.meta),
+        failed=_exit_failure(stored.meta, stored.logs) or st.failed,
         parallelism=max(par) if par else None,
         memory=memory,
         rss=int(max(stored.rss)) if stored.rss else None,
@@ -187,4 +264,8 @@ def analyze_session(
         input=st.stats,
         evidence=evidence,
         loss=logged_loss([e.message for e in stored.logs]),
+        data=_data_stream(stored.opt_events),
+        blocked=_blocked(stored.opt_events),
+        serial_source=serial,
+        serial_s_per_step=serial_s,
     )

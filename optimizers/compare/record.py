@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from sofa_top.agent.toggles import OptimizeSpec
@@ -64,7 +65,8 @@ def record_one(
             name=name,
             output=str(path),
             sampling=SAMPLING,
-            settings={"optimize": spec.to_json()},
+            # every run fingerprints its batches: compare checks the data stream it was fed
+            settings={"optimize": replace(spec, check_data=True).to_json()},
             cwd=like.cwd if like is not None else None,
             env=like.env if like is not None else None,
         )

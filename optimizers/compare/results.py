@@ -24,6 +24,7 @@ Flag = Literal[
     "run-failed",
     "numerics-changing",  # a toggle that changes the results' last bits applied (bf16)
     "loss-differs",  # ... and the loss it logged is off the baseline's (see summary.LOSS_TOLERANCE)
+    "data-changed",  # the run's loop was fed another data stream than the baseline's
 ]
 
 
@@ -47,6 +48,8 @@ class ConfigResult:
     parallelism: int | None = None
     headroom: Headroom = field(default_factory=lambda: Headroom.unknown("steps/s"))
     loss: float | None = None  # median over the repeats of the loss the workload logged last
+    data_change: str | None = None  # how the data stream differed from the baseline's
+    advice: list[str] = field(default_factory=list)  # code changes that let a toggle apply
 
     def to_json(self) -> dict[str, Any]:
         """One entry of ``runs`` in ``compare --json``."""
@@ -66,6 +69,8 @@ class ConfigResult:
             "parallelism": self.parallelism,
             "headroom": asdict(self.headroom),
             "loss": self.loss,
+            "data_change": self.data_change,
+            "advice": list(self.advice),
         }
 
 

@@ -26,14 +26,20 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sofa_top.agent.toggles import OptimizeSpec
 from sofa_top.collectors.discovery import JobCopy
 from sofa_top.model.errors import UserError
 from sofa_top.optimizers.compare.analyze import analyze_session
-from sofa_top.optimizers.compare.configs import DEFAULT_CONFIGS, check_configs, config_table
+from sofa_top.optimizers.compare.configs import (
+    AUTO_THREADS,
+    DEFAULT_CONFIGS,
+    auto_threads,
+    check_configs,
+    config_table,
+)
 from sofa_top.optimizers.compare.progress import (
     CompareEvent,
     Diagnosed,
@@ -147,6 +153,7 @@ def run_compare(
         say(RunFinished(c, i + 1, out))
 
     searched = [c for c in configs if table[c].wants_search()]
+    threaded = [c for c in configs if table[c].threads == AUTO_THREADS]
     found: SearchResult | None = None
     first_done = False
     if searched and parallelism is not None:
@@ -158,6 +165,14 @@ def run_compare(
     if found is not None and found.chosen is not None:
         for c in searched:
             results[c].optimize = results[c].optimize.with_parallelism(found.chosen)
+    if threaded:
+        if "baseline" in results and not first_done:
+            run("baseline", 0)
+            first_done = True
+        base_diag = diagnose(results["baseline"].outcomes, usable_cores()) if first_done else None
+        n = auto_threads(usable_cores(), None if base_diag is None else base_diag.others_cores)
+        for c in threaded:
+            results[c].optimize = replace(results[c].optimize, threads=n)
     for i in range(repeats):
         for c in configs:
             if not (i == 0 and c == "baseline" and first_done):
@@ -193,8 +208,9 @@ def _result(
     baseline = median([o.rate for o in base_runs if o.rate is not None])
     baseline_loss = median([o.loss for o in base_runs if o.loss is not None])
     diag = diagnose(base_runs, usable_cores()) if "baseline" in results else None
+    base_data = next((o.data for o in base_runs if o.data is not None), None)
     for cr in results.values():
-        summarize(cr, baseline, diag, baseline_loss)
+        summarize(cr, baseline, diag, baseline_loss, base_data)
     runs = list(results.values())
     result = CompareResult(
         list(plan.cmd), repeats, plan.steps, plan.seconds, plan.warmup, runs, best_config(runs),

@@ -7,9 +7,42 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sofa_top.agent.toggles import NUMERICS_CHANGING, XLA_FLAGS, Toggle
+from sofa_top.optimizers.advice.inputs import SHARD_RECIPE
 from sofa_top.optimizers.compare.results import CompareResult, ConfigResult, Flag
 from sofa_top.optimizers.headroom import Diagnosis, headroom
-from sofa_top.optimizers.measures import Throughput, median
+from sofa_top.optimizers.measures import DataStream, Throughput, median
+
+REPEATS_CHANGED = 0.10  # more repeated batches than the baseline's by this share of batches
+MIN_REPEATS = 3
+EPOCH_TOLERANCE = 0.10  # per-worker partial last batches make epochs slightly longer
+
+# The code change that lets a toggle apply, per obstacle the agent reports (``blocked``).
+UNBLOCK: dict[str, str] = {
+    "unsharded-iterable": (
+        f"PyTorch: the IterableDataset feeds every DataLoader worker the whole stream: "
+        f"{SHARD_RECIPE}; then DataLoader(num_workers=N) reads each sample once"
+    ),
+}
+
+
+def data_change(run: DataStream | None, base: DataStream | None) -> str | None:
+    """How ``run``'s data stream differs from the baseline's (None: no difference seen, or
+    nothing to compare)."""
+    if run is None or base is None:
+        return None
+    extra = run.repeat_fraction - base.repeat_fraction
+    batches, repeats = run.first_epoch or (run.batches, run.repeats)
+    if repeats >= MIN_REPEATS and extra >= REPEATS_CHANGED:
+        where = "of the first epoch's" if run.first_epoch else "of"
+        return (
+            f"{repeats} {where} {batches} batches repeat an earlier one (baseline: "
+            f"{base.repeat_fraction:.0%}): samples are fed more than once"
+        )
+    if run.epoch_batches and base.epoch_batches:
+        n, b = run.epoch_batches[0], base.epoch_batches[0]
+        if abs(n - b) > max(2, EPOCH_TOLERANCE * b):
+            return f"an epoch is {n} batches (baseline: {b}): the data stream changed"
+    return None
 
 
 def _toggles(cr: ConfigResult) -> tuple[list[Toggle], list[tuple[Toggle, str]]]:
@@ -51,6 +84,8 @@ def _flags(cr: ConfigResult, baseline_loss: float | None = None) -> list[Flag]:
         flags.append("numerics-changing")
         if _loss_differs(cr, baseline_loss):
             flags.append("loss-differs")
+    if cr.data_change is not None:
+        flags.append("data-changed")
     return flags
 
 
@@ -59,9 +94,11 @@ def summarize(
     baseline: float | None,
     diag: Diagnosis | None,
     baseline_loss: float | None = None,
+    base_data: DataStream | None = None,
 ) -> None:
     """Fill ``cr``'s summary fields from its outcomes (``baseline``: the baseline's median
-    throughput; ``baseline_loss``: its median logged loss)."""
+    throughput; ``baseline_loss``: its median logged loss; ``base_data``: the data stream its
+    first run was fed)."""
     outs = cr.outcomes
     cr.throughput = Throughput.of(outs)
     cr.compile_s = median([o.compile_s for o in outs if o.compile_s is not None])
@@ -71,16 +108,32 @@ def summarize(
     cr.where = sorted({w for o in outs for w in o.where})
     cr.errors = [f"{Path(o.session).name}: {o.failed}" for o in outs if o.failed]
     med = cr.throughput.median
-    cr.speedup = med / baseline if baseline and med is not None else None
+    if cr.config != "baseline":
+        cr.data_change = next(
+            (c for o in outs if (c := data_change(o.data, base_data)) is not None), None
+        )
+    # a run fed other data is not faster at the same work: no speedup is reported for it
+    cr.speedup = med / baseline if baseline and med is not None and cr.data_change is None else None
     cr.loss = median([o.loss for o in outs if o.loss is not None])
     cr.flags = _flags(cr, baseline_loss)
     cr.parallelism = cr.optimize.parallelism
-    cr.headroom = headroom(outs, cr.throughput, cr.parallelism, "prefetch" in cr.applied, diag)
+    cr.advice = [
+        UNBLOCK[k] for k in sorted({k for o in outs for _t, k in o.blocked}) if k in UNBLOCK
+    ]
+    cr.headroom = headroom(
+        outs,
+        cr.throughput,
+        cr.parallelism,
+        "prefetch" in cr.applied,
+        diag,
+        compute_changed=bool({"xla", "depth_first", "threads"} & set(cr.applied)),
+    )
 
 
 def best_config(runs: Sequence[ConfigResult]) -> str | None:
-    """The fastest configuration whose runs neither failed, nor produced a non-finite loss, nor
-    changed the loss beyond the tolerance."""
+    """The fastest configuration whose runs neither failed, produced a non-finite loss,
+    changed the loss beyond the tolerance, nor were fed another data stream than the
+    baseline's."""
     ok = [
         r
         for r in runs
@@ -88,6 +141,7 @@ def best_config(runs: Sequence[ConfigResult]) -> str | None:
         and "run-failed" not in r.flags
         and "non-finite-loss" not in r.flags
         and "loss-differs" not in r.flags
+        and "data-changed" not in r.flags
     ]
     return max(ok, key=lambda r: r.throughput.median or 0.0).config if ok else None
 
@@ -100,7 +154,7 @@ def changes_for(result: CompareResult, config: str | None) -> list[str]:
     out: list[str] = []
     where = " ".join(cr.where)
     if "prefetch" in cr.applied:
-        out += _prefetch_changes(where, cr.parallelism)
+        out += _prefetch_changes(where)
     if "xla" in cr.applied:
         if "tensorflow" in where:
             out.append(
@@ -113,6 +167,19 @@ def changes_for(result: CompareResult, config: str | None) -> list[str]:
             out.append("PyTorch: `model.compile()` (torch.compile in place) before the loop")
     if "depth_first" in cr.applied:
         out.append("PyTorch: `model = sofa_top.optimizers.depth_first(model)`")
+    if "threads" in cr.applied:
+        n = cr.optimize.threads
+        if "torch:" in where:
+            out.append(
+                f"PyTorch: `torch.set_num_threads({n})` at the start (or env "
+                f"OMP_NUM_THREADS={n}); env OMP_WAIT_POLICY=PASSIVE"
+            )
+        if "tensorflow:" in where:
+            out.append(
+                f"TF: `tf.config.threading.set_intra_op_parallelism_threads({n})` and "
+                f"`set_inter_op_parallelism_threads({n})` before the first op; env "
+                "OMP_WAIT_POLICY=PASSIVE"
+            )
     out += _gpu_changes(cr, where)
     return out
 
@@ -134,21 +201,33 @@ def _gpu_changes(cr: ConfigResult, where: str) -> list[str]:
     return out
 
 
-def _prefetch_changes(where: str, n: int | None) -> list[str]:
+def _prefetch_changes(where: str) -> list[str]:
+    """The tf.data, DataLoader and PyDataset changes the agent made (``where``), as code: only
+    the stages it changed (a pipeline without a map gets no ``ds.map``)."""
     out: list[str] = []
-    if "tf.data" in where and n is None:
-        out.append(
-            "tf.data: `ds.map(f, num_parallel_calls=tf.data.AUTOTUNE)` (same for "
-            "interleave) and add `.prefetch(tf.data.AUTOTUNE)` after `.batch(...)`"
-        )
-    elif "tf.data" in where:
-        out.append(
-            f"tf.data: `ds.map(f, num_parallel_calls={n})` (same for interleave), add "
-            "`.prefetch(tf.data.AUTOTUNE)` after `.batch(...)`, and "
-            f"`options.threading.private_threadpool_size = {n}` "
+    tf: list[str] = []
+    for stage in ("map", "interleave"):
+        calls = re.search(rf"tf\.data: {stage}\(num_parallel_calls=(\w+)\)", where)
+        if calls:
+            value = "tf.data.AUTOTUNE" if calls.group(1) == "AUTOTUNE" else calls.group(1)
+            tf.append(f"`ds.{stage}(f, num_parallel_calls={value})`")
+    if ".prefetch(AUTOTUNE) appended" in where:
+        tf.append("`ds = ds.prefetch(tf.data.AUTOTUNE)` as the last step")
+    pool = re.search(r"private_threadpool_size=(\d+)", where)
+    if pool:
+        tf.append(
+            f"`options.threading.private_threadpool_size = {pool.group(1)}` "
             "(`ds = ds.with_options(options)`)"
         )
+    if tf:
+        out.append("tf.data: " + ", ".join(tf))
     m = re.search(r"DataLoader\(([^)]*)\)", where)
     if m:
         out.append(f"PyTorch: `DataLoader(..., {m.group(1)})`")
+    k = re.search(r"keras: (\S+) PyDataset\(workers=(\d+)\)", where)
+    if k:
+        out.append(
+            f"Keras: `super().__init__(workers={k.group(2)})` in {k.group(1)}.__init__ "
+            "(use_multiprocessing=True when __getitem__ is CPU-bound Python)"
+        )
     return out

@@ -23,6 +23,8 @@ Modules (each docstring says how its part works)
     ``tuner``      the first-call measurement that decides chunk size and threads
     ``pool``       the worker threads that take whole chunks (inference)
     ``report``     ``ChunkDecision`` and ``RunReport``
+    ``count``      ``count_chains``: the runs it would take, without transforming (the agent's
+                   check that depth-first can apply before it is suggested)
 
 torch.compile
     Mutually exclusive: ``depth_first`` on a compiled module (``torch.compile(m)`` or
@@ -47,7 +49,15 @@ TensorFlow/Keras: not supported (decision)
     sofa-top should suggest ``jit_compile=True`` for TF instead. Details: optimizers/README.md.
 """
 
+from sofa_top.optimizers.depth_first.count import ChainCount, count_chains
 from sofa_top.optimizers.depth_first.report import ChunkDecision, RunReport
 from sofa_top.optimizers.depth_first.transform import depth_first, depth_first_report
 
-__all__ = ["ChunkDecision", "RunReport", "depth_first", "depth_first_report"]
+__all__ = [
+    "ChainCount",
+    "ChunkDecision",
+    "RunReport",
+    "count_chains",
+    "depth_first",
+    "depth_first_report",
+]

@@ -25,6 +25,7 @@ from sofa_top.agent import (
     midrun,
     optimize,
     output,
+    probes,
     protocol,
 )
 from sofa_top.agent.core import Agent, log_once
@@ -51,6 +52,9 @@ def installers() -> dict[str, Sequence[tuple[str, Installer]]]:
         "torch.nn.parallel.distributed": [("torch-ddp", hooks_dist.install_ddp)],
         "torch.cuda": [("torch-cuda", hooks_cuda.install)],
         "torch.autograd": [("torch-backward", hooks_torch.install_backward)],
+        # what the advice needs to know of the model and thread pools (agent-model events)
+        "torch.nn.modules.module": [("model-probe", probes.install_torch_model)],
+        "tensorflow": [("model-probe", probes.install_tf)],
     }
 
 
@@ -74,7 +78,8 @@ def start(environ: dict[str, str] | None = None) -> Agent | None:
         conn = None
     agent = core.AGENT = Agent(settings, conn)
     hooks = {} if conn is None else installers()
-    if settings.optimize.toggles():  # the toggles apply with or without telemetry
+    # the toggles apply with or without telemetry; compare's data check rides with them
+    if settings.optimize.toggles() or settings.optimize.check_data:
         optimize.add_installers(agent, hooks)
     if hooks:
         PostImportHooks(agent, hooks).install()

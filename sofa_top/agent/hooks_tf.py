@@ -45,6 +45,7 @@ class _State:
     declared: dict[int, _Declared] = {}  # id(dataset) -> what walking it found
     stats_it: Callable[[], object] | None = None  # weakref to the iterator to read stats from
     stats_due = float("inf")
+    stats_declared: list[dict[str, Any]] | None = None  # the declared stages of stats_it's dataset
 
 
 def _resolve_bs(it: object) -> int | None:
@@ -85,7 +86,7 @@ def _maybe_pull_stats(agent: Agent, it: object, now: float) -> None:
         return
     _State.stats_due = now + agent.settings.pipeline_interval_s
     try:
-        stages, note = runtime_stages(it)
+        stages, note = runtime_stages(it, _State.stats_declared)
     except Exception as e:
         # e.g. autotune disabled: no model to read; keep the declared view
         _State.stats_due = float("inf")
@@ -117,21 +118,79 @@ def install_eager(agent: Agent, module: ModuleType) -> None:
 
 
 # -- pipeline ----------------------------------------------------------------------------------
+#
+# Stage kinds name what the user wrote, because that is what the advice changes: a
+# ``from_generator`` source is tf.data's ``flat_map`` over a one-element dataset, whose function
+# builds a ``Generator`` dataset; it is reported as one ``generator`` stage named after the
+# user's generator (a Keras ``PyDataset``/``Sequence`` adapter's generator as ``py_dataset``, with
+# its ``workers`` as parallelism), never as a serial map. A generator inside a parallel
+# ``interleave`` (the tf.data guide's fix) takes the interleave's parallelism.
 
 
 def _kind(name: str, has_inputs: bool) -> str:
     low = name.lower()
     if "interleave" in low:
         return "interleave"
+    if "flatmap" in low:
+        return "flat_map"
     if "map" in low:
         return "map"
     if "batch" in low:
         return "batch"
     if "prefetch" in low:
         return "prefetch"
+    if "cache" in low:
+        return "cache"
+    if low == "generator":
+        return "generator"
     if not has_inputs:
         return "source"
     return "other"
+
+
+def _closure_values(fn: object) -> list[object]:
+    cells = getattr(fn, "__closure__", None) or ()
+    out: list[object] = []
+    for c in cells:
+        try:
+            out.append(c.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+    return out
+
+
+def from_generator_source(dataset: object) -> object | None:
+    """The callable a ``from_generator`` dataset runs (its generator function), or None when
+    ``dataset`` is not the flat_map that ``from_generator`` builds."""
+    wrapper = getattr(dataset, "_map_func", None)
+    fn = getattr(wrapper, "_func", None)
+    if fn is None or not getattr(fn, "__qualname__", "").startswith("_from_generator."):
+        return None
+    # flat_map_fn -> its helper functions -> the _GeneratorState holding the generator
+    for helper in _closure_values(fn):
+        for value in _closure_values(helper):
+            gen: object = getattr(value, "_generator", None)
+            if gen is not None and type(value).__name__ == "_GeneratorState":
+                return gen
+    return None
+
+
+def generator_stage(gen: object) -> dict[str, Any]:
+    """The stage a ``from_generator`` source is: a Keras PyDataset, or a Python generator."""
+    owner = getattr(gen, "__self__", None)
+    py_dataset = getattr(owner, "py_dataset", None)
+    if py_dataset is not None:
+        workers = _int_attr(py_dataset, "workers")
+        return {
+            "name": f"PyDataset {type(py_dataset).__name__}",
+            "kind": "py_dataset",
+            "parallelism": max(1, workers or 1),
+            "buffer": _int_attr(py_dataset, "max_queue_size"),
+        }
+    qual = str(getattr(gen, "__qualname__", "") or type(gen).__name__).split(".<locals>.")[-1]
+    if qual.startswith("GeneratorDataAdapter."):
+        qual = "the Python generator given to fit"
+    return {"name": qual, "kind": "generator", "parallelism": 1, "buffer": None}
 
 
 def _int_attr(obj: object, name: str) -> int | None:
@@ -145,6 +204,18 @@ def _int_attr(obj: object, name: str) -> int | None:
         return None
 
 
+def _stage(name: str, kind: str, par: int | None, buf: int | None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "kind": kind,
+        # AUTOTUNE (-1) is not a number of threads: say "unknown"
+        "parallelism": par if par is not None and par > 0 else None,
+        "buffer": buf if buf is not None and buf >= 0 else None,
+        "self_time_s": None,
+        "is_bottleneck": False,
+    }
+
+
 def declared_stages(dataset: Any) -> tuple[list[dict[str, Any]], int | None, str]:
     """Walk a dataset's graph (outermost first): stages, batch size, note."""
     stages: list[dict[str, Any]] = []
@@ -152,6 +223,7 @@ def declared_stages(dataset: Any) -> tuple[list[dict[str, Any]], int | None, str
     todo = [dataset]
     prefetch_above: list[bool] = [False]
     serial_maps: list[int] = []
+    generators: list[int] = []
     while todo and len(stages) < _MAX_STAGES:
         d = todo.pop()
         above = prefetch_above.pop()
@@ -160,26 +232,22 @@ def declared_stages(dataset: Any) -> tuple[list[dict[str, Any]], int | None, str
             inputs = list(d._inputs())
         except Exception:
             inputs = []
+        gen = from_generator_source(d) if "FlatMap" in name else None
+        if gen is not None:
+            g = generator_stage(gen)
+            if g["kind"] == "generator" or (g["parallelism"] or 1) <= 1:
+                generators.append(len(stages))
+            stages.append({**_stage(g["name"], g["kind"], g["parallelism"], g["buffer"])})
+            continue  # its one-element input dataset is tf.data's own, not the user's
         kind = _kind(name, bool(inputs))
         par = _int_attr(d, "_num_parallel_calls")
         if kind == "map" and par is None and "Parallel" not in name:
             par = 1  # Dataset.map without num_parallel_calls runs one element at a time
-        buf = _int_attr(d, "_buffer_size")
         if kind == "batch" and batch_size is None:
             batch_size = _int_attr(d, "_batch_size")
         if kind == "map" and par == 1 and not above:
             serial_maps.append(len(stages))
-        stages.append(
-            {
-                "name": name,
-                "kind": kind,
-                # AUTOTUNE (-1) is not a number of threads: say "unknown"
-                "parallelism": par if par is not None and par > 0 else None,
-                "buffer": buf if buf is not None and buf >= 0 else None,
-                "self_time_s": None,
-                "is_bottleneck": False,
-            }
-        )
+        stages.append(_stage(name, kind, par, _int_attr(d, "_buffer_size")))
         for child in reversed(inputs):
             todo.append(child)
             prefetch_above.append(above or kind == "prefetch")
@@ -188,47 +256,101 @@ def declared_stages(dataset: Any) -> tuple[list[dict[str, Any]], int | None, str
         stages[serial_maps[-1]]["is_bottleneck"] = True
         note += "; likely bottleneck: a serial map with no prefetch after it"
         note += " (tf.data's default optimizations may still parallelize it)"
+    elif any(s["kind"] == "py_dataset" for s in stages):
+        note += "; a Keras PyDataset feeds it (its workers= threads or processes prefetch)"
+        if generators:
+            stages[generators[-1]]["is_bottleneck"] = True
+    elif generators and not any(s["kind"] == "map" for s in stages):
+        stages[generators[-1]]["is_bottleneck"] = True
+        note += "; likely bottleneck: a Python source that yields one element at a time"
     elif not any(s["kind"] == "prefetch" for s in stages):
         note += "; no prefetch: input and compute cannot overlap"
     return stages, batch_size, note
 
 
-def runtime_stages(iterator: Any) -> tuple[list[dict[str, Any]], str]:
-    """The live pipeline from tf.data's autotune model (after its rewrites), outermost first."""
+def _runtime_order(nodes: dict[int, Any], output: int) -> list[tuple[int, int]]:
+    """(node id, parallelism of the nearest parallel interleave above it), outermost first.
+
+    A ``from_generator`` source is its FlatMap node alone (the Generator and FromTensor below it
+    are folded into it); an interleave's instances of the same sub-pipeline count once."""
+    order: list[tuple[int, int]] = []
+    seen: set[int] = set()
+    todo: list[tuple[int, int]] = [(output, 1)]
+    while todo and len(order) < _MAX_STAGES:
+        nid, par = todo.pop()
+        if nid in seen or nid not in nodes:
+            continue
+        seen.add(nid)
+        order.append((nid, par))
+        n = nodes[nid]
+        inputs = [int(i) for i in n.inputs if int(i) in nodes]
+        if str(n.name) == "FlatMap" and any(str(nodes[i].name) == "Generator" for i in inputs):
+            continue
+        below = par
+        if _kind(str(n.name), True) == "interleave":
+            below = max(par, _param(n, "parallelism") or 1)
+        first: dict[str, int] = {}
+        for i in inputs:
+            first.setdefault(str(nodes[i].name), i)  # one instance per sub-pipeline
+        todo.extend((i, below) for i in reversed(list(first.values())))
+    return order
+
+
+def _param(node: Any, name: str) -> int | None:
+    for p in node.parameters:
+        if p.name == name:
+            return int(p.state_value or p.value)
+    return None
+
+
+def _busy(nodes: dict[int, Any], nid: int) -> tuple[float, int]:
+    """(processing seconds, elements) of a node; a from_generator FlatMap adds its Generator."""
+    n = nodes[nid]
+    busy, elements = float(n.processing_time) / 1e9, int(n.num_elements)
+    if str(n.name) == "FlatMap":
+        for i in (int(x) for x in n.inputs):
+            if i in nodes and str(nodes[i].name) == "Generator":
+                busy += float(nodes[i].processing_time) / 1e9
+                elements = max(elements, int(nodes[i].num_elements))
+    return busy, elements
+
+
+def runtime_stages(
+    iterator: Any, declared: list[dict[str, Any]] | None = None
+) -> tuple[list[dict[str, Any]], str]:
+    """The live pipeline from tf.data's autotune model (after its rewrites), outermost first.
+
+    ``declared``: the stages ``declared_stages`` found, which name a from_generator source (the
+    model only knows it as ``FlatMap`` over ``Generator``)."""
     tf = sys.modules["tensorflow"]
     proto = tf.data.experimental.get_model_proto(iterator)
-    nodes = dict(proto.nodes)
-    root = nodes.get(proto.output)
+    nodes = {int(k): v for k, v in proto.nodes.items()}
+    root = nodes.get(int(proto.output))
     if root is None:
         return [], "no tf.data model"
     produced = max(int(root.num_elements), 1)
-    order: list[int] = []
-    todo = [int(proto.output)]
-    while todo and len(order) < _MAX_STAGES:
-        nid = todo.pop()
-        if nid in order or nid not in nodes:
-            continue
-        order.append(nid)
-        todo.extend(reversed([int(i) for i in nodes[nid].inputs]))
+    sources = [s for s in declared or () if s["kind"] in ("generator", "py_dataset")]
     stages: list[dict[str, Any]] = []
     cost: list[float] = []
-    for nid in order:
+    for nid, outer in _runtime_order(nodes, int(proto.output)):
         n = nodes[nid]
         if n.name == "Root":
             continue
-        par: int | None = None
-        buf: int | None = None
-        for p in n.parameters:
-            if p.name == "parallelism":
-                par = int(p.state_value or p.value)
-            elif p.name == "buffer_size":
-                buf = int(p.state_value or p.value)
-        elements = int(n.num_elements)
-        busy = float(n.processing_time) / 1e9
+        name = str(n.name)
+        kind = _kind(name, bool(n.inputs))
+        par, buf = _param(n, "parallelism"), _param(n, "buffer_size")
+        if name == "FlatMap" and any(
+            int(i) in nodes and nodes[int(i)].name == "Generator" for i in n.inputs
+        ):
+            src = sources.pop(0) if sources else None
+            name = src["name"] if src else "from_generator"
+            kind = src["kind"] if src else "generator"
+            par = outer if kind == "generator" else (src or {}).get("parallelism") or outer
+        busy, elements = _busy(nodes, nid)
         stages.append(
             {
-                "name": str(n.name),
-                "kind": _kind(str(n.name), bool(n.inputs)),
+                "name": name,
+                "kind": kind,
                 "parallelism": par,
                 "buffer": buf,
                 "self_time_s": busy / elements if elements else None,
@@ -236,8 +358,8 @@ def runtime_stages(iterator: Any) -> tuple[list[dict[str, Any]], str]:
             }
         )
         # a prefetch stage only hands over what others made: never the bottleneck
-        is_prefetch = stages[-1]["kind"] == "prefetch"
-        cost.append(0.0 if is_prefetch else busy / produced / max(par or 1, 1))
+        width = max(par or 1, outer, 1) if kind != "generator" else max(par or 1, 1)
+        cost.append(0.0 if kind == "prefetch" else busy / produced / width)
     note = f"runtime (tf.data model, {produced} elements produced)"
     if cost and max(cost) > 0:
         worst = cost.index(max(cost))
@@ -302,6 +424,7 @@ def _new_iterator(agent: Agent, dataset: Any, it: Any) -> None:
         agent.send_frame(
             {"type": "pipeline", "framework": "tf.data", "note": note, "stages": stages}
         )
+    _State.stats_declared = stages
     try:
         _State.stats_it = weakref.ref(it)
         # first runtime view once the pipeline has run a little

@@ -57,10 +57,12 @@ def loader_stages(it: Any) -> tuple[list[dict[str, Any]], str]:
     """Describe a DataLoader iterator as pipeline stages (loading first, as it runs)."""
     workers = int(getattr(it, "_num_workers", 0) or 0)
     dataset = getattr(it, "_dataset", None)
+    # _DatasetKind.Iterable is 1: an IterableDataset, which workers duplicate unless it shards
+    iterable = getattr(it, "_dataset_kind", 0) == 1
     stages: list[dict[str, Any]] = [
         {
             "name": type(dataset).__name__,
-            "kind": "source",
+            "kind": "iterable" if iterable else "source",
             "parallelism": max(workers, 1),
             "buffer": None,
             "self_time_s": None,

@@ -35,6 +35,12 @@ prefetch
     ends in a prefetch), since tf.data's default pool has one thread per core; a
     ``DataLoader`` with fewer than N workers (0 included) gets ``num_workers=N``. Each
     ``optimize`` event then carries ``parallelism`` and says N in its ``where``.
+    An ``IterableDataset`` gets workers only if it shards: ``datacheck.iterable_shards`` runs
+    it as workers 0 and 1 would and compares their first items; one that yields the same
+    items in both keeps its loader as it was (the toggle is skipped with the reason: workers
+    would feed every sample N times). A Keras ``PyDataset`` with one worker gets ``workers``
+    (the setting, else the default workers) through its own enqueuer, which keeps the order;
+    Keras' tf.data around it is left as Keras set it.
 depth_first
     ``sofa_top.optimizers.depth_first`` on the same top-level module (loaded from its
     files, under its real module names, when ``sofa_top.optimizers`` is not importable).
@@ -53,6 +59,14 @@ bf16 (GPU)
 compile_mode (GPU)
     ``module.compile(mode=...)`` on the top-level module (``reduce-overhead``: CUDA graphs);
     with ``xla`` too, this one compile is the module's (xla is reported skipped for torch).
+threads
+    ``{"threads": N}``: ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``/``OPENBLAS_NUM_THREADS=N`` and
+    ``OMP_WAIT_POLICY=PASSIVE`` at agent start (before the workload loads its BLAS);
+    ``torch.set_num_threads(N)`` once torch is imported, and a later call of the script's own
+    with more threads is capped at N; TensorFlow's intra- and inter-op pools at N.
+check_data
+    Not a toggle: every batch the loop fetches (DataLoader, tf.data iterator) is fingerprinted
+    (``datacheck``) and the counts reported as ``optimize`` events with ``data_check``.
 """
 
 from __future__ import annotations
@@ -64,69 +78,22 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from sofa_top.agent.toggles import XLA_FLAGS, OptimizeSpec, PrefetchOptions, Toggle, hook_name
+from sofa_top.agent import datacheck
+from sofa_top.agent.optimize_gpu import autocast_bf16 as _autocast_bf16
+from sofa_top.agent.optimize_gpu import install_pin_memory as _install_pin_memory
+from sofa_top.agent.optimize_state import State as _State
+from sofa_top.agent.optimize_state import applied as _applied
+from sofa_top.agent.optimize_state import bind as _bind
+from sofa_top.agent.optimize_state import check_guard as _check_guard
+from sofa_top.agent.optimize_state import default_workers
+from sofa_top.agent.optimize_state import guard as _guard
+from sofa_top.agent.optimize_state import skipped as _skipped
+from sofa_top.agent.toggles import XLA_FLAGS, PrefetchOptions, Toggle, hook_name
 
 if TYPE_CHECKING:
     from sofa_top.agent.core import Agent, Installer
 
 _WAITING = "requested, but the workload never imported tensorflow or torch"
-
-
-def default_workers() -> int:
-    """DataLoader workers: the cores this process may use, less one for the loop, at least 2."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 2
-    return max(2, cores - 1)
-
-
-class _State:
-    """What the installers share; one process has one agent."""
-
-    agent: Agent | None = None
-    wanted: OptimizeSpec = OptimizeSpec()
-    where: dict[str, list[str]] = {}
-    top_module_hook: Any = None
-    reported: set[tuple[str, str]] = set()  # (toggle, reason) skips already reported
-
-
-def _applied(toggle: Toggle, where: str, **data: Any) -> None:
-    """Report that ``toggle`` changed something (``where``), once per distinct place."""
-    agent = _State.agent
-    places = _State.where.setdefault(toggle, [])
-    if agent is None or where in places:
-        return
-    places.append(where)
-    agent.hook_applied(hook_name(toggle))
-    agent.event(
-        "optimize",
-        f"{toggle}: {where}",
-        {"toggle": toggle, "applied": True, "where": where, "reason": None, **data},
-    )
-
-
-def _skipped(toggle: Toggle, reason: str) -> None:
-    agent = _State.agent
-    if agent is None or _State.where.get(toggle) or (toggle, reason) in _State.reported:
-        return  # applied somewhere already (a miss elsewhere does not undo it), or said
-    _State.reported.add((toggle, reason))
-    agent.hook_skipped(hook_name(toggle), reason)
-    agent.event(
-        "optimize",
-        f"{toggle} not applied: {reason}",
-        {"toggle": toggle, "applied": False, "where": None, "reason": reason},
-    )
-
-
-def _guard(toggle: Toggle, fn: Callable[[Agent, ModuleType], None]) -> Installer:
-    def install(agent: Agent, module: ModuleType) -> None:
-        try:
-            fn(agent, module)
-        except Exception as e:  # never fail the workload for an optimization
-            _skipped(toggle, f"install failed: {e!r}")
-
-    return install
 
 
 # -- TensorFlow ---------------------------------------------------------------------------------
@@ -153,12 +120,6 @@ def _install_keras_jit(agent: Agent, module: ModuleType) -> None:
 
     compile.__wrapped__ = orig  # type: ignore[attr-defined]
     agent.patches.set(cls, "compile", compile)
-
-
-def _bind(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    import inspect
-
-    return inspect.signature(fn).bind(*args, **kwargs)
 
 
 def _install_tf_data(agent: Agent, module: ModuleType) -> None:
@@ -210,7 +171,7 @@ def _install_tf_data(agent: Agent, module: ModuleType) -> None:
         try:
             from tensorflow.python.eager import context
 
-            if context.executing_eagerly():
+            if context.executing_eagerly() and not _keras_py_dataset(self):
                 o = module.options_lib.Options()
                 if n is not None:
                     # tf.data's default pool has one thread per core: waiting calls need more
@@ -241,6 +202,50 @@ def _install_tf_data(agent: Agent, module: ModuleType) -> None:
     agent.patches.set(cls, "__iter__", __iter__)
 
 
+def _keras_py_dataset(ds: Any, depth: int = 4) -> bool:
+    """Whether ``ds`` is Keras' tf.data around a PyDataset (Keras tunes its threads itself)."""
+    from sofa_top.agent.hooks_tf import from_generator_source
+
+    todo = [(ds, 0)]
+    while todo:
+        d, level = todo.pop()
+        gen = from_generator_source(d)
+        if gen is not None and getattr(getattr(gen, "__self__", None), "py_dataset", None):
+            return True
+        if level < depth:
+            try:
+                todo.extend((child, level + 1) for child in d._inputs())
+            except Exception:
+                continue
+    return False
+
+
+def _install_py_dataset(agent: Agent, module: ModuleType) -> None:
+    cls = getattr(module, "PyDatasetAdapter", None)
+    if cls is None:
+        raise RuntimeError("keras PyDatasetAdapter not found")
+    opts = _State.wanted.prefetch or PrefetchOptions()
+    workers = opts.parallelism or opts.workers or default_workers()
+    orig = cls.__init__
+
+    def __init__(self: Any, x: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            current = int(getattr(x, "workers", 1) or 1)
+            if current < workers and not getattr(x, "use_multiprocessing", False):
+                x.workers = workers  # threads: the OrderedEnqueuer keeps the batch order
+                _applied(
+                    "prefetch",
+                    f"keras: {type(x).__name__} PyDataset(workers={workers})",
+                    workers=workers,
+                )
+        except Exception as e:
+            _skipped("prefetch", f"PyDataset workers not set: {e!r}")
+        orig(self, x, *args, **kwargs)
+
+    __init__.__wrapped__ = orig  # type: ignore[attr-defined]
+    cls.__init__ = __init__
+
+
 # -- PyTorch ------------------------------------------------------------------------------------
 
 
@@ -265,6 +270,20 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
             ):
                 import torch
 
+                dataset = a.get("dataset")
+                if isinstance(dataset, torch.utils.data.IterableDataset):
+                    shards, why = _shards(dataset, workers)
+                    if not shards:
+                        _skipped(
+                            "prefetch",
+                            f"not sharded: DataLoader over {type(dataset).__name__} keeps "
+                            f"num_workers={current}: {why}",
+                            blocked="unsharded-iterable",
+                            dataset=type(dataset).__name__,
+                        )
+                        orig(self, *args, **kwargs)
+                        return
+
                 a["num_workers"] = workers
                 a["persistent_workers"] = True
                 pf = a.get("prefetch_factor") or opts.prefetch_factor or 4
@@ -288,114 +307,32 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
     agent.patches.set(cls, "__init__", __init__)
 
 
-def _install_pin_memory(agent: Agent, module: ModuleType) -> None:
-    cls = getattr(module, "DataLoader", None)
-    if cls is None:
-        raise RuntimeError("torch DataLoader not found")
-    orig = cls.__init__
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        try:
-            import torch
-
-            if not torch.cuda.is_available():
-                _skipped("pin_memory", "no CUDA device: pinned memory only speeds up GPU copies")
-            else:
-                b = _bind(orig, (self, *args), kwargs)
-                if not b.arguments.get("pin_memory"):
-                    b.arguments["pin_memory"] = True
-                    args, kwargs = tuple(b.args[1:]), dict(b.kwargs)
-                    _applied("pin_memory", "torch: DataLoader(..., pin_memory=True)")
-                _non_blocking_copies(torch)
-        except TypeError:
-            pass
-        orig(self, *args, **kwargs)
-
-    __init__.__wrapped__ = orig  # type: ignore[attr-defined]
-    cls.__init__ = __init__
+def _shards(dataset: Any, workers: int) -> tuple[bool, str]:
+    """``datacheck.iterable_shards``, once per dataset; a probe that fails means no workers."""
+    key = id(dataset)
+    hit = _State.shards.get(key)
+    if hit is not None and hit[0] is dataset:
+        return hit[1], hit[2]
+    try:
+        shards, why = datacheck.iterable_shards(dataset, workers)
+    except Exception as e:
+        shards, why = False, f"probing its workers' streams failed: {e!r}"
+    _State.shards[key] = (dataset, shards, why)
+    return shards, why
 
 
-def _to_cuda(torch: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """``tensor.to(*args, **kwargs)`` names a CUDA device and leaves non_blocking unsaid."""
-    if "non_blocking" in kwargs or len(args) > 2:
-        return False
-    target = kwargs.get("device", args[0] if args else None)
-    if isinstance(target, (str, int, torch.device)):
-        try:
-            return bool(torch.device(target).type == "cuda")
-        except (RuntimeError, TypeError):
-            return False
-    return False
-
-
-def _non_blocking_copies(torch: Any) -> None:
-    """Pinned CPU tensors go to the GPU with non_blocking=True (``Tensor.to`` / ``.cuda``)."""
-    if getattr(torch.Tensor.to, "_sofa_top_non_blocking", False):
-        return
-    orig_to, orig_cuda = torch.Tensor.to, torch.Tensor.cuda
-    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
-
-    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if (
-            not compiling()
-            and self.device.type == "cpu"
-            and _to_cuda(torch, args, kwargs)
-            and self.is_pinned()
-        ):
-            kwargs["non_blocking"] = True
-            _applied("pin_memory", "torch: tensor.to(cuda, non_blocking=True) for pinned batches")
-        return orig_to(self, *args, **kwargs)
-
-    def cuda(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if (
-            not compiling()
-            and "non_blocking" not in kwargs
-            and len(args) < 2
-            and self.device.type == "cpu"
-            and self.is_pinned()
-        ):
-            kwargs["non_blocking"] = True
-            _applied("pin_memory", "torch: tensor.cuda(non_blocking=True) for pinned batches")
-        return orig_cuda(self, *args, **kwargs)
-
-    for fn, wrapped in ((to, orig_to), (cuda, orig_cuda)):
-        fn.__wrapped__ = wrapped  # type: ignore[attr-defined]
-        fn._sofa_top_non_blocking = True  # type: ignore[attr-defined]
-    torch.Tensor.to = to
-    torch.Tensor.cuda = cuda
-
-
-def _autocast_bf16(module: Any) -> None:
-    import torch
-
-    param = next(module.parameters(), None)
-    device = param.device.type if param is not None else "cpu"
-    if device == "cuda" and not torch.cuda.is_bf16_supported():
-        _skipped("bf16", "this GPU has no bf16 (try float16 autocast with a GradScaler)")
-        return
-    forward = module.forward
-
-    def autocast_forward(*args: Any, **kwargs: Any) -> Any:
-        with torch.autocast(device, dtype=torch.bfloat16):
-            return forward(*args, **kwargs)
-
-    autocast_forward.__wrapped__ = forward  # type: ignore[attr-defined]
-    module.forward = autocast_forward
-    _applied(
-        "bf16", f"torch: {type(module).__name__}.forward under torch.autocast({device!r}, bf16)"
-    )
-
-
-def _load_depth_first() -> Callable[[Any], Any]:
+def _load_depth_first(name: str = "depth_first") -> Callable[..., Any]:
+    """``sofa_top.optimizers.depth_first.<name>`` (``depth_first``, ``count_chains``)."""
     import importlib
 
     try:  # by name, not a static import: the agent imports nothing else from sofa_top
-        return importlib.import_module("sofa_top.optimizers.depth_first").depth_first  # type: ignore[no-any-return]
+        mod = importlib.import_module("sofa_top.optimizers.depth_first")
     except ImportError:
-        return _load_depth_first_by_path()
+        mod = _load_depth_first_by_path()
+    return getattr(mod, name)  # type: ignore[no-any-return]
 
 
-def _load_depth_first_by_path() -> Callable[[Any], Any]:
+def _load_depth_first_by_path() -> ModuleType:
     """``depth_first`` from this copy of sofa-top's files, without ``sofa_top.optimizers``.
 
     The package's modules import each other and ``sofa_top.optimizers.cache`` by absolute
@@ -406,10 +343,9 @@ def _load_depth_first_by_path() -> Callable[[Any], Any]:
     folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "optimizers")
     package = os.path.join(folder, "depth_first")
     _exec_by_path("sofa_top.optimizers.cache", os.path.join(folder, "cache.py"))
-    mod = _exec_by_path(
+    return _exec_by_path(
         "sofa_top.optimizers.depth_first", os.path.join(package, "__init__.py"), package
     )
-    return mod.depth_first  # type: ignore[no-any-return]
 
 
 def _exec_by_path(name: str, path: str, package: str | None = None) -> ModuleType:
@@ -508,6 +444,87 @@ def _install_torch_modules(agent: Agent, module: ModuleType) -> None:
     _State.top_module_hook = register(pre_hook)
 
 
+# -- threads ------------------------------------------------------------------------------------
+
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def _set_thread_env(n: int) -> None:
+    for name in THREAD_ENV:
+        os.environ[name] = str(n)
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+
+def _install_torch_threads(agent: Agent, torch: ModuleType) -> None:
+    n = _State.wanted.threads
+    if n is None:
+        return
+    orig = torch.set_num_threads
+    torch.set_num_threads(n)
+
+    def set_num_threads(k: int) -> None:
+        capped = min(int(k), n) if isinstance(k, int) and k > 0 else k
+        if capped != k:
+            _applied("threads", f"torch: the script's set_num_threads({k}) capped at {n}")
+        orig(capped)
+
+    set_num_threads.__wrapped__ = orig  # type: ignore[attr-defined]
+    torch.set_num_threads = set_num_threads  # type: ignore[attr-defined]
+    _applied(
+        "threads",
+        f"torch: set_num_threads({n}), OMP_NUM_THREADS={n}, OMP_WAIT_POLICY=PASSIVE",
+        threads=n,
+    )
+
+
+def _install_tf_threads(agent: Agent, tf: ModuleType) -> None:
+    n = _State.wanted.threads
+    if n is None:
+        return
+    tf.config.threading.set_intra_op_parallelism_threads(n)
+    tf.config.threading.set_inter_op_parallelism_threads(n)
+    _applied(
+        "threads",
+        f"tensorflow: set_intra_op_parallelism_threads({n}), set_inter_op_parallelism_threads"
+        f"({n}), OMP_NUM_THREADS={n}",
+        threads=n,
+    )
+
+
+# -- the data-stream check ----------------------------------------------------------------------
+
+
+def _check() -> datacheck.DataCheck:
+    check = _State.check
+    if check is None:
+
+        def report(data: dict[str, Any]) -> None:
+            agent = _State.agent
+            if agent is not None:
+                agent.event(
+                    "optimize",
+                    f"data check: {data['batches']} batches, {data['repeats']} repeated",
+                    {"toggle": None, "data_check": data},
+                )
+
+        check = _State.check = datacheck.DataCheck(report)
+    return check
+
+
+def _install_check_torch(agent: Agent, module: ModuleType) -> None:
+    cls = getattr(module, "_BaseDataLoaderIter", None)
+    if cls is None:
+        raise RuntimeError("torch _BaseDataLoaderIter not found")
+    cls.__next__ = datacheck.wrap_next(cls.__next__, _check())
+
+
+def _install_check_tf(agent: Agent, module: ModuleType) -> None:
+    cls = getattr(module, "OwnedIterator", None)
+    if cls is None:
+        raise RuntimeError("tf.data OwnedIterator not found")
+    cls.__next__ = datacheck.wrap_next(cls.__next__, _check())
+
+
 # -- entry point --------------------------------------------------------------------------------
 
 
@@ -518,6 +535,8 @@ def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Insta
     _State.wanted = wanted
     _State.where = {}
     _State.reported = set()
+    _State.shards = {}
+    _State.check = None
     for problem in agent.settings.problems:
         if problem.startswith("optimize:"):
             agent.event("optimize", problem, {"toggle": None})
@@ -529,6 +548,8 @@ def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Insta
         )
     if wanted.xla:
         os.environ.setdefault("TF_XLA_FLAGS", XLA_FLAGS)
+    if wanted.threads is not None:
+        _set_thread_env(wanted.threads)
 
     def add(name: str, toggle: Toggle, fn: Callable[[Agent, ModuleType], None]) -> None:
         installers[name] = [*installers.get(name, ()), (hook_name(toggle), _guard(toggle, fn))]
@@ -539,6 +560,19 @@ def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Insta
     if wanted.prefetch is not None:
         add("tensorflow.python.data.ops.dataset_ops", "prefetch", _install_tf_data)
         add("torch.utils.data.dataloader", "prefetch", _install_dataloader)
+        add("keras.src.trainers.data_adapters.py_dataset_adapter", "prefetch", _install_py_dataset)
+    if wanted.threads is not None:
+        add("torch", "threads", _install_torch_threads)
+        add("tensorflow", "threads", _install_tf_threads)
+    if wanted.check_data:
+        installers["torch.utils.data.dataloader"] = [
+            *installers.get("torch.utils.data.dataloader", ()),
+            ("data-check", _check_guard(_install_check_torch)),
+        ]
+        installers["tensorflow.python.data.ops.iterator_ops"] = [
+            *installers.get("tensorflow.python.data.ops.iterator_ops", ()),
+            ("data-check", _check_guard(_install_check_tf)),
+        ]
     if wanted.pin_memory:
         add("torch.utils.data.dataloader", "pin_memory", _install_pin_memory)
     module_toggles = [

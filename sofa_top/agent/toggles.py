@@ -4,11 +4,17 @@ optimizers choose them, and both import this one definition).
 On the wire a spec is ``settings["optimize"]`` (``OptimizeSpec.to_json``)::
 
     {"xla": true, "prefetch": {"parallelism": 16, "deterministic": false}, "depth_first": true,
-     "pin_memory": true, "bf16": true, "compile_mode": "reduce-overhead"}
+     "threads": 1, "pin_memory": true, "bf16": true, "compile_mode": "reduce-overhead",
+     "check_data": true}
 
-``"prefetch": true`` means the defaults. ``pin_memory``, ``bf16`` and ``compile_mode`` are the GPU
-toggles (PyTorch): pinned DataLoader batches copied with ``non_blocking=True``, bf16 autocast
-(it changes the numerics: ``NUMERICS_CHANGING``) and ``torch.compile`` with a mode.
+``"prefetch": true`` means the defaults. ``threads: N`` caps the workload's compute thread
+pools at N (OpenMP/MKL and torch's intra-op pool, TensorFlow's intra- and inter-op pools) and
+lets idle OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``). ``pin_memory``, ``bf16`` and
+``compile_mode`` are the GPU toggles (PyTorch): pinned DataLoader batches copied with
+``non_blocking=True``, bf16 autocast (it changes the numerics: ``NUMERICS_CHANGING``) and
+``torch.compile`` with a mode. ``check_data`` is no toggle: compare sets it on every run, the
+baseline included, so that the agent fingerprints the batches and compare can tell a
+configuration that changed the data stream.
 
 A toggle is known by three names, each with its use: the spec key (``depth_first``), the name
 people type and read (``depth-first``: compare's configurations, recommendations) and the hook
@@ -21,11 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-Toggle = Literal["xla", "prefetch", "depth_first", "pin_memory", "bf16", "compile_mode"]
+Toggle = Literal["xla", "prefetch", "depth_first", "threads", "pin_memory", "bf16", "compile_mode"]
 TOGGLES: tuple[Toggle, ...] = (
     "xla",
     "prefetch",
     "depth_first",
+    "threads",
     "pin_memory",
     "bf16",
     "compile_mode",
@@ -113,6 +120,8 @@ class OptimizeSpec:
     xla: bool = False
     prefetch: PrefetchOptions | None = None
     depth_first: bool = False
+    threads: int | None = None  # cap the compute thread pools at this many threads
+    check_data: bool = False  # fingerprint the batches (compare's data-stream check)
     pin_memory: bool = False
     bf16: bool = False
     compile_mode: CompileMode | None = None
@@ -123,6 +132,7 @@ class OptimizeSpec:
             "xla": self.xla,
             "prefetch": self.prefetch is not None,
             "depth_first": self.depth_first,
+            "threads": self.threads is not None,
             "pin_memory": self.pin_memory,
             "bf16": self.bf16,
             "compile_mode": self.compile_mode is not None,
@@ -151,6 +161,10 @@ class OptimizeSpec:
             d["prefetch"] = self.prefetch.to_json()
         if self.depth_first:
             d["depth_first"] = True
+        if self.threads is not None:
+            d["threads"] = self.threads
+        if self.check_data:
+            d["check_data"] = True
         if self.pin_memory:
             d["pin_memory"] = True
         if self.bf16:
@@ -167,14 +181,19 @@ class OptimizeSpec:
         problems: list[str] = []
         on: dict[str, bool] = {}
         prefetch: PrefetchOptions | None = None
+        threads: int | None = None
         mode: CompileMode | None = None
         for key, value in raw.items():
-            toggle = next((t for t in TOGGLES if t == key), None)  # spec keys only
+            toggle = next((t for t in (*TOGGLES, "check_data") if t == key), None)  # spec keys
             if toggle is None:
                 problems.append(f"optimize: unknown toggle {key!r} ignored")
             elif toggle == "prefetch":
                 prefetch, bad = _prefetch(value)
                 problems += bad
+            elif toggle == "threads":
+                threads = _positive_int(value)
+                if threads is None and value not in (False, None):
+                    problems.append("optimize: threads: expected a positive integer")
             elif toggle == "compile_mode":
                 mode = next((m for m in COMPILE_MODES if m == value), None)
                 if mode is None and value is not None:
@@ -189,6 +208,8 @@ class OptimizeSpec:
             xla=on.get("xla", False),
             prefetch=prefetch,
             depth_first=on.get("depth_first", False),
+            threads=threads,
+            check_data=on.get("check_data", False),
             pin_memory=on.get("pin_memory", False),
             bf16=on.get("bf16", False),
             compile_mode=mode,

@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from sofa_top.collectors.discovery import JobCopy
 from sofa_top.model.errors import UserError
@@ -149,11 +150,17 @@ def compare_table(result: CompareResult) -> Table:
             notes += "; not applied: " + "; ".join(f"{t_}: {why}" for t_, why in r.not_applied)
         if r.flags:
             notes += f" [{', '.join(r.flags)}]"
+        if r.data_change:
+            notes += f"; data changed: {r.data_change}"
         if r.parallelism is not None:
             notes += f" (parallelism {r.parallelism})"
         name = f"[bold]{r.config}[/bold]" if r.config == result.best else r.config
         sp = "-" if r.speedup is None else f"{r.speedup:.2f}x"
-        t.add_row(name, thr, sp, fmt(r.compile_s, ".1f"), r.verdict or "-", headroom_cell(r), notes)
+        # notes as Text: "[toggle-not-applied]" is not rich markup (it vanished from the table)
+        t.add_row(
+            name, thr, sp, fmt(r.compile_s, ".1f"), r.verdict or "-", Text(headroom_cell(r)),
+            Text(notes),
+        )  # fmt: skip
     return t
 
 
@@ -171,5 +178,7 @@ def render_compare(result: CompareResult, console: Console | None = None) -> Non
     for c in result.changes:
         console.print(f"  - {c}", highlight=False)
     for r in result.runs:
+        for a in r.advice:  # the code change that would let a toggle apply
+            console.print(f"{r.config}: to apply it: {a}", highlight=False, markup=False)
         for e in r.errors:
             console.print(f"[red]{r.config}: {e}[/red]")

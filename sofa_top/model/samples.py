@@ -58,6 +58,10 @@ class ProcessSample:
     tree_threads: int | None
     exit_code: int | None = None  # known only when sofa-top is the parent
     error: str | None = None
+    # threads of the tree in the running or runnable state (R) at the last count: more than the
+    # cores the tree gets means threads wait for a core (spinning thread pools)
+    tree_runnable: int | None = None
+    cores: int | None = None  # cores the target may use: its affinity, capped by a cgroup quota
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +212,7 @@ EventKind = Literal[
     "agent-unknown-frame",  # a frame type this version does not know
     "agent-workers",  # DataLoader worker pids (data: workers)
     "agent-pipeline",  # the agent could not read the tf.data runtime model
+    "agent-model",  # what the agent found in the model and thread pools (data: ModelReport)
     "optimize",  # an optimizer toggle changed something, or could not (data: toggle, ...)
     "cuda-error",  # the agent's CUDA readings stopped (a CUDA error, the GPU lost): why
     # how the store keeps the agent's reports: read back as events of these kinds
@@ -357,7 +362,19 @@ class CudaSample:
             return None
 
 
-StageKind = Literal["source", "map", "interleave", "batch", "prefetch", "other"]
+StageKind = Literal[
+    "source",  # a dataset read as a whole (tensor slices, a range, a DataLoader's Dataset)
+    "map",
+    "interleave",
+    "batch",
+    "prefetch",
+    "other",
+    "generator",  # tf.data from_generator: a Python generator run one element at a time
+    "flat_map",  # a user's flat_map (from_generator's own is reported as its generator)
+    "cache",
+    "py_dataset",  # a Keras PyDataset / Sequence (its workers are the parallelism)
+    "iterable",  # a torch IterableDataset (workers need it to shard by get_worker_info())
+]
 STAGE_KINDS: tuple[StageKind, ...] = get_args(StageKind)
 
 

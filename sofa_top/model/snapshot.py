@@ -24,6 +24,7 @@ from sofa_top.model.samples import (
 )
 from sofa_top.model.units import Percent, Pid, Timestamp
 from sofa_top.model.verdict import Verdict
+from sofa_top.model.workload import ModelReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +101,7 @@ class Snapshot:
     events: tuple[Event, ...] = ()  # most recent last
     target_exited: bool = False
     exit_code: int | None = None
-    cpu_count: int = 1
+    cpu_count: int = 1  # the cores the target may use (affinity, cgroup quota)
     verdict: Verdict | None = None  # judged over about the last 10 s
     steps: tuple[StepSample, ...] = ()  # recent steps (launch mode), oldest first
     pipeline: PipelineSample | None = None  # latest tf.data / DataLoader stage view (agent)
@@ -113,3 +114,4 @@ class Snapshot:
     ranks: tuple[RankStat, ...] = ()  # a distributed job's ranks, by rank (about the last 10 s)
     rank_verdict: Verdict | None = None  # "straggler" or "balanced", with two or more ranks
     cuda: CudaSample | None = None  # the agent's latest CUDA reading (GPU loops)
+    model: ModelReport | None = None  # the agent's model and thread-pool report (launch mode)

@@ -18,6 +18,7 @@ VerdictKind = Literal[
     "python-overhead",
     "gpu-underutilized",
     "memory-pressure",
+    "cpu-oversubscribed",
     "idle",
     "unknown",
     # across the ranks of a distributed job (``sofa_top.analysis.ranks``); never a process's own
@@ -27,7 +28,9 @@ VerdictKind = Literal[
 VERDICT_KINDS: tuple[VerdictKind, ...] = get_args(VerdictKind)
 Severity = Literal["", "high", "moderate"]
 # The optimizer toggle a recommendation can be tried with (compare's configuration names).
-ToggleName = Literal["prefetch", "xla", "depth-first", "pin-memory", "bf16", "compile-mode"]
+ToggleName = Literal[
+    "prefetch", "xla", "depth-first", "threads", "pin-memory", "bf16", "compile-mode"
+]  # fmt: skip
 InputCauseKind = Literal["cpu", "latency", "mixed"]
 RANK_VERDICT_KINDS: tuple[VerdictKind, ...] = ("straggler", "balanced")
 # Why a GPU idles (``gpu-underutilized``'s ``evidence.cause``): kernel launches from Python,
@@ -106,6 +109,7 @@ class InputCause:
 
     @property
     def utilization(self) -> float:
-        """The share of the cores it could get that the input stage kept busy."""
+        """The share of the cores it could get (its usable ones, less what other processes
+        took, at least an equal share next to them) that the input stage kept busy."""
         avail = self.available_cores if self.available_cores else max(1, self.usable_cores)
-        return self.cpu_cores / avail
+        return min(1.0, self.cpu_cores / avail)

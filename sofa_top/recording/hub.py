@@ -27,6 +27,7 @@ from sofa_top.analysis.stackstats import summarize, summarize_by_thread
 from sofa_top.analysis.steps import RunFacts
 from sofa_top.analysis.verdicts import MIN_STEPS, WINDOW_S, Evidence, judge, others_cores
 from sofa_top.collectors.base import BACKPRESSURE, Collector
+from sofa_top.collectors.cores import available_cores
 from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import (
     AgentInfo,
@@ -43,6 +44,7 @@ from sofa_top.model.samples import (
 from sofa_top.model.snapshot import LOG_LINES, Snapshot, StackSummary, TargetInfo
 from sofa_top.model.source import OnSnapshot
 from sofa_top.model.verdict import Verdict
+from sofa_top.model.workload import ModelReport, merge, model_report
 from sofa_top.recording.ranks_live import RankTracker
 from sofa_top.recording.rings import Rings
 from sofa_top.recording.series import SeriesPoint
@@ -99,7 +101,11 @@ class Session:
         self._steps: deque[StepSample] = deque(maxlen=2000)
         # (ts, tree CPU, CPU of the tree less the target) per process sample, for the verdict
         self._cpu: deque[tuple[float, float | None, float]] = deque(maxlen=400)
-        self._sys_cpu: deque[tuple[float, float]] = deque(maxlen=400)  # (ts, sys.cpu %)
+        self._runnable: deque[tuple[float, int]] = deque(maxlen=100)  # (ts, R threads)
+        self._machine: deque[tuple[float, float]] = deque(maxlen=400)  # (ts, busy cores)
+        # one core count for every number shown: the cores the target may use
+        self.cores = available_cores(target.pid) if target.pid > 0 else os.cpu_count() or 1
+        self._model: ModelReport | None = None
         self._pipeline: PipelineSample | None = None
         self._agent: AgentInfo | None = None
         self._cuda: deque[CudaSample] = deque(maxlen=200)
@@ -120,7 +126,8 @@ class Session:
             host=platform.node(),
             versions={"sofa_top": __version__, "python": sys.version.split()[0]},
             started=self.started,
-            cpu_count=os.cpu_count() or 1,
+            cpu_count=self.cores,
+            machine_cpu_count=os.cpu_count() or 1,
             launched=target.launched,
             **(extra_meta or {}),
         )
@@ -260,13 +267,18 @@ class Session:
                 p.cpu_percent or 0.0 for p in s.procs if p.alive and p.pid != s.target_pid
             )
             self._cpu.append((s.ts, s.tree_cpu_percent, children))
+            if s.tree_runnable is not None:
+                self._runnable.append((s.ts, s.tree_runnable))
+            if s.cores is not None:
+                self.cores = s.cores
             if not s.target_alive and not self.target_exited:
                 self.target_exited = True
                 self._exit_seen = time.monotonic()
                 self.exit_code = s.exit_code
         elif isinstance(s, SystemSample):
             self._system = s
-            self._sys_cpu.append((s.ts, s.cpu_total))
+            if s.cpu_per_core:
+                self._machine.append((s.ts, sum(s.cpu_per_core) / 100.0))
         elif isinstance(s, GpuSample):
             self._gpu = s
         elif isinstance(s, StackWindow):
@@ -282,6 +294,8 @@ class Session:
             elif s.kind == "log-dropped":
                 self._logs_dropped = int(str(s.data.get("dropped", 0)))
             else:
+                if s.kind == "agent-model" and (report := model_report(s.data)) is not None:
+                    self._model = merge(self._model, report)
                 self._events.append(s)
         elif isinstance(s, PipelineSample):
             self._pipeline = s
@@ -333,7 +347,7 @@ class Session:
             events=tuple(self._events)[-50:],
             target_exited=self.target_exited,
             exit_code=self.exit_code,
-            cpu_count=os.cpu_count() or 1,
+            cpu_count=self.cores,
             verdict=verdict,
             steps=tuple(self._steps)[-600:],
             pipeline=self._pipeline,
@@ -344,6 +358,7 @@ class Session:
             rank_verdict=self._rank_verdict,
             cuda=self._latest_cuda(),
             log_progress=tuple(self._progress.values()),
+            model=self._model,
         )
 
     def _judge_ranks(self, now: float) -> None:
@@ -396,24 +411,26 @@ class Session:
         recent = [(t, c) for ts, t, c in self._cpu if ts >= cutoff and t is not None]
         tree_cpu = statistics.fmean(t for t, _ in recent) if recent else None
         child_cpu = statistics.fmean(c for _, c in recent) if recent else None
-        machine = [v for ts, v in self._sys_cpu if ts >= cutoff]
-        cores = os.cpu_count() or 1
+        runnable = [n for ts, n in self._runnable if ts >= cutoff]
+        machine = [b for ts, b in self._machine if ts >= cutoff]
         verdict = judge(
             Evidence(
                 steps=steps,
                 stacks=summarize(windows) if windows else summary,
                 tree_cpu=tree_cpu,
                 child_cpu=child_cpu,
-                others_cores=others_cores(
-                    statistics.fmean(machine) if machine else None, tree_cpu, cores
-                ),
-                cpu_count=cores,
+                cpu_count=self.cores,
                 system=self._system,
                 gpu=self._gpu,
                 pipeline=self._pipeline,
                 frameworks=self._frameworks,
                 cuda=[c for c in self._cuda if c.ts >= now - CUDA_WINDOW_S],
                 facts=RunFacts(mode=self.mode, launched=self.target.launched, agent=self._agent),
+                runnable_threads=statistics.fmean(runnable) if runnable else None,
+                others_cores=others_cores(
+                    statistics.fmean(machine) if machine else None, tree_cpu, self.cores
+                ),
+                model=self._model,
             )
         )
         prev = self._verdict

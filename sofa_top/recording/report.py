@@ -45,6 +45,7 @@ from sofa_top.analysis.verdicts import Evidence, judge, others_cores
 from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import AgentInfo, CudaSample, PipelineSample, StackWindow, StepSample
 from sofa_top.model.snapshot import StackSummary
+from sofa_top.model.workload import ModelReport, merge, model_report
 from sofa_top.recording.ranks_live import session_ranks
 from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.report_gpu import cuda_json, gpu_json
@@ -78,6 +79,7 @@ class _Read:
     errors: dict[str, list[str]]  # series name -> the reasons its readings failed
     agent: AgentInfo | None  # the target's agent's last report
     stderr_tail: str | None  # the workload's last non-empty stderr line
+    model: ModelReport | None = None
 
 
 def _ranks(reader: SessionReader, steps: list[StepSample], cpu_count: int) -> tuple[RankStat, ...]:
@@ -127,9 +129,27 @@ def _read(path: Path) -> _Read:
             cuda_errors=[e.message for e in reader.events("cuda-error")],
             agent=_last_agent(reader, target_pid),
             stderr_tail=_stderr_tail(reader),
+            model=_model(reader),
         )
     finally:
         reader.close()
+
+
+def _others(r: _Read, tree_mean: float | None) -> float | None:
+    """Cores other processes kept busy over the session, on the tree's cores."""
+    machine = int(r.meta.get("machine_cpu_count") or r.meta.get("cpu_count") or 1)
+    sys_mean = _stats(r.points.get("sys.cpu", []))[0]
+    busy = None if sys_mean is None else sys_mean / 100.0 * machine
+    return others_cores(busy, tree_mean, int(r.meta.get("cpu_count") or 1), machine)
+
+
+def _model(reader: SessionReader) -> ModelReport | None:
+    out: ModelReport | None = None
+    for e in reader.events("agent-model"):
+        report = model_report(e.data)
+        if report is not None:
+            out = merge(out, report)
+    return out
 
 
 def _stacks_json(windows: list[StackWindow], summary: StackSummary | None) -> dict[str, Any]:
@@ -217,7 +237,9 @@ def session_summary(path: str | Path) -> dict[str, Any]:
             pipeline=r.pipeline,
             child_cpu=None if tree_mean is None else max(0.0, tree_mean - (target_mean or 0.0)),
             cuda=r.cuda,
-            others_cores=others_cores(sys_mean, tree_mean, int(meta.get("cpu_count") or 1)),
+            runnable_threads=_stats(pts.get("tree.runnable", []))[0],
+            others_cores=_others(r, tree_mean),
+            model=r.model,
             facts=facts,
         )
     )

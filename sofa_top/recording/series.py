@@ -4,7 +4,8 @@ The store and the in-memory rings are both fed from ``points_of``, so the two ca
 disagree about what a series means. Series names are documented here and nowhere else:
 
 - ``tree.cpu`` (% of one core, summed over the target tree), ``tree.rss`` (bytes),
-  ``tree.read_rate`` / ``tree.write_rate`` (bytes/s), ``tree.threads``
+  ``tree.read_rate`` / ``tree.write_rate`` (bytes/s), ``tree.threads``, ``tree.runnable``
+  (threads running or waiting for a core, counted about twice a second)
 - ``proc.<pid>.cpu`` / ``proc.<pid>.rss`` (per process of the tree; store only)
 - ``sys.cpu`` (0..100, mean of cores), ``sys.cpu.<i>``, ``sys.iowait``, ``sys.mem_used``,
   ``sys.swap_used``
@@ -45,6 +46,7 @@ UNITS: dict[str, str] = {
     "read_rate": "B/s",
     "write_rate": "B/s",
     "threads": "",
+    "runnable": "",
     "iowait": "%",
     "mem_used": "B",
     "swap_used": "B",
@@ -108,6 +110,8 @@ def points_of(sample: Sample, rates: RateState) -> list[SeriesPoint]:
                 err,
             ),
         ]
+        if sample.tree_runnable is not None:  # counted about twice a second
+            pts.append(("tree.runnable", float(sample.tree_runnable), err))
         for p in sample.procs:
             if p.alive:
                 pts.append((f"proc.{p.pid}.cpu", p.cpu_percent, p.error))

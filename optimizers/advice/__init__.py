@@ -1,0 +1,116 @@
+"""Advice: which code change fixes which bottleneck, in the workload's own framework.
+
+This is the optimizer's knowledge, kept apart from how a bottleneck is found
+(``sofa_top.analysis.verdicts``) so that the verdicts can ask for it: it reads only the data
+model, and every recommendation that an optimizer toggle can try names that toggle.
+
+``inputs``: input pipelines, per stage kind (generator, flat_map, interleave, map, batch, cache,
+Keras PyDataset, torch Dataset / IterableDataset) and framework; ``compute``: compilers,
+depth-first chains and thread pools, only where the agent's model report says they apply;
+``gpu``: CUDA loops (pinned copies, CUDA graphs, bf16); ``stages``: the pipeline as the advice
+reads it.
+"""
+
+from __future__ import annotations
+
+from sofa_top.model.samples import PipelineSample
+from sofa_top.model.verdict import InputCause, Recommendation, ToggleName
+from sofa_top.model.workload import ModelReport
+from sofa_top.optimizers.advice import inputs
+from sofa_top.optimizers.advice.compute import (
+    compute_recommendations,
+    depth_first_off,
+    oversubscribed_recommendations,
+    torch_compile_text,
+)
+from sofa_top.optimizers.advice.gpu import (
+    PIN_MEMORY,
+    REDUCE_OVERHEAD,
+    gpu_compute_recommendations,
+    gpu_input_recommendations,
+    gpu_underused_recommendations,
+)
+from sofa_top.optimizers.advice.stages import PipelineView, view
+
+__all__ = [
+    "LAUNCH_FOR_STEPS",
+    "PIN_MEMORY",
+    "REDUCE_OVERHEAD",
+    "PipelineView",
+    "compute_recommendations",
+    "gpu_compute_recommendations",
+    "gpu_input_recommendations",
+    "gpu_recommendations",
+    "gpu_underused_recommendations",
+    "input_recommendations",
+    "launch_recommendations",
+    "memory_pressure_recommendations",
+    "oversubscribed_recommendations",
+    "pipeline_recommendations",
+    "python_recommendations",
+    "toggles_off",
+    "view",
+]
+
+# Stable texts the verdicts also use.
+LAUNCH_FOR_STEPS = "run it under `sofa-top launch -- CMD` for exact per-step input wait"
+
+
+def pipeline_recommendations(
+    p: PipelineSample | None, fw: str, cores: int = 2
+) -> list[Recommendation]:
+    """Input advice when the cause (CPU or waiting) is not known."""
+    return inputs.input_recommendations(None, view(p), fw, cores)
+
+
+def input_recommendations(
+    cause: InputCause,
+    p: PipelineSample | None,
+    fw: str,
+    cores: int,
+    iowait: float | None = None,
+) -> list[Recommendation]:
+    """What to change for an input bottleneck of this cause; the prefetch toggle's own
+    advice comes first."""
+    return inputs.input_recommendations(cause, view(p), fw, cores, iowait)
+
+
+def memory_pressure_recommendations() -> tuple[Recommendation, ...]:
+    """Memory nearly full: what takes less of it."""
+    return (
+        Recommendation(
+            "lower the batch size or the DataLoader prefetch_factor / tf.data buffer sizes"
+        ),
+    )
+
+
+def gpu_recommendations() -> tuple[Recommendation, ...]:
+    """Compute on the host while a GPU idles."""
+    return (Recommendation("move the model and batches to the GPU, raise the batch size"),)
+
+
+def python_recommendations() -> tuple[Recommendation, ...]:
+    """Plain Python holds the training thread."""
+    return (Recommendation("move the hot Python function into vectorized framework ops"),)
+
+
+def launch_recommendations() -> tuple[Recommendation, ...]:
+    """Not enough evidence from outside the process: the agent would measure the steps."""
+    return (Recommendation(LAUNCH_FOR_STEPS),)
+
+
+def toggles_off(
+    fw: str, verdict_kind: str | None, model: ModelReport | None
+) -> dict[ToggleName, str]:
+    """Why each toggle that cannot help (or cannot apply) here is off; the others are absent."""
+    off: dict[ToggleName, str] = {}
+    if verdict_kind not in (None, "input-bound", "unknown"):
+        off["prefetch"] = f"{verdict_kind}: the loop does not wait for its input"
+    if fw == "torch" and torch_compile_text(model) is None:
+        off["xla"] = "no model with parameters has run that torch.compile could take"
+    df = depth_first_off(fw, model)
+    if df is not None:
+        off["depth-first"] = df
+    if verdict_kind != "cpu-oversubscribed":
+        off["threads"] = "the thread pools do not outnumber the cores the workload gets"
+    return off

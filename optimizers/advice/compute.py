@@ -1,0 +1,137 @@
+"""Compute-side advice: compilers, depth-first chains and thread pools, only where they apply.
+
+``depth_first`` is suggested only when the agent counted chains it would take in the model
+(none, or no count: not suggested; never for TensorFlow, where XLA already fuses such chains);
+``torch.compile`` only for a model the workload ran, in the API of the library that runs it (a
+Hugging Face ``Trainer``, Lightning, a Keras model on the torch backend). Thread-count advice
+names the framework's own setting and the OpenMP environment.
+"""
+
+from __future__ import annotations
+
+from sofa_top.model.verdict import Recommendation
+from sofa_top.model.workload import ModelReport
+
+NOT_FOR_TF = "not offered for TensorFlow: XLA (jit_compile=True) already fuses such chains"
+
+
+def xla_text(keras: bool) -> str:
+    """TensorFlow's compiler, where the workload writes its step."""
+    if keras:
+        return "compile the step with XLA: model.compile(..., jit_compile=True)"
+    return (
+        "compile the step with XLA: @tf.function(jit_compile=True) on the train step "
+        "(Keras: model.compile(..., jit_compile=True))"
+    )
+
+
+def torch_compile_text(model: ModelReport | None) -> str | None:
+    """``torch.compile`` in the workload's API; None when no model ran that it could compile."""
+    if model is None:
+        return "model.compile() (torch.compile) before the training loop"
+    if not model.module:
+        return None
+    if "transformers-trainer" in model.libraries:
+        return "TrainingArguments(..., torch_compile=True) (the Hugging Face Trainer compiles it)"
+    if "lightning" in model.libraries:
+        return (
+            f"model = torch.compile(model) on the {model.module} LightningModule before "
+            "trainer.fit(model)"
+        )
+    if model.keras_model:
+        return (
+            f"Keras on torch: model.compile(..., jit_compile=True) for fit, or "
+            f"torch.compile({model.module} instance) in a torch loop"
+        )
+    return f"model.compile() (torch.compile) on the {model.module} instance before the loop"
+
+
+def depth_first_text(model: ModelReport | None) -> str | None:
+    """The depth-first suggestion, only with chains counted in the model."""
+    if model is None or not model.depth_first_chains:
+        return None
+    n = model.depth_first_chains
+    chains = f"{n} chain{'s' if n != 1 else ''}"
+    return (
+        f"run the {chains} of memory-bound layers in {model.module} depth-first: "
+        "model = sofa_top.optimizers.depth_first(model)"
+    )
+
+
+def compute_recommendations(
+    fw: str, model: ModelReport | None = None, keras: bool = False
+) -> tuple[Recommendation, ...]:
+    """What to try on a compute-bound loop of framework ``fw``."""
+    if fw == "tensorflow":
+        return (Recommendation(xla_text(keras), "xla"),)
+    if fw == "torch":
+        recs: list[Recommendation] = []
+        compile_ = torch_compile_text(model)
+        if compile_ is not None:
+            recs.append(Recommendation(compile_, "xla"))
+        df = depth_first_text(model)
+        if df is not None:
+            recs.append(Recommendation(df, "depth-first"))
+        return tuple(recs)
+    return ()
+
+
+def thread_count(cores: int, busy: float) -> int:
+    """Threads for a pool that must not outnumber the cores it gets (``busy``: cores it got)."""
+    return max(1, min(cores, int(busy + 0.25)))
+
+
+def oversubscribed_recommendations(
+    fw: str, cores: int, busy: float, model: ModelReport | None = None
+) -> tuple[Recommendation, ...]:
+    """Thread pools that wait for cores: fewer threads, and idle OpenMP threads that sleep."""
+    n = thread_count(cores, busy)
+    env = f"OMP_NUM_THREADS={n}"
+    recs: list[Recommendation] = []
+    if fw == "tensorflow":
+        recs.append(
+            Recommendation(
+                f"tf.config.threading.set_intra_op_parallelism_threads({n}) and "
+                f"set_inter_op_parallelism_threads({n}) before the first op (or {env})",
+                "threads",
+            )
+        )
+    else:
+        now = (
+            f" (now {model.intra_op_threads})"
+            if model is not None and model.intra_op_threads
+            else ""
+        )
+        recs.append(
+            Recommendation(
+                f"torch.set_num_threads({n}){now} at the start of the script, or {env} in its "
+                "environment",
+                "threads",
+            )
+        )
+    recs.append(
+        Recommendation(
+            "OMP_WAIT_POLICY=PASSIVE: idle OpenMP threads sleep instead of spinning on the "
+            "cores the busy ones need"
+        )
+    )
+    return tuple(recs)
+
+
+def depth_first_off(fw: str, model: ModelReport | None) -> str | None:
+    """Why depth-first cannot apply here (None: it can)."""
+    if fw == "tensorflow":
+        return NOT_FOR_TF
+    if model is None:
+        return "no model report yet (the agent counts the chains when the model first runs)"
+    if not model.module:
+        return "no model with parameters has run yet"
+    if model.depth_first_chains is None:
+        why = f": {model.chain_reason}" if model.chain_reason else ""
+        return f"the chains in {model.module} could not be counted{why}"
+    if model.depth_first_chains == 0:
+        return (
+            f"{model.module} has no chain of memory-bound layers (BatchNorm/activation/pooling "
+            "runs) that depth-first could take"
+        )
+    return None

@@ -1,0 +1,126 @@
+"""What the workload's model and thread pools are: one ``agent-model`` event per framework
+(stdlib only at import; frameworks are touched only after the workload imported them).
+
+torch
+    A global forward pre-hook waits for the first module with parameters that the workload
+    calls (the top-level model: its pre-hook runs before any of its children's), removes itself
+    and reports the model's class, its parameter count, the chains ``depth_first`` would take
+    (``count_chains``: a shallow fx trace per user-defined module, nothing rewritten, at most
+    ``CHAIN_BUDGET_S``; it runs once, inside that first call), ``torch.get_num_threads()``, the
+    libraries that drive it (Hugging Face ``Trainer``, Lightning, Keras) and the OpenMP/BLAS
+    environment. The advice reads it to suggest depth-first and ``torch.compile`` only where
+    they apply, and thread counts that fit the cores.
+tensorflow
+    Right after import: the intra-op pool size and the same environment.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sofa_top.agent.core import Agent
+
+CHAIN_BUDGET_S = 0.5
+ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+class _State:
+    handle: Any = None
+
+
+def _env() -> list[list[str]]:
+    return [[k, os.environ[k]] for k in ENV if k in os.environ]
+
+
+def _libraries(module_path: str) -> list[str]:
+    libs: list[str] = []
+    if "transformers.trainer" in sys.modules:
+        libs.append("transformers-trainer")
+    if "lightning" in sys.modules or "pytorch_lightning" in sys.modules:
+        libs.append("lightning")
+    if module_path.startswith("keras"):
+        libs.append("keras")
+    return libs
+
+
+def torch_report(module: Any) -> dict[str, Any]:
+    """The ``agent-model`` data for a torch model (``ModelReport.as_json``'s shape)."""
+    import torch
+
+    from sofa_top.agent.optimize import _load_depth_first
+
+    path = type(module).__module__
+    chains: int | None = None
+    reason = ""
+    try:
+        count = _load_depth_first("count_chains")(module, CHAIN_BUDGET_S)
+        chains = int(count.chains)
+        if not count.complete:
+            reason = f"counted in the first {count.modules} modules ({CHAIN_BUDGET_S} s budget)"
+    except Exception as e:  # a model fx cannot read, or sofa-top's optimizers missing
+        reason = f"{type(e).__name__}: {e}"[:200]
+    return {
+        "framework": "torch",
+        "module": type(module).__name__,
+        "module_path": path,
+        "parameters": sum(int(p.numel()) for p in module.parameters()),
+        "depth_first_chains": chains,
+        "chain_reason": reason,
+        "intra_op_threads": int(torch.get_num_threads()),
+        "libraries": _libraries(path),
+        "env": _env(),
+    }
+
+
+def install_torch_model(agent: Agent, module: ModuleType) -> None:
+    """Report the first top-level model the workload runs (torch.nn.modules.module)."""
+    register = getattr(module, "register_module_forward_pre_hook", None)
+    if register is None:
+        return  # no report: the advice then offers no depth-first, as it cannot count chains
+
+    def pre_hook(mod: Any, _args: Any) -> None:
+        if next(mod.parameters(), None) is None:
+            return None  # a loss or an activation called on its own
+        handle = _State.handle
+        _State.handle = None
+        if handle is None:
+            return None
+        handle.remove()
+        if not agent.enabled:
+            return None
+        try:
+            data = torch_report(mod)
+            chains = data["depth_first_chains"]
+            agent.event(
+                "agent-model",
+                f"model {data['module']}: {data['parameters']} parameters, "
+                f"{'?' if chains is None else chains} depth-first chains",
+                data,
+            )
+        except Exception as e:
+            agent.fail("the model probe", e)
+        return None
+
+    _State.handle = register(pre_hook)
+
+
+def install_tf(agent: Agent, tf: ModuleType) -> None:
+    """Report TensorFlow's intra-op pool (0 is its default: one thread per core)."""
+    try:
+        n = int(tf.config.threading.get_intra_op_parallelism_threads())
+    except Exception:
+        n = 0
+    agent.event(
+        "agent-model",
+        "tensorflow thread pools",
+        {
+            "framework": "tensorflow",
+            "intra_op_threads": n or None,
+            "libraries": [],
+            "env": _env(),
+        },
+    )
