@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from sofa_top.launch import LaunchRequest, Sampling, open_launch  # noqa: E402
-from sofa_top.recording.store import SessionReader  # noqa: E402
+from sofa_top.recording.reader import SessionReader  # noqa: E402
 
 WORKLOAD = """
 import random, sys, time

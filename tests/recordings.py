@@ -27,7 +27,7 @@ from sofa_top.model.samples import (
     PipelineStage,
     StepSample,
 )
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 WORKLOADS = Path(__file__).parent / "workloads"
 SOFA_TOP = str(Path(sys.executable).with_name("sofa-top"))

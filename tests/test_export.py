@@ -38,7 +38,8 @@ from sofa_top.model.samples import (
     StepSample,
     SystemSample,
 )
-from sofa_top.recording.store import SessionReader, SessionStore
+from sofa_top.recording.reader import SessionReader
+from sofa_top.recording.store import SessionStore
 
 WORKLOADS = Path(__file__).parent / "workloads"
 SCHEMA = Path(__file__).parent / "data" / "speedscope-file-format-schema.json"

@@ -134,7 +134,7 @@ _KILL_SCENARIO = """
 import ctypes, json, os, signal, subprocess, sys, time
 from pathlib import Path
 import psutil
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 # Become a subreaper so the orphaned workload is re-parented to us and we can read its code.
 assert ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0
 sofa_top, out, code, finish = sys.argv[1:5]

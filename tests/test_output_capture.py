@@ -11,7 +11,7 @@ from conftest import WORKLOADS, log_lines
 
 from sofa_top.launch import LaunchRequest, Sampling, open_launch
 from sofa_top.model.snapshot import Snapshot
-from sofa_top.recording.store import SessionReader
+from sofa_top.recording.reader import SessionReader
 
 pytestmark = pytest.mark.timeout(120)
 

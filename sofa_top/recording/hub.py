@@ -52,6 +52,7 @@ from sofa_top.recording.store import SessionStore
 
 COMMIT_EVERY_S = 0.5  # the promise is "at least once a second"; half leaves margin
 STACK_SUMMARY_S = 5.0  # the stacks pane aggregates this much recent history
+JUDGE_UNWATCHED_S = 1.0  # with no consumer (record), the verdict is still judged this often
 QUEUE_MAX = 10_000
 # A collector that can wait fills the queue only up to here: the rest stays free for the
 # collectors that cannot (process, system, GPU, stacks, logs).
@@ -87,6 +88,7 @@ class Session:
         self._threads: list[threading.Thread] = []
         self._hub: threading.Thread | None = None
         self._on_snapshot: OnSnapshot | None = None
+        self._judged_at = 0.0  # when the verdict was last judged without a consumer
         self._lock = threading.Lock()
         self.dropped = 0
         self.end_reason = ""
@@ -447,6 +449,14 @@ class Session:
     def _publish(self) -> None:
         cb = self._on_snapshot
         if cb is None:
+            # nobody watches (record): still judge, so the session keeps its verdict markers
+            now = time.time()
+            if now - self._judged_at >= JUDGE_UNWATCHED_S:
+                self._judged_at = now
+                recent = [w for w in self._windows if w.ts_end >= now - STACK_SUMMARY_S]
+                summary, by_thread = summarize_by_thread(recent or list(self._windows)[-1:])
+                self._judge(now, summary, by_thread)
+                self._judge_ranks(now)
             return
         try:
             cb(self.snapshot())

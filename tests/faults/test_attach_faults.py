@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from procs import read_line
 
 from faults.attach_helpers import ATTACH_TARGET, detached, sofa_threads, value
 from faults.conftest import (
@@ -21,7 +22,6 @@ from faults.conftest import (
     needs_root,
     no_traceback,
     one_line_error,
-    read_line,
     running,
     sofa,
     start_sofa,
