@@ -345,13 +345,8 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         high = frac >= HIGH_INPUT_FRACTION
         where = f" in stage {evidence['bottleneck_stage']}" if evidence["bottleneck_stage"] else ""
         headline = f"input-bound: {frac:.0%} of each step waits for input{where}"
-        cores = max(1, ev.cpu_count)
-        recs = advice.pipeline_recommendations(ev.pipeline, fw, cores)
-        cause = input_cause(ev)
-        if cause is not None:
-            evidence.update(_cause_evidence(cause, ev))
-            headline += f"; {_cause_text(cause, cores)}"
-            recs = advice.input_recommendations(cause, ev.pipeline, fw, cores, _iowait(ev))
+        cause_text, recs = _input_advice(ev, fw, evidence)
+        headline += cause_text
         return Verdict(
             "input-bound",
             conf if high else conf * 0.8,
@@ -421,13 +416,8 @@ def _judge_gpu_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict 
             f"input-bound: the GPU is busy {b:.0%} of each step; the loop waits {f:.0%} "
             "for the next batch"
         )
-        cores = max(1, ev.cpu_count)
-        recs = advice.pipeline_recommendations(ev.pipeline, fw, cores)
-        cause = input_cause(ev)
-        if cause is not None:
-            evidence.update(_cause_evidence(cause, ev))
-            headline += f"; {_cause_text(cause, cores)}"
-            recs = advice.input_recommendations(cause, ev.pipeline, fw, cores, _iowait(ev))
+        cause_text, recs = _input_advice(ev, fw, evidence)
+        headline += cause_text
         return Verdict(
             "input-bound",
             conf if high else conf * 0.8,
@@ -558,6 +548,20 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
 
 def _iowait(ev: Evidence) -> float | None:
     return None if ev.system is None else ev.system.iowait
+
+
+def _input_advice(
+    ev: Evidence, fw: str, evidence: dict[str, object]
+) -> tuple[str, list[Recommendation]]:
+    """The input stage's cause (added to ``evidence``; "" when unknown) for the headline, and
+    the input advice for it."""
+    cores = max(1, ev.cpu_count)
+    cause = input_cause(ev)
+    if cause is None:
+        return "", advice.pipeline_recommendations(ev.pipeline, fw, cores)
+    evidence.update(_cause_evidence(cause, ev))
+    recs = advice.input_recommendations(cause, ev.pipeline, fw, cores, _iowait(ev))
+    return f"; {_cause_text(cause, cores)}", recs
 
 
 def _cause_evidence(c: InputCause, ev: Evidence) -> dict[str, object]:

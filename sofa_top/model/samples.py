@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from sofa_top.model.literals import one_of
 from sofa_top.model.ranks import RankId
 from sofa_top.model.units import Bytes, Celsius, Hertz, MHz, Percent, Pid, Timestamp, Watts
 
@@ -229,10 +230,7 @@ EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
 
 def event_kind(value: object) -> EventKind | None:
     """``value`` as an event kind, or None when this version does not know it."""
-    for kind in EVENT_KINDS:
-        if value == kind:
-            return kind
-    return None
+    return one_of(value, EVENT_KINDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +283,7 @@ GpuBusySource = Literal["profiler", "estimate"]
 
 def gpu_busy_source(value: object) -> GpuBusySource | None:
     """``value`` as a busy-time source (None for anything else)."""
-    return "profiler" if value == "profiler" else "estimate" if value == "estimate" else None
+    return one_of(value, get_args(GpuBusySource))
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,10 +378,7 @@ STAGE_KINDS: tuple[StageKind, ...] = get_args(StageKind)
 
 def stage_kind(value: object) -> StageKind:
     """``value`` as a stage kind; one this version does not know is ``other``."""
-    for kind in STAGE_KINDS:
-        if value == kind:
-            return kind
-    return "other"
+    return one_of(value, STAGE_KINDS) or "other"
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from sofa_top.model.literals import one_of
+
 VerdictKind = Literal[
     "input-bound",
     "compute-bound",
@@ -87,10 +89,7 @@ class Verdict:
 
 def verdict_kind(value: object) -> VerdictKind:
     """``value`` as a verdict kind; anything this version does not know is ``unknown``."""
-    for kind in VERDICT_KINDS:
-        if value == kind:
-            return kind
-    return "unknown"
+    return one_of(value, VERDICT_KINDS) or "unknown"
 
 
 @dataclass(frozen=True, slots=True)
