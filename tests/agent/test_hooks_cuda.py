@@ -130,7 +130,7 @@ def test_the_hooks_own_time_is_not_counted_as_the_gpus() -> None:
         loop.step(work_s=0.004, wait_s=0.006)
     rows = _queued(agent)
     first = next(i for i, r in enumerate(rows) if r[3] - r[2] > 0.04)  # the step that waited
-    assert (rows[first][8], rows[first][9]) == (-1.0, 0)  # no busy time for it
+    assert (rows[first][9], rows[first][10]) == (-1.0, 0)  # no busy time for it
     assert [r[10] for r in rows[first + 1 : first + 3]] == [1, 1]  # the window's other steps
     (window,) = [f["window"] for f in _frames(agent, "cuda") if f["window"]]
     assert window["wall_s"] < 3 * 0.010 + 0.03  # the 50 ms start is not in the window
@@ -194,7 +194,7 @@ def test_memory_readings_and_device_go_out_as_cuda_frames() -> None:
 
 def test_steps_frames_carry_gpu_rows_that_the_server_reads() -> None:
     agent = _agent()
-    agent.enqueue(("torch-dataloader", 0, 10.0, 10.5, 0.1, 8, 0.05, 0.4, 0.3, 1))
+    agent.enqueue(("torch-dataloader", 0, 10.0, 10.5, 0.1, 8, 0.05, -1.0, 0.4, 0.3, 1))
     agent.enqueue(("torch-dataloader", 1, 10.5, 11.0, 0.1, 8, 0.05))
     frame = protocol.decode_body(agent._steps_frame()[protocol.HEADER.size :])
     assert frame["gpu"] == [400000, 300000, 1, None, None, 0]
