@@ -41,12 +41,19 @@ RUNTIME_MODULES = (
     "sofa_top.collectors.gpu",
     "sofa_top.collectors.agent",
     "sofa_top.collectors.logs",
+    "sofa_top.collectors.inject",  # attach injects the agent (hypno)
+    "hypno",
+    "sofa_top.recording.reader",
+    "sofa_top.metrics.exporter",  # prometheus_client
     "sofa_top.agent.launch_env",
-    "sofa_top.optimizers.compare",  # the CLI builds its parser from it (it imports torch)
+    "sofa_top.optimizers.compare",  # the CLI builds its parser from it
     "sofa_top.tui.app",
 )
 # Scripts that run as the other user, copied next to sofa-top.
-SCRIPTS = (REPO / "tests" / "faults" / "fault_target.py",)
+SCRIPTS = (
+    REPO / "tests" / "faults" / "fault_target.py",
+    REPO / "tests" / "faults" / "attach_target.py",
+)
 
 # Prints the files (relative to site-packages) of every installed distribution that the given
 # modules import, with all their files (a wheel's ``numpy.libs`` is no module, but is needed).
@@ -202,9 +209,9 @@ def stage(user: str = USER) -> OtherUser | str:
             f"execute (this one is {os.path.realpath(sys.executable)}, behind directories "
             f"{user!r} cannot enter); install python3 system-wide"
         )
-    from sofa_top.recording.paths import py_spy_path
+    from sofa_top.collectors.stacks import find_pyspy
 
-    spy = py_spy_path()
+    spy = find_pyspy()
     if spy is None:
         return "py-spy is not installed"
     found = subprocess.run(

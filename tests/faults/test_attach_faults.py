@@ -14,12 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from other_uid import OtherUser
 from procs import read_line
 
 from faults.attach_helpers import ATTACH_TARGET, detached, sofa_threads, value
 from faults.conftest import (
-    IS_ROOT,
-    needs_root,
     no_traceback,
     one_line_error,
     running,
@@ -180,26 +179,36 @@ print(r.status, r.reason)
 """
 
 
-@needs_root
-def test_ptrace_denied(shared_tmp: Path) -> None:
-    """sofa-top as nobody, the target (nobody too) non-dumpable: ptrace is denied. Nothing
-    could be attached, so one line and a non-zero exit; the injector itself says "denied" with
-    the fix; the target runs on and exits with its own code."""
-    world_readable(ATTACH_TARGET)
+def test_ptrace_denied(shared_tmp: Path, nobody: OtherUser) -> None:
+    """sofa-top as nobody, the target (nobody too) non-dumpable: ptrace is denied. No agent
+    and no stacks, each said with its fix (root, ``ptrace_scope``), and the session records what
+    /proc still shows (CPU); the injector itself says "denied"; the target runs on and exits
+    with its own code. (Both run nobody's staged, world-readable copy: a clone in a 0700
+    directory is out of nobody's reach.)"""
     stop = shared_tmp / "stop"
+    target = [nobody.script(ATTACH_TARGET.name), *_target("sleep", stop)[2:]]
     code = (
         "import ctypes, runpy, sys; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); "
-        f"sys.argv = {_target('sleep', stop)[1:]!r}; "
+        f"sys.argv = {target!r}; "
         "runpy.run_path(sys.argv[0], run_name='__main__')"
     )
     env = {"SOFA_TOP_DATA_DIR": str(shared_tmp), "HOME": str(shared_tmp)}
-    with running([sys.executable, "-c", code], user="nobody", ready=b"READY") as proc:
-        line = one_line_error(sofa("record", "--pid", str(proc.pid), user="nobody", env=env))
-        assert "permission denied" in line, line
+    out = shared_tmp / "d.sofa"
+    with running([str(nobody.bin / "python"), "-c", code], user=nobody, ready=b"READY") as proc:
+        rec = sofa(
+            "record", "--pid", str(proc.pid), "--duration", "4", "--json", "-o", str(out),
+            user=nobody, env=env,
+        )  # fmt: skip
+        assert rec.returncode == 0, rec.stderr
+        no_traceback(rec.stdout, rec.stderr)
+        assert f"no agent in PID {proc.pid}" in rec.stderr, rec.stderr
+        assert "permission denied" in rec.stderr and "ptrace_scope" in rec.stderr, rec.stderr
+        summary = json.loads(rec.stdout)
+        assert "ptrace denied" in (summary["stacks"]["error"] or ""), summary["stacks"]
+        assert summary["cpu"]["tree_mean_percent"] is not None, summary["cpu"]
         direct = subprocess.run(
-            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-             sys.executable, "-c", INJECT_AS_NOBODY, str(proc.pid)],
-            capture_output=True, text=True, timeout=60, env={**os.environ, **env},
+            nobody.python_argv("-c", INJECT_AS_NOBODY, str(proc.pid)),
+            capture_output=True, text=True, timeout=60, env=nobody.env(env),
         )  # fmt: skip
         assert direct.stdout.startswith("denied "), direct
         assert "ptrace_scope" in direct.stdout and "root" in direct.stdout
@@ -208,13 +217,12 @@ def test_ptrace_denied(shared_tmp: Path) -> None:
         assert proc.wait(timeout=60) == 5
 
 
-@needs_root
-def test_target_of_another_user(shared_tmp: Path) -> None:
+def test_target_of_another_user(shared_tmp: Path, nobody: OtherUser) -> None:
     """sofa-top as root, the target as nobody: the agent is injected, its socket directory
     belongs to nobody (0700), and it detaches leaving nothing."""
-    world_readable(ATTACH_TARGET)
     stop = shared_tmp / "stop"
-    with running(_target("sleep", stop), user="nobody") as proc:
+    target = [str(nobody.bin / "python"), nobody.script(ATTACH_TARGET.name)]
+    with running([*target, *_target("sleep", stop)[2:]], user=nobody) as proc:
         err = _record(proc.pid, shared_tmp / "u.sofa")
         assert f"agent injected into PID {proc.pid}" in err, err
         wait_until(lambda: detached(proc.pid), 30, "the agent to detach")
@@ -256,12 +264,3 @@ def test_no_inject_keeps_outside_only_mode(tmp_path: Path, stop: Path) -> None:
         assert "agent" not in err, err
         assert not SessionReader(tmp_path / "o.sofa").events("agent-connected")
         _finish(proc, stop)
-
-
-def world_readable(path: Path) -> None:
-    """Make ``path`` and its directories readable by nobody (the setpriv rows run it)."""
-    for p in [path, *path.parents]:
-        mode = p.stat().st_mode
-        want = mode | (0o005 if p.is_dir() else 0o004)
-        if mode != want and (IS_ROOT or os.access(p, os.W_OK)):
-            os.chmod(p, want)
