@@ -184,6 +184,14 @@ def test_steps_keep_their_wait_cpu_and_v1_files_still_read(tmp_path: Path) -> No
     reader.close()
 
 
+def reader_steps_collective(path: Path) -> list[float | None]:
+    reader = SessionReader(path)
+    try:
+        return [s.collective_s for s in reader.steps()]
+    finally:
+        reader.close()
+
+
 def test_gpu_step_times_and_cuda_readings_round_trip_and_v2_files_still_read(
     tmp_path: Path,
 ) -> None:
@@ -192,10 +200,12 @@ def test_gpu_step_times_and_cuda_readings_round_trip_and_v2_files_still_read(
     path = tmp_path / "s.sofa"
     store = SessionStore(path)
     steps = [
-        StepSample(2.0, 0, 1.0, 1.0, 0.1, "torch-dataloader", 8, 42, 0.05, 0.9, 0.6, "profiler"),
-        StepSample(3.0, 1, 2.0, 1.0, 0.1, "torch-dataloader", 8, 42, 0.05, 0.9, 0.6, "estimate"),
+        StepSample(2.0, 0, 1.0, 1.0, 0.1, "torch-dataloader", 8, 42, 0.05, 0.2,
+                   gpu_span_s=0.9, gpu_busy_s=0.6, gpu_busy_source="profiler"),
+        StepSample(3.0, 1, 2.0, 1.0, 0.1, "torch-dataloader", 8, 42, 0.05,
+                   gpu_span_s=0.9, gpu_busy_s=0.6, gpu_busy_source="estimate"),
         StepSample(4.0, 2, 3.0, 1.0, 0.1, "torch-dataloader", 8, 42, 0.05),
-    ]
+    ]  # fmt: skip
     window = CudaWindow(5, 0.05, 0.01, 0.0, 500, 0.01, 2e-5, 495, 0.03, 4, 0.005, 5, 1e-3,
                         5 << 20, 5, 1e-3, 5, 5, 1e-4, 500, 10, 0, 0)  # fmt: skip
     cuda = CudaSample(3.5, 42, 0, "NVIDIA H200", True, "9.0", 1 << 30, 2 << 30, 140 << 30,
@@ -208,9 +218,10 @@ def test_gpu_step_times_and_cuda_readings_round_trip_and_v2_files_still_read(
     assert reader.cuda_samples() == [cuda]
     assert [v for _, v, _ in reader.points("step.gpu_busy_fraction")] == [0.6, 0.6]
     reader.close()
-    # a v2 file (before the GPU columns) reads with them unknown
+    assert reader_steps_collective(path) == [0.2, None, None]
+    # a v2 file (before the GPU and collective columns) reads with them unknown
     db = sqlite3.connect(path)
-    for col in ("gpu_span_s", "gpu_busy_s", "gpu_busy_source"):
+    for col in ("gpu_span_s", "gpu_busy_s", "gpu_busy_source", "collective_s"):
         db.execute(f"ALTER TABLE steps DROP COLUMN {col}")
     db.execute("PRAGMA user_version = 2")
     db.commit()

@@ -259,6 +259,8 @@ class Session:
     def _absorb(self, s: Sample, points: list[SeriesPoint]) -> None:
         for name, value, _err in points:
             self._rings.add(name, s.ts, value)
+        # sofa-top stops a launched job (SIGTERM to its group) once it has an end reason
+        self._ranks.stopping = self.end_reason is not None and self.target.launched
         rank_events = self._ranks.absorb(s)
         if rank_events:
             self._events.extend(rank_events)

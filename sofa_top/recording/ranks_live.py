@@ -43,8 +43,16 @@ def rank_event(ts: float, pid: Pid, ident: RankId) -> Event:
     )
 
 
-def exit_text(code: int | None, error: str) -> str:
-    """How a rank ended, as the ranks pane and ``record --json`` say it."""
+STOPPED = "stopped by sofa-top (SIGTERM to the job)"
+
+
+def exit_text(code: int | None, error: str, stopping: bool = False) -> str:
+    """How a rank ended, as the ranks pane and ``record --json`` say it (``stopping``: sofa-top
+    was stopping the job it launched when the rank went)."""
+    if code is None and stopping and error in ("", NO_GOODBYE):
+        # the exit status went to the launcher (torchrun), not to sofa-top: what is known is
+        # that sofa-top had just signalled the job
+        return STOPPED
     if code is not None and code < 0:
         try:
             name = signal.Signals(-code).name
@@ -68,6 +76,7 @@ class RankTracker:
         self._pipelines: dict[Pid, PipelineSample] = {}
         self._agent_end: dict[Pid, str] = {}  # pid -> the error its agent reported ("" clean)
         self._pending: dict[Pid, tuple[float, int | None]] = {}  # exited, not yet reported
+        self.stopping = False  # sofa-top is stopping the job it launched (the hub sets it)
 
     def absorb(self, s: Sample) -> list[Event]:
         """Take one sample; the rank events it causes (the hub stores them)."""
@@ -139,7 +148,7 @@ class RankTracker:
                 continue
             del self._pending[pid]
             ident = self.roots[pid]
-            text = exit_text(code, self._agent_end.get(pid, ""))
+            text = exit_text(code, self._agent_end.get(pid, ""), self.stopping)
             self.exits[pid] = text
             out.append(
                 Event(
@@ -152,6 +161,7 @@ class RankTracker:
                         "node": ident.node,
                         "exit_code": code,
                         "error": self._agent_end.get(pid) or None,
+                        "stopped": self.stopping,
                     },
                 )
             )
@@ -202,7 +212,9 @@ def session_ranks(
         pid, code, error = e.data.get("pid"), e.data.get("exit_code"), e.data.get("error")
         if isinstance(pid, int):
             exits[pid] = exit_text(
-                code if isinstance(code, int) else None, error if isinstance(error, str) else ""
+                code if isinstance(code, int) else None,
+                error if isinstance(error, str) else "",
+                e.data.get("stopped") is True,
             )
     by_pid: dict[Pid, list[StepSample]] = {}
     for s in steps:
