@@ -12,11 +12,12 @@ sits in a blocking system call which takes no user-space lock (sleep, poll, read
 released the GIL, and it is not inside malloc), the main thread first; then one blocked on a
 futex (a lock, or waiting for the GIL); only when, over ``_PICK_S``, no thread of the target
 ever blocks (one thread spinning in pure Python) is the main thread taken where it runs
-(``choose_thread``). That line only starts a thread (``_thread.start_new_thread``) that
-executes the bootstrap (``sofa_top/agent/inject/attach.py``) by file path, so the hijacked
-thread does the least work possible and binds no name in the target's ``__main__``; the
-bootstrap checks the attach token's deadline, loads ``sofa_top.agent`` from sofa-top's own
-install without touching ``sys.path`` and connects back. The injector runs in a helper
+(``choose_thread``). That line runs the bootstrap (``sofa_top/agent/inject/attach.py``) by
+file path, binding no name in the target's ``__main__``: it checks the attach token's deadline,
+imports ``sofa_top.agent`` from sofa-top's own install without touching ``sys.path`` (right
+there, while the call holds the GIL: in a thread of its own next to a thread that runs pure
+Python, each of the imports' file reads waited 5 ms for the GIL to come back, 30 s in all) and
+starts the agent in a thread of its own, which connects back. The injector runs in a helper
 process of its own session: the wait for the target is bounded here (``timeout_s``) but the
 helper, which is the target's ptrace tracer until the library call returns, is never killed,
 so neither a give-up nor sofa-top being SIGKILLed can leave the target mid-call.
@@ -129,7 +130,8 @@ def injector_available() -> str | None:
 
 
 def payload(socket_path: Path, token: str, deadline: float, settings: str) -> str:
-    """The one expression the target runs: start a thread that runs the bootstrap by path."""
+    """What the target runs: the bootstrap by path, which imports the agent right there (the
+    call holds the GIL) and starts it in a thread of its own; nothing bound in ``__main__``."""
     args = {"socket": str(socket_path), "token": token, "deadline": deadline, "settings": settings}
     src = (
         "try:\n"
@@ -139,7 +141,7 @@ def payload(socket_path: Path, token: str, deadline: float, settings: str) -> st
         " pass\n"
     )
     scope = {"p": str(BOOTSTRAP), "a": args}
-    return f"__import__('_thread').start_new_thread(exec,({src!r},{scope!r}))"
+    return f"exec({src!r},{scope!r})"
 
 
 _PICK_S = 1.0  # how long to look for a blocked thread before taking the running main thread

@@ -20,11 +20,16 @@ _INJECT_DIR = os.path.dirname(os.path.abspath(__file__))
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(_INJECT_DIR))  # the sofa_top package
 
 
-def main(args: dict[str, Any]) -> str:
-    """Start the agent (see the module docstring); returns what happened, for tests."""
+def prepare(args: dict[str, Any]) -> bool:
+    """In the injected call itself: import the agent (see the module docstring); never raises.
+
+    Importing in a thread of its own next to a thread that runs pure Python took over 30 s on a
+    quiet machine: each of the hundreds of file reads an import makes releases the GIL, and
+    getting it back waits for the busy thread's switch interval (5 ms). The injected call holds
+    the GIL already, so the imports cost only their CPU (tens of ms, counted in the pause)."""
     if time.time() > float(args["deadline"]):
-        return "expired"
-    cpu0 = time.thread_time()  # this thread's CPU: what the bootstrap holds the GIL for, at most
+        return False
+    t0 = time.perf_counter()
     try:
         before = set(sys.modules)
         helper_path = os.path.join(_INJECT_DIR, "importable.py")
@@ -32,18 +37,35 @@ def main(args: dict[str, Any]) -> str:
 
         spec = importlib.util.spec_from_file_location("_sofa_top_importable", helper_path)
         if spec is None or spec.loader is None:
-            return "no helper"
+            return False
         helper = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(helper)
         helper.make_importable(_PACKAGE_DIR)
-        from sofa_top.agent import boot
+        import sofa_top.agent.boot  # noqa: F401 (imported here, started by main)
 
-        added = tuple(
+        args["added"] = tuple(
             m
             for m in sys.modules
             if m not in before and (m == "sofa_top" or m.startswith("sofa_top."))
         )
-        return boot.attach(
+        args["prepare_s"] = time.perf_counter() - t0
+        return True
+    except BaseException as e:
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"sofa-top agent: attach failed ({e!r}); the job runs on untouched\n")
+        return False
+
+
+def main(args: dict[str, Any]) -> str:
+    """Start the agent, in a thread of its own (after ``prepare``); returns what happened."""
+    cpu0 = time.thread_time()  # this thread's CPU: what the bootstrap holds the GIL for, at most
+    try:
+        if "added" not in args and not prepare(args):
+            return "failed"
+        from sofa_top.agent import boot
+
+        added = tuple(args.get("added", ()))
+        status = boot.attach(
             socket_path=str(args["socket"]),
             token=str(args["token"]),
             deadline=float(args["deadline"]),
@@ -51,11 +73,20 @@ def main(args: dict[str, Any]) -> str:
             added_modules=added,
             started_cpu=cpu0,
         )
+        if status != "attached":
+            # expired (it waited for the GIL past its deadline), unreachable or refused: the
+            # agent's modules go again, as a detach takes them
+            for name in added:
+                sys.modules.pop(name, None)
+        return status
     except BaseException as e:
         with contextlib.suppress(Exception):
             sys.stderr.write(f"sofa-top agent: attach failed ({e!r}); the job runs on untouched\n")
         return "failed"
 
 
-if __name__ == "__sofa_top_attach__":
-    main(globals()["ARGS"])
+if __name__ == "__sofa_top_attach__" and prepare(globals()["ARGS"]):
+    # run by the injected call: imported here (the GIL is held), the agent starts in a thread
+    import _thread
+
+    _thread.start_new_thread(main, (globals()["ARGS"],))
