@@ -3,7 +3,7 @@
 The JSON schema is ``record.schema.json`` beside this file (tests validate against it); in short
 (``schema: 1``)::
 
-    {"schema": 1, "session": PATH, "mode": "attach"|"record"|...,
+    {"schema": 1, "session": PATH, "mode": "attach"|"record"|..., "injected": BOOL,
      "target": {"pid", "name", "cmdline"}, "started": UNIX, "ended": UNIX|null,
      "duration_s": S, "exit_code": INT|null, "end_reason": STR,
      "dropped_samples": samples sofa-top itself dropped because its writer fell behind,
@@ -80,6 +80,7 @@ class _Read:
     agent: AgentInfo | None  # the target's agent's last report
     stderr_tail: str | None  # the workload's last non-empty stderr line
     model: ModelReport | None = None
+    injected: bool = False  # attach mode: the agent was injected into the running target
 
 
 def _ranks(reader: SessionReader, steps: list[StepSample], cpu_count: int) -> tuple[RankStat, ...]:
@@ -130,6 +131,7 @@ def _read(path: Path) -> _Read:
             agent=_last_agent(reader, target_pid),
             stderr_tail=_stderr_tail(reader),
             model=_model(reader),
+            injected=any(e.data.get("mode") == "attach" for e in reader.events("agent-connected")),
         )
     finally:
         reader.close()
@@ -248,6 +250,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
         "schema": SCHEMA_VERSION,
         "session": str(path),
         "mode": meta.get("mode"),
+        "injected": r.injected,
         "target": meta.get("target"),
         "started": started,
         "ended": ended,

@@ -27,6 +27,7 @@ from faults.conftest import (
     wait_until,
 )
 from sofa_top.recording.reader import SessionReader
+from sofa_top.recording.report import session_summary
 
 
 def _target(mode: str, stop: Path, *extra: str, python: str = sys.executable) -> list[str]:
@@ -167,6 +168,8 @@ def test_not_python_keeps_an_outside_session(tmp_path: Path) -> None:
     with running(["sh", "-c", "echo READY; while :; do sleep 0.1; done"]) as proc:
         err = _record(proc.pid, tmp_path / "n.sofa")
     assert f"no agent in PID {proc.pid}" in err and "not Python" in err, err
+    summary = session_summary(tmp_path / "n.sofa")
+    assert summary["injected"] is False and summary["mode"] == "record"
 
 
 INJECT_AS_NOBODY = """

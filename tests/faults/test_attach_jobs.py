@@ -38,6 +38,7 @@ def test_attached_matches_launch_and_the_jobs_own_measure(tmp_path: Path, job: s
         assert f"agent injected into PID {proc.pid}" in rec.stderr, rec.stderr
         attached = json.loads(rec.stdout)
         validate_record_json(attached)
+        assert attached["mode"] == "record" and attached["injected"] is True
         # the socket closed with the recording: the agent restores everything and goes
         wait_until(lambda: detached(proc.pid), 30, "no sofa-top thread in py-spy's dump")
         assert proc.poll() is None, "the job must run on after detach"
