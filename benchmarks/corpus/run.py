@@ -138,7 +138,7 @@ def run_sofa(script: dict[str, Any], timeout: float) -> dict[str, Any]:
 
 def step_sources(session: Path) -> dict[str, int]:
     """How many steps each agent source reported (the session's steps table)."""
-    from sofa_top.store import SessionReader
+    from sofa_top.recording.reader import SessionReader
 
     try:
         reader = SessionReader(session)
