@@ -29,6 +29,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -129,7 +130,9 @@ def injector_available() -> str | None:
     return None
 
 
-def payload(socket_path: Path, token: str, deadline: float, settings: str) -> str:
+def payload(
+    socket_path: Path, token: str, deadline: float, settings: str, bootstrap: Path = BOOTSTRAP
+) -> str:
     """What the target runs: the bootstrap by path, which imports the agent right there (the
     call holds the GIL) and starts it in a thread of its own; nothing bound in ``__main__``."""
     args = {"socket": str(socket_path), "token": token, "deadline": deadline, "settings": settings}
@@ -140,7 +143,7 @@ def payload(socket_path: Path, token: str, deadline: float, settings: str) -> st
         "except BaseException:\n"
         " pass\n"
     )
-    scope = {"p": str(BOOTSTRAP), "a": args}
+    scope = {"p": str(bootstrap), "a": args}
     return f"exec({src!r},{scope!r})"
 
 
@@ -238,6 +241,29 @@ def _classify(error: str, code: object, pid: int) -> tuple[InjectStatus, str]:
     return "failed", f"the injector failed: {error.splitlines()[0] if error else 'no reason'}"
 
 
+def _bootstrap_for(pid: int, socket_dir: Path) -> Path:
+    """The bootstrap the target runs: sofa-top's own, or, for a target of another uid (sofa-top
+    as root), that of a copy of the agent in the per-attach directory the target owns: it may
+    not read sofa-top's install (a venv under root's 0700 home, say). The agent is stdlib only
+    and self-contained, so the copy is all it needs; it goes with the directory."""
+    try:
+        foreign = os.stat(f"/proc/{pid}").st_uid != os.geteuid()
+    except OSError:
+        foreign = False
+    if not foreign:
+        return BOOTSTRAP
+    agent_dir = INJECT_DIR.parent
+    copy = socket_dir / "agent" / "sofa_top" / agent_dir.name
+    try:
+        if not copy.exists():
+            shutil.copytree(agent_dir, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        for path in [copy, *copy.rglob("*")]:
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    except OSError:
+        return BOOTSTRAP  # the target may still read the install itself
+    return copy / INJECT_DIR.name / BOOTSTRAP.name
+
+
 def inject(
     pid: int,
     server: AgentServer,
@@ -268,7 +294,8 @@ def inject(
     token = secrets.token_hex(16)
     deadline = time.time() + timeout_s
     script = server.socket_dir / "payload.py"
-    script.write_text(payload(server.socket_path, token, deadline, settings))
+    bootstrap = _bootstrap_for(pid, server.socket_dir)
+    script.write_text(payload(server.socket_path, token, deadline, settings, bootstrap))
     os.chmod(script, 0o644)  # the target (maybe another uid, which owns the directory) reads it
     t0 = time.monotonic()
     try:

@@ -51,7 +51,9 @@ def shape(
         tmp_path,
         sys.executable,
         str(WORKLOADS / "loop_shapes_torch.py"),
-        *("--shape", name, "--seconds", seconds, *args),
+        # one intra-op thread, as the other torch test workloads: on cores other jobs keep
+        # busy, torch's default pool of 2 is cpu-oversubscribed (rightly), not compute-bound
+        *("--shape", name, "--seconds", seconds, "--threads", "1", *args),
     )
 
 
