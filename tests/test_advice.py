@@ -89,6 +89,19 @@ def test_keras_py_dataset_gets_its_own_workers() -> None:
         assert "DataLoader" not in text
 
 
+def test_a_py_dataset_that_keeps_the_cores_busy_gets_py_dataset_levers() -> None:
+    """Its workers already use every core (seen on the corpus' keras-pydataset under load):
+    the levers are the PyDataset's own, never tf.data's cache or service."""
+    busy = tf(
+        PipelineStage("OptionsDataset", "other", None, None, None),
+        PipelineStage("PyDataset Batches", "py_dataset", 4, 10, None, is_bottleneck=True),
+    )
+    text = texts(advice.input_recommendations(cause("cpu", 1.9, usable=2), busy, "tensorflow", 2))
+    assert "already keeps the 2 cores busy" in text
+    assert "PyDataset Batches.__getitem__" in text and "use_multiprocessing=True" in text
+    assert "cache()" not in text and "tf.data service" not in text and "map(" not in text
+
+
 def test_a_pipeline_that_caches_is_not_told_to_cache() -> None:
     recs = advice.input_recommendations(cause("cpu", 1.9, usable=2), CACHED_MAP, "tensorflow", 2)
     text = texts(recs)

@@ -197,8 +197,25 @@ def _latency(v: PipelineView, fw: str, cores: int, iowait: float | None) -> list
     return recs
 
 
+def _py_dataset_levers(name: str) -> list[Recommendation]:
+    # a Keras PyDataset is no tf.data pipeline: no ds.cache(), no tf.data service
+    return [
+        Recommendation(
+            f"lighter work in {name}.__getitem__: vectorize it per batch (numpy), or "
+            "preprocess offline once and load the result"
+        ),
+        Recommendation(
+            f"Keras {name}: use_multiprocessing=True in super().__init__(...) where it is not "
+            "set: its workers are threads, and CPU-bound Python in __getitem__ holds the GIL"
+        ),
+    ]
+
+
 def _cpu_levers(v: PipelineView, fw: str) -> list[Recommendation]:
     tf = v.framework == "tf.data" or (not v.framework and fw == "tensorflow")
+    py_datasets = v.of("py_dataset")
+    if tf and py_datasets:
+        return _py_dataset_levers(py_datasets[0].name)
     if tf:
         recs: list[Recommendation] = []
         if not v.has("cache"):
