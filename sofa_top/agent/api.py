@@ -44,17 +44,19 @@ def iterate(
     perf = time.perf_counter
     cpu = time.process_time
     while True:
+        t0 = perf()  # the wall clock outside the CPU clock (see core.timed_next)
         c0 = cpu()
-        t0 = perf()
         try:
             item = next(it)
         except StopIteration:
             if agent.enabled:
-                clock.exhausted(it, t0, perf(), cpu() - c0)
+                c1 = cpu()
+                clock.exhausted(it, t0, perf(), c1 - c0)
             return
         if agent.enabled:
+            c1 = cpu()
             t1 = perf()
-            clock.fetched(it, t0, t1, cpu() - c0)
+            clock.fetched(it, t0, t1, c1 - c0)
         yield item
 
 

@@ -88,19 +88,24 @@ def timed_next(
     def __next__(self: Any) -> Any:
         if not agent.enabled:
             return orig(self)
-        c0 = cpu()
+        # the wall clock outside the CPU clock: reading the process's CPU time is a syscall,
+        # where a loaded machine preempts the loop, and that time is the fetch's (as the loop's
+        # own timer around next() counts it); outside, it read as compute: -20 points of input
+        # wait under two CPU hogs
         t0 = perf()
+        c0 = cpu()
         try:
             value = orig(self)
         except StopIteration:
+            c1 = cpu()
             t1 = perf()
             try:
-                clock.exhausted(self, t0, t1, cpu() - c0)
+                clock.exhausted(self, t0, t1, c1 - c0)
             except Exception as e:
                 agent.fail(where, e)
             raise
-        t1 = perf()
         c1 = cpu()
+        t1 = perf()
         try:
             new = clock.fetched(self, t0, t1, c1 - c0)
             if after_fetch is not None:

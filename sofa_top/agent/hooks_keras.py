@@ -127,15 +127,15 @@ def install_keras(agent: Agent, module: ModuleType) -> None:
     perf = time.perf_counter
 
     def one_step(trainer: Any, fn: Callable[[Any], Any], iterator: Any, fetch: Any) -> Any:
+        t0 = perf()  # the wall clock outside the CPU clock (see core.timed_next)
         c0 = time.process_time()
-        t0 = perf()
         try:
             data = fetch(iterator)
         except StopIteration:
             clock.reset()
             raise
-        t1 = perf()
         wait_cpu = time.process_time() - c0
+        t1 = perf()
         # a tuple is not an iterator: Keras runs its compiled one_step_on_data(batch)
         outputs = fn((data,))
         t2 = perf()
