@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from sofa_top.agent.launch_env import agent_env
 from sofa_top.collectors.agent import AgentCollector, AgentServer
@@ -31,13 +31,16 @@ from sofa_top.collectors.gpu import GpuCollector
 from sofa_top.collectors.inject import DEFAULT_TIMEOUT_S, InjectResult, agent_uids, inject
 from sofa_top.collectors.logs import LogCollector
 from sofa_top.collectors.process import ProcessCollector, describe_pid
-from sofa_top.metrics.exporter import MetricsExporter, MetricsSpec
+from sofa_top.metrics.spec import MetricsSpec
 from sofa_top.model.errors import UserError
 from sofa_top.model.samples import Event
 from sofa_top.model.snapshot import Snapshot, TargetInfo
 from sofa_top.model.source import OnSnapshot
 from sofa_top.recording.hub import Session, session_file
 from sofa_top.recording.store import SessionStore
+
+if TYPE_CHECKING:
+    from sofa_top.metrics.exporter import MetricsExporter
 
 DEFAULT_INTERVAL_S = 0.1
 DEFAULT_STACK_RATE_HZ = 100.0
@@ -168,7 +171,13 @@ def _collectors(
 
 
 def _exporter(spec: MetricsSpec | None, run: str) -> MetricsExporter | None:
-    return None if spec is None else MetricsExporter(spec, run)
+    if spec is None:
+        return None
+    # prometheus_client only when asked for: record and compare run without it (the GPU
+    # machine's wheels do not include it)
+    from sofa_top.metrics.exporter import MetricsExporter
+
+    return MetricsExporter(spec, run)
 
 
 def open_attach(req: AttachRequest) -> Run:

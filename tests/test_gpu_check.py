@@ -17,9 +17,10 @@ CHECK = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
 BLOCK = """
 import sys
 class _Block:
-    # textual and perfetto are missing on the GPU machine until its wheels are installed
+    # textual and perfetto are missing on the GPU machine until its wheels are installed;
+    # prometheus_client and hypno are not in those wheels (record and compare never need them)
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("textual", "perfetto"):
+        if name.split(".")[0] in ("textual", "perfetto", "prometheus_client", "hypno"):
             raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
         return None
 sys.meta_path.insert(0, _Block())

@@ -14,7 +14,7 @@ from sofa_top.launch import (
     Sampling,
 )
 from sofa_top.metrics.cluster import DEFAULT_LOOKBACK_S
-from sofa_top.metrics.exporter import DEFAULT_HOST, MetricsSpec
+from sofa_top.metrics.spec import DEFAULT_HOST, MetricsSpec
 from sofa_top.model.errors import UserError
 
 

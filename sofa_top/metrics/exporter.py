@@ -13,7 +13,6 @@ import platform
 import statistics
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -24,21 +23,13 @@ from sofa_top import __version__
 from sofa_top.analysis.ranks import owners
 from sofa_top.analysis.verdicts import WINDOW_S
 from sofa_top.metrics import names as n
+from sofa_top.metrics.spec import MetricsSpec
 from sofa_top.model.errors import UserError
 from sofa_top.model.ranks import RankStat
 from sofa_top.model.snapshot import Snapshot
 from sofa_top.model.verdict import Verdict
 
-DEFAULT_HOST = "127.0.0.1"
 VerdictKey = tuple[str, str, str]  # kind, cause, severity
-
-
-@dataclass(frozen=True)
-class MetricsSpec:
-    """Where to serve: ``--metrics-port`` (0: any free port) and ``--metrics-host``."""
-
-    port: int
-    host: str = DEFAULT_HOST
 
 
 def _gauge(name: str, doc: str, labels: Sequence[str]) -> GaugeMetricFamily:
