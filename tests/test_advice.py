@@ -102,6 +102,16 @@ def test_a_py_dataset_that_keeps_the_cores_busy_gets_py_dataset_levers() -> None
     assert "cache()" not in text and "tf.data service" not in text and "map(" not in text
 
 
+def test_mixed_input_with_nothing_left_to_parallelize_still_gets_advice() -> None:
+    """The corpus' keras-pydataset on a quiet machine: partly CPU, its workers already there."""
+    busy = tf(
+        PipelineStage("OptionsDataset", "other", None, None, None),
+        PipelineStage("PyDataset Batches", "py_dataset", 4, 10, None, is_bottleneck=True),
+    )
+    recs = advice.input_recommendations(cause("mixed", 1.0, usable=2), busy, "tensorflow", 2)
+    assert recs and "PyDataset Batches.__getitem__" in texts(recs)
+
+
 def test_a_pipeline_that_caches_is_not_told_to_cache() -> None:
     recs = advice.input_recommendations(cause("cpu", 1.9, usable=2), CACHED_MAP, "tensorflow", 2)
     text = texts(recs)

@@ -280,4 +280,8 @@ def input_recommendations(
                 )
             ]
         recs += _cpu_levers(v, fw)
+    if not recs:
+        # nothing left to parallelize (a PyDataset with its workers, say): what makes each
+        # item cheaper, rather than an input-bound verdict with no advice at all
+        recs = _cpu_levers(v, fw)
     return recs
