@@ -329,12 +329,7 @@ class Session:
     def snapshot(self) -> Snapshot:
         """Build an immutable view of the recent session (called on the hub thread)."""
         now = time.time()
-        recent = [w for w in self._windows if w.ts_end >= now - STACK_SUMMARY_S] or list(
-            self._windows
-        )[-1:]
-        summary, by_thread = summarize_by_thread(recent)
-        verdict = self._judge(now, summary, by_thread)
-        self._judge_ranks(now)
+        summary, by_thread, verdict = self._judge_now(now)
         return Snapshot(
             ts=now,
             started=self.started,
@@ -364,6 +359,18 @@ class Session:
             log_progress=tuple(self._progress.values()),
             model=self._model,
         )
+
+    def _judge_now(
+        self, now: float
+    ) -> tuple[StackSummary | None, dict[int, StackSummary], Verdict | None]:
+        """The recent stacks summary and the job's and ranks' verdicts, as of ``now``."""
+        recent = [w for w in self._windows if w.ts_end >= now - STACK_SUMMARY_S] or list(
+            self._windows
+        )[-1:]
+        summary, by_thread = summarize_by_thread(recent)
+        verdict = self._judge(now, summary, by_thread)
+        self._judge_ranks(now)
+        return summary, by_thread, verdict
 
     def _judge_ranks(self, now: float) -> None:
         """Per-rank statistics and the cross-rank verdict; a marker when the verdict changes."""
@@ -455,10 +462,7 @@ class Session:
             now = time.time()
             if now - self._judged_at >= JUDGE_UNWATCHED_S:
                 self._judged_at = now
-                recent = [w for w in self._windows if w.ts_end >= now - STACK_SUMMARY_S]
-                summary, by_thread = summarize_by_thread(recent or list(self._windows)[-1:])
-                self._judge(now, summary, by_thread)
-                self._judge_ranks(now)
+                self._judge_now(now)
             return
         try:
             cb(self.snapshot())

@@ -20,6 +20,11 @@ _INJECT_DIR = os.path.dirname(os.path.abspath(__file__))
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(_INJECT_DIR))  # the sofa_top package
 
 
+def _say_failed(e: BaseException) -> None:
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"sofa-top agent: attach failed ({e!r}); the job runs on untouched\n")
+
+
 def prepare(args: dict[str, Any]) -> bool:
     """In the injected call itself: import the agent (see the module docstring); never raises.
 
@@ -51,8 +56,7 @@ def prepare(args: dict[str, Any]) -> bool:
         args["prepare_s"] = time.perf_counter() - t0
         return True
     except BaseException as e:
-        with contextlib.suppress(Exception):
-            sys.stderr.write(f"sofa-top agent: attach failed ({e!r}); the job runs on untouched\n")
+        _say_failed(e)
         return False
 
 
@@ -80,8 +84,7 @@ def main(args: dict[str, Any]) -> str:
                 sys.modules.pop(name, None)
         return status
     except BaseException as e:
-        with contextlib.suppress(Exception):
-            sys.stderr.write(f"sofa-top agent: attach failed ({e!r}); the job runs on untouched\n")
+        _say_failed(e)
         return "failed"
 
 
