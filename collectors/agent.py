@@ -41,6 +41,7 @@ from sofa_top.model.samples import (
 SOCKET_NAME = "agent.sock"
 _MAX_UNIX_PATH = 107  # sun_path is 108 bytes with the trailing NUL
 _READ_SIZE = 65536
+_DRAIN_S = 1.0  # at stop, read what the agents already sent for at most this long
 _MAX_PEERS = 256  # the workload and its Python subprocesses; more is a runaway
 
 
@@ -262,6 +263,7 @@ class AgentCollector:
                         self._accept(listener, sel, peers, emit)
                     else:
                         self._read(key.data, sel, peers, emit)
+            self._drain(sel, peers, emit)
         finally:
             for peer in list(peers.values()):
                 with contextlib.suppress(KeyError, ValueError):
@@ -269,6 +271,18 @@ class AgentCollector:
                 peer.sock.close()
             sel.close()
             self._server.close()
+
+    def _drain(self, sel: selectors.BaseSelector, peers: dict[int, _Peer], emit: Emit) -> None:
+        """Read what the agents already sent (an exited workload's last steps, its bye), so
+        that a stop right after the target's exit loses nothing; a live agent that keeps
+        sending cannot hold the stop for long."""
+        deadline = time.monotonic() + _DRAIN_S
+        while peers and time.monotonic() < deadline:
+            ready = [key.data for key, _ in sel.select(0) if key.data is not None]
+            if not ready:
+                return
+            for peer in ready:
+                self._read(peer, sel, peers, emit)
 
     def _adopt(
         self, hs: Handshake, sel: selectors.BaseSelector, peers: dict[int, _Peer], emit: Emit

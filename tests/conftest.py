@@ -16,6 +16,46 @@ from recordings import Recordings
 WORKLOADS = Path(__file__).parent / "workloads"
 REPO = Path(__file__).parent.parent
 SOFA_TOP = str(Path(sys.executable).with_name("sofa-top"))
+# Session fixtures cheap enough that each xdist worker may set up its own.
+_CHEAP_PER_WORKER = {"nobody", "_no_sessions_in_the_users_data_dir"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``pytest -n N --dist loadgroup``: tests that share an expensive module or session
+    fixture (a recorded workload, a torchrun job, a Prometheus server) go to one worker, so that
+    each is set up once; every other test goes wherever a worker is free."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    parent: dict[str, str] = {}
+
+    def root(key: str) -> str:
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    keys: dict[str, list[str]] = {}
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        mine = []
+        for name in info.names_closure:
+            defs = info.name2fixturedefs.get(name)
+            if not defs or name in _CHEAP_PER_WORKER or not defs[-1].baseid:
+                continue  # a plugin's fixture, or one each worker may have
+            scope = defs[-1].scope
+            if scope == "session":
+                mine.append(f"{defs[-1].baseid}::{name}")
+            elif scope in ("module", "package"):
+                mine.append(item.nodeid.split("::")[0])
+        for key in mine[1:]:
+            parent[root(key)] = root(mine[0])
+        keys[item.nodeid] = mine
+    for item in items:
+        mine = keys.get(item.nodeid)
+        if mine:
+            group = root(mine[0]).replace("/", ".").replace("::", ".")
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)

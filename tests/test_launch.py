@@ -99,7 +99,7 @@ def test_attach_mode_verdict_from_stacks(tmp_path: Path, script: str) -> None:
             str(work.pid),
             "--no-inject",  # from outside: what an attach that could not inject gets
             "--duration",
-            "12",
+            "9",
             "--json",
             "-o",
             str(tmp_path / "a.sofa"),

@@ -110,7 +110,7 @@ def test_a_dataset_that_raises_is_a_failed_run_with_its_reason(tmp_path: Path) -
 
 def test_a_generator_source_is_advised_as_a_generator(tmp_path: Path) -> None:
     gen = WORKLOADS / "tf_generator.py"
-    serial = record(tmp_path, sys.executable, str(gen), "--source", "generator", "--seconds", "15")
+    serial = record(tmp_path, sys.executable, str(gen), "--source", "generator", "--seconds", "11")
     v = serial["verdict"]
     assert v["kind"] == "input-bound" and v["evidence"]["bottleneck_stage"] == "read_items"
     text = recs(serial)
@@ -119,13 +119,13 @@ def test_a_generator_source_is_advised_as_a_generator(tmp_path: Path) -> None:
     assert "DataLoader" not in text
     core_counts_possible(serial)
     # the guide's fix in place: the generators run in a parallel interleave, no generator advice
-    par = record(tmp_path, sys.executable, str(gen), "--source", "interleave", "--seconds", "15")
+    par = record(tmp_path, sys.executable, str(gen), "--source", "interleave", "--seconds", "8")
     assert "Python generator" not in recs(par)
 
 
 def test_keras_py_dataset_is_advised_and_tuned_through_its_workers(tmp_path: Path) -> None:
     script = str(WORKLOADS / "keras_pydataset.py")
-    summary = record(tmp_path, sys.executable, script, "--seconds", "15")
+    summary = record(tmp_path, sys.executable, script, "--seconds", "11")
     v = summary["verdict"]
     assert v["kind"] == "input-bound" and v["evidence"]["bottleneck_stage"] == "PyDataset Batches"
     text = recs(summary)
@@ -145,7 +145,7 @@ def test_depth_first_is_offered_only_for_a_model_with_chains(
 ) -> None:
     summary = record(
         tmp_path, sys.executable, str(WORKLOADS / "torch_models.py"), "--model", model,
-        "--seconds", "12",
+        "--seconds", "9",
     )  # fmt: skip
     assert summary["verdict"]["kind"] == "compute-bound", summary  # one intra-op thread
     text = recs(summary)
@@ -166,7 +166,7 @@ def test_spinning_openmp_threads_past_the_cores_are_oversubscribed(tmp_path: Pat
     cmd = ("taskset", "-c", "0", sys.executable, str(WORKLOADS / "lbfgs_threads.py"),
            "--threads", str(POOL), "--hidden", "512")  # fmt: skip
     env: dict[str, str] = {}
-    summary = record(tmp_path, *cmd, "--seconds", "20", env=env)
+    summary = record(tmp_path, *cmd, "--seconds", "14", env=env)
     v = summary["verdict"]
     assert v["kind"] == "cpu-oversubscribed", v
     assert v["evidence"]["runnable_threads"] > v["evidence"]["cores_busy"]
@@ -201,7 +201,7 @@ def test_default_pools_on_the_cores_they_are_given_are_not_oversubscribed(
 ) -> None:
     # pinned to one core, a framework's default pool is sized for that core: whatever else
     # this machine runs, its threads do not outnumber the cores the workload was given
-    extra = ["--seconds", "15"] if script == "lbfgs_threads.py" else []
+    extra = ["--seconds", "11"] if script == "lbfgs_threads.py" else []
     summary = record(
         tmp_path, "taskset", "-c", "0", sys.executable, str(WORKLOADS / script), *args, *extra
     )
@@ -216,7 +216,7 @@ def test_default_pools_on_the_cores_they_are_given_are_not_oversubscribed(
 def test_core_counts_follow_the_cores_the_workload_may_use(tmp_path: Path) -> None:
     summary = record(
         tmp_path, "taskset", "-c", "0", sys.executable, str(WORKLOADS / "tf_generator.py"),
-        "--seconds", "15",
+        "--seconds", "11",
     )  # fmt: skip
     v = summary["verdict"]
     assert summary["cpu"]["cores"] == 1 and v["evidence"]["cores"] == 1

@@ -57,7 +57,8 @@ QUEUE_MAX = 10_000
 # A collector that can wait fills the queue only up to here: the rest stays free for the
 # collectors that cannot (process, system, GPU, stacks, logs).
 QUEUE_WAITING_MAX = QUEUE_MAX - 2_000
-EXIT_GRACE_S = 0.5  # after the target exits, let its last output and agent frames arrive
+EXIT_GRACE_S = 0.1  # after the target exits, let its last output and agent frames arrive (the
+# agent collector also reads what is left in its sockets when it stops)
 CUDA_WINDOW_S = 90.0  # the agent's profiler windows come every ~30 s: the verdict sees 3
 
 

@@ -6,10 +6,10 @@ output and exit code are its own, and after sofa-top leaves nothing of the agent
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,17 +105,24 @@ def test_attach_again_works_and_a_second_concurrent_attach_is_refused(
 
 def test_sofa_top_sigkilled_the_agent_detaches(tmp_path: Path, stop: Path) -> None:
     """sofa-top SIGKILLed while attached: the socket closes, the agent restores and goes."""
-    with running(_target("busy", stop)) as proc:
-        rec = start_sofa("record", "--pid", str(proc.pid), "-o", str(tmp_path / "k.sofa"))
-        wait_until(lambda: bool(sofa_threads(proc.pid)), 60, "the agent")
-        rec.kill()
-        rec.communicate(timeout=30)
-        wait_until(lambda: detached(proc.pid), 30, "the agent to detach")
-        _finish(proc, stop)
-    # a SIGKILLed sofa-top cannot remove its socket directory: nothing else is left
-    for d in Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp").glob("sofa-top-*"):
-        if (d / "agent.sock").exists() and (d / "payload.py").exists():
-            shutil.rmtree(d, ignore_errors=True)
+    # a SIGKILLed sofa-top cannot remove its socket directory: it goes to a runtime dir of
+    # this test's own (short: a socket path has at most 107 bytes), removed here
+    runtime = Path(tempfile.mkdtemp(prefix="sofa-k-", dir="/tmp"))
+    try:
+        with running(_target("busy", stop)) as proc:
+            rec = start_sofa(
+                "record", "--pid", str(proc.pid), "-o", str(tmp_path / "k.sofa"),
+                env={"XDG_RUNTIME_DIR": str(runtime)},
+            )  # fmt: skip
+            wait_until(lambda: bool(sofa_threads(proc.pid)), 60, "the agent")
+            rec.kill()
+            rec.communicate(timeout=30)
+            wait_until(lambda: detached(proc.pid), 30, "the agent to detach")
+            _finish(proc, stop)
+        (left,) = runtime.glob("sofa-top-*")  # what the killed sofa-top left: nothing else
+        assert (left / "agent.sock").exists(), list(left.iterdir())
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def test_target_holds_the_gil_in_a_long_c_call(tmp_path: Path, stop: Path) -> None:

@@ -61,11 +61,11 @@ def test_attached_matches_launch_and_the_jobs_own_measure(tmp_path: Path, job: s
 
     # the same job under launch: the same verdict
     (tmp_path / "stop").unlink()
-    # (long enough that the verdict's last ~10 s are training, not TensorFlow's import on a
-    # busy machine)
+    # (it trains 12 s once warm, so that the verdict's last ~10 s are training, not
+    # TensorFlow's import on a busy machine)
     launched = sofa(
-        "record", "--duration", "30", "--json", "-o", str(tmp_path / "l.sofa"),
-        "--", *_job(job, tmp_path, "--seconds", "60"),
+        "record", "--json", "-o", str(tmp_path / "l.sofa"),
+        "--", *_job(job, tmp_path, "--train-seconds", "12"), timeout=240,
     )  # fmt: skip
     assert launched.returncode == 0, launched.stderr
     assert attached["verdict"]["kind"] == json.loads(launched.stdout)["verdict"]["kind"]

@@ -1,5 +1,6 @@
 """Long-running training jobs for the attach tests: they run until a stop file appears (or for
-``--seconds``), and measure their own input-wait fraction while a window file exists.
+``--seconds``, or ``--train-seconds`` after ``READY``), and measure their own input-wait
+fraction while a window file exists.
 
 ``--job tf-eager``: ``for x in ds`` over a serial tf.data map (input-bound).
 ``--job keras``: ``model.fit`` over a serial ``tf.py_function`` pipeline; the wait is bracketed
@@ -25,10 +26,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 class Window:
     """Sums waits and loop time over the steps that run while the window file exists."""
 
-    def __init__(self, path: str, stop: str, seconds: float) -> None:
+    def __init__(self, path: str, stop: str, seconds: float, train_seconds: float | None) -> None:
         self.path, self.stop, self.until = path, stop, time.monotonic() + seconds
+        self.train_seconds = train_seconds
         self.waits = self.total = 0.0
         self.steps = 0
+
+    def ready(self) -> None:
+        """The loop is warm: say so, and (with ``--train-seconds``) train that long from now."""
+        print("READY", flush=True)
+        if self.train_seconds is not None:
+            self.until = min(self.until, time.monotonic() + self.train_seconds)
 
     def add(self, wait: float, step: float) -> None:
         if os.path.exists(self.path):
@@ -69,7 +77,7 @@ def tf_eager(w: Window) -> None:
         got = time.perf_counter()
         step(x)
         if i == 5:
-            print("READY", flush=True)
+            w.ready()
         now = time.perf_counter()
         w.add(got - end, now - end)
         end = now
@@ -127,7 +135,7 @@ def keras(w: Window) -> None:
             now = time.perf_counter()
             state["n"] += 1
             if state["n"] == 5:
-                print("READY", flush=True)
+                w.ready()
             if state["end"] and ready and received:
                 wait = ((ready[-1] - state["asked"]) + (received[-1] - state["asked"])) / 2
                 w.add(wait, now - state["end"])
@@ -162,7 +170,7 @@ def torch_loop(w: Window) -> None:
         nn.functional.cross_entropy(model(x), y).backward()  # type: ignore[no-untyped-call]
         opt.step()
         if i == 3:
-            print("READY", flush=True)
+            w.ready()
         now = time.perf_counter()
         w.add(got - end, now - end)
         end = now
@@ -176,9 +184,10 @@ def main() -> int:
     p.add_argument("--window", required=True, help="measure while this file exists")
     p.add_argument("--stop", required=True, help="stop once this file exists")
     p.add_argument("--seconds", type=float, default=300.0)
+    p.add_argument("--train-seconds", type=float, help="stop this long after READY")
     p.add_argument("--exit-code", type=int, default=0)
     a = p.parse_args()
-    w = Window(a.window, a.stop, a.seconds)
+    w = Window(a.window, a.stop, a.seconds, a.train_seconds)
     {"tf-eager": tf_eager, "keras": keras, "torch": torch_loop}[a.job](w)
     w.report()
     print("JOB DONE", flush=True)
