@@ -47,7 +47,7 @@ def test_the_pipeline_runs_without_textual_or_perfetto(tmp_path: Path) -> None:
     (tmp_path / "block" / "sitecustomize.py").write_text(BLOCK)
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "block")}
     out = tmp_path / "results" / "gpu_check.txt"
-    cmd = [sys.executable, str(CHECK), "--cpu-smoke", "--only", "tiny", "--record-s", "12",
+    cmd = [sys.executable, str(CHECK), "--cpu-smoke", "--only", "tiny", "--record-s", "9",
            "--configs", "baseline,bf16", "--compare-s", "2", "--out", str(out)]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env=env)
     assert p.returncode == 0, p.stderr

@@ -71,7 +71,7 @@ def test_inject_then_detach_leaves_nothing(tmp_path: Path, stop: Path, mode: str
     with running(_target(mode, stop), stderr=subprocess.PIPE) as proc:
         err = _record(proc.pid, tmp_path / "a.sofa")
         assert f"agent injected into PID {proc.pid}" in err, err
-        wait_until(lambda: detached(proc.pid), 30, "the agent's thread to go")
+        wait_until(lambda: detached(proc.pid), 60, "the agent's thread to go")
         _finish(proc, stop)
         assert proc.stderr is not None and proc.stderr.read() == b""
     events = SessionReader(tmp_path / "a.sofa").events("agent-connected")
@@ -96,10 +96,10 @@ def test_attach_again_works_and_a_second_concurrent_attach_is_refused(
         finally:
             first.terminate()
             first.communicate(timeout=60)
-        wait_until(lambda: detached(proc.pid), 30, "the first agent to detach")
+        wait_until(lambda: detached(proc.pid), 60, "the first agent to detach")
         err = _record(proc.pid, tmp_path / "3.sofa")  # attaching again works
         assert "agent injected" in err
-        wait_until(lambda: detached(proc.pid), 30, "the second agent to detach")
+        wait_until(lambda: detached(proc.pid), 60, "the second agent to detach")
         _finish(proc, stop)
 
 
@@ -117,7 +117,7 @@ def test_sofa_top_sigkilled_the_agent_detaches(tmp_path: Path, stop: Path) -> No
             wait_until(lambda: bool(sofa_threads(proc.pid)), 60, "the agent")
             rec.kill()
             rec.communicate(timeout=30)
-            wait_until(lambda: detached(proc.pid), 30, "the agent to detach")
+            wait_until(lambda: detached(proc.pid), 60, "the agent to detach")
             _finish(proc, stop)
         (left,) = runtime.glob("sofa-top-*")  # what the killed sofa-top left: nothing else
         assert (left / "agent.sock").exists(), list(left.iterdir())
@@ -235,7 +235,7 @@ def test_target_of_another_user(shared_tmp: Path, nobody: OtherUser) -> None:
     with running([*target, *_target("sleep", stop)[2:]], user=nobody) as proc:
         err = _record(proc.pid, shared_tmp / "u.sofa")
         assert f"agent injected into PID {proc.pid}" in err, err
-        wait_until(lambda: detached(proc.pid), 30, "the agent to detach")
+        wait_until(lambda: detached(proc.pid), 60, "the agent to detach")
         _finish(proc, stop)
 
 
@@ -251,7 +251,7 @@ def test_target_in_a_virtualenv_without_sofa_top(tmp_path: Path, stop: Path) -> 
     with running(_target("busy", stop, python=python), cwd=tmp_path) as proc:
         err = _record(proc.pid, tmp_path / "v.sofa")
         assert f"agent injected into PID {proc.pid}" in err, err
-        wait_until(lambda: detached(proc.pid), 30, "the agent to detach")
+        wait_until(lambda: detached(proc.pid), 60, "the agent to detach")
         _finish(proc, stop)
 
 
