@@ -9,6 +9,7 @@ import socket
 import stat
 import struct
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sofa_top.agent.protocol import MAX_FRAME, encode
-from sofa_top.collectors.agent import AgentServer
+from sofa_top.collectors.agent import AgentCollector, AgentServer
 from sofa_top.model.samples import Event, Sample, StepSample
 
 NOBODY = 65534
@@ -220,3 +221,43 @@ def test_garbage_peers_never_stop_the_server(tmp_path: Path) -> None:
         )
         # every garbage peer was dropped for a reason, every good one just disconnected
         assert len(events(live.snapshot(), "agent-protocol-error")) >= sent * 0.9
+
+
+def test_what_an_exited_agent_sent_is_read_when_the_collector_stops(tmp_path: Path) -> None:
+    """The session stops right after the workload exits (its grace is short): steps still in
+    the socket then (the collector was busy, say on a loaded machine) are read, not lost."""
+    server = AgentServer(tmp_path)
+    collector = AgentCollector(server)
+    got: list[Sample] = []
+    busy, go_on, stop = threading.Event(), threading.Event(), threading.Event()
+
+    def emit(sample: Sample) -> None:
+        if isinstance(sample, StepSample) and not busy.is_set():
+            busy.set()  # the collector is held here while the rest arrives
+            go_on.wait(60)
+        got.append(sample)
+
+    thread = threading.Thread(target=collector.run, args=(emit, stop), daemon=True)
+    thread.start()
+    first = next(_step_ids)
+    with connect(server.socket_path) as s:
+        s.sendall(
+            encode({"type": "hello", "v": 2, "pid": os.getpid(), "t": time.time()})
+            + encode({"type": "steps", "source": "test", "data": [first, 1, 2, 0, 4, 0]})
+        )
+        assert busy.wait(60)
+        rest = [next(_step_ids) for _ in range(200)]
+        s.sendall(
+            b"".join(
+                encode({"type": "steps", "source": "test", "data": [n, 1, 2, 0, 4, 0]})
+                for n in rest
+            )
+            + encode({"type": "bye", "pid": os.getpid(), "t": time.time(), "dropped": 0})
+        )
+    stop.set()  # before the collector has read any of it
+    go_on.set()
+    thread.join(30)
+    assert not thread.is_alive()
+    steps = {x.step for x in got if isinstance(x, StepSample)}
+    assert steps == {first, *rest}
+    assert len(events(got, "agent-exit")) == 1
