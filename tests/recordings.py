@@ -32,13 +32,28 @@ from sofa_top.recording.reader import SessionReader
 WORKLOADS = Path(__file__).parent / "workloads"
 SOFA_TOP = str(Path(sys.executable).with_name("sofa-top"))
 
+# The eager compute shapes run one intra-op thread, as the torch workloads do: on cores other
+# jobs keep busy (a CPU hog, the other test workers), TensorFlow's default pool of one thread
+# per core is cpu-oversubscribed (rightly), not compute-bound.
+_ONE = ("--threads", "1")
+
 # name -> (script in tests/workloads, its arguments, warm-up steps the workload excludes)
 SHAPES: dict[str, tuple[str, tuple[str, ...], int]] = {
     "tf-eager input next": ("agent_tf_eager.py", ("--mode", "input", "--loop", "next"), 5),
-    "tf-eager compute next": ("agent_tf_eager.py", ("--mode", "compute", "--loop", "next"), 5),
+    "tf-eager compute next": (
+        "agent_tf_eager.py",
+        ("--mode", "compute", "--loop", "next", *_ONE),
+        5,
+    ),
     "tf-eager input for": ("agent_tf_eager.py", ("--mode", "input", "--loop", "for"), 5),
-    "tf-eager compute for": ("agent_tf_eager.py", ("--mode", "compute", "--loop", "for"), 5),
+    "tf-eager compute for": (
+        "agent_tf_eager.py",
+        ("--mode", "compute", "--loop", "for", *_ONE),
+        5,
+    ),
     "keras fit input": ("agent_keras_fit.py", ("--mode", "input"), 5),
+    # (Keras' own pipeline threads need the default pools: with one intra-op thread its input
+    # wait grows to the compute/input border on a busy machine)
     "keras fit compute": ("agent_keras_fit.py", ("--mode", "compute"), 5),
     "torch input": ("agent_torch.py", ("--mode", "input"), 3),
     "torch compute": ("agent_torch.py", ("--mode", "compute"), 3),

@@ -54,7 +54,12 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--steps-per-execution", type=int, default=1)
     p.add_argument("--source", choices=("pipeline", "memory"), default="pipeline")
+    p.add_argument(
+        "--threads", type=int, default=0, help="TensorFlow intra-op threads (0: default)"
+    )
     a = p.parse_args()
+    if a.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(a.threads)
     n = a.warmup + a.steps
     produce_s = 0.025 if a.mode == "input" else 0.0002
     width, depth = (64, 1) if a.mode == "input" else (1024, 4)

@@ -46,7 +46,12 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seconds", type=float, default=0.0)
+    p.add_argument(
+        "--threads", type=int, default=0, help="TensorFlow intra-op threads (0: default)"
+    )
     a = p.parse_args()
+    if a.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(a.threads)
     forever = a.seconds > 0
     deadline = time.perf_counter() + a.seconds
     n = a.warmup + a.steps
