@@ -41,6 +41,25 @@ def value(lines: list[str], key: str) -> float:
     return float(found[-1])
 
 
+def loop_split(session: Path, function: str) -> dict[str, float]:
+    """The class split of the stack windows after the first one with ``function`` on its
+    stacks: the loop's own, not the interpreter's start and imports before it (Python, rightly,
+    and the longer the busier the machine)."""
+    reader = SessionReader(session)
+    try:
+        windows = list(reader.stack_windows())
+    finally:
+        reader.close()
+    seen = [
+        i for i, w in enumerate(windows)
+        if any(f.function.endswith(function) for c in w.stacks for f in c.frames)
+    ]  # fmt: skip
+    assert seen, f"no stack window with {function}: {[w.error for w in windows]}"
+    loop = summarize(windows[seen[0] + 1 :])
+    assert loop is not None, f"nothing sampled after the first window with {function}"
+    return dict(loop.split)
+
+
 def assert_no_sofa_top_in_stacks(summary: dict[str, Any]) -> None:
     for f in summary["stacks"]["top"]:
         assert "sofa_top/agent" not in f["file"], f
@@ -99,22 +118,9 @@ def test_loop_shape_has_steps_from_its_clock(
 def test_torch_math_called_from_user_code_is_compute(tmp_path: Path) -> None:
     """``torch.mm`` inside a user ``forward`` (no nn.Module): the GIL says it is not Python.
 
-    The split is the loop's: from the first stack window that has ``forward`` on (importing
-    torch before it is Python, rightly, and takes longer the busier the machine)."""
+    The split is the loop's (``loop_split``)."""
     summary, _ = shape(tmp_path, "mm", seconds="12")
-    reader = SessionReader(tmp_path / "s.sofa")
-    try:
-        windows = list(reader.stack_windows())
-    finally:
-        reader.close()
-    in_forward = [
-        i for i, w in enumerate(windows)
-        if any(f.function.endswith("forward") for c in w.stacks for f in c.frames)
-    ]  # fmt: skip
-    assert in_forward, summary["stacks"]
-    loop = summarize(windows[in_forward[0] + 1 :])
-    assert loop is not None, summary["stacks"]
-    split = loop.split
+    split = loop_split(tmp_path / "s.sofa", "forward")
     assert split["python"] <= 0.15, split
     assert split["compute"] >= 0.6, split
     assert summary["verdict"]["kind"] == "compute-bound"
@@ -124,8 +130,11 @@ def test_torch_math_called_from_user_code_is_compute(tmp_path: Path) -> None:
 
 def test_a_pure_python_loop_stays_python(tmp_path: Path) -> None:
     """The other side of the GIL rule: a thread that holds the GIL is running Python."""
-    summary, _ = record(tmp_path, sys.executable, str(WORKLOADS / "busy_python.py"), "6")
-    assert summary["stacks"]["split"]["python"] >= 0.8, summary["stacks"]["split"]
+    record(tmp_path, sys.executable, str(WORKLOADS / "busy_python.py"), "8")
+    split = loop_split(tmp_path / "s.sofa", "spin_here")
+    # (the GIL share comes from a second sampler at other instants: on a busy machine, where
+    # the GIL changes hands slowly, it reads a little low)
+    assert split["python"] >= 0.7 and split["compute"] <= 0.25, split
 
 
 def test_sofa_top_is_not_in_its_own_profile(tmp_path: Path) -> None:

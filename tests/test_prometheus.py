@@ -186,10 +186,14 @@ def test_every_grafana_panel_answers_from_the_test_prometheus(two_nodes: TwoNode
             assert result == [], title  # valid PromQL; no GPU here
         else:
             assert result, f"{title}: {expr}"
-    straggler = prom.query(
-        next(e for t, e in queries if t.startswith("Straggler")).replace("$run", RUN)
-    )
-    assert [s["metric"]["rank"] for s in straggler] == ["2"]
+    straggler = next(e for t, e in queries if t.startswith("Straggler")).replace("$run", RUN)
+
+    def ranks() -> list[str]:
+        return [s["metric"]["rank"] for s in prom.query(straggler)]
+
+    # the panel reads the last scrape: on a busy machine another rank's own time can lead
+    # for a scrape or two while the job runs on; rank 2's 4 ms per sample is what stays
+    assert wait_until(lambda: ranks() == ["2"], 120, 1.0), ranks()
 
 
 def test_the_scrape_example_is_a_valid_prometheus_config() -> None:

@@ -81,11 +81,13 @@ def test_threads_helper_sees_the_agent_while_attached(tmp_path: Path) -> None:
     """The check above can fail: while attached, py-spy does list the agent's thread."""
     job = _job("torch", tmp_path)
     with running(job) as proc:
+        # (an injection may wait for its turn on a busy machine: give it a minute)
         rec = start_sofa(
-            "record", "--pid", str(proc.pid), "--duration", "60", "-o", str(tmp_path / "t.sofa")
-        )
+            "record", "--pid", str(proc.pid), "--duration", "600", "--inject-timeout", "60",
+            "-o", str(tmp_path / "t.sofa"),
+        )  # fmt: skip
         try:
-            wait_until(lambda: bool(sofa_threads(proc.pid)), 60, "the agent's thread")
+            wait_until(lambda: bool(sofa_threads(proc.pid)), 120, "the agent's thread")
         finally:
             rec.terminate()
             rec.communicate(timeout=60)
