@@ -81,14 +81,32 @@ def test_threads_helper_sees_the_agent_while_attached(tmp_path: Path) -> None:
     """The check above can fail: while attached, py-spy does list the agent's thread."""
     job = _job("torch", tmp_path)
     with running(job) as proc:
+        out = tmp_path / "t.sofa"
         # (an injection may wait for its turn on a busy machine: give it a minute)
         rec = start_sofa(
             "record", "--pid", str(proc.pid), "--duration", "600", "--inject-timeout", "60",
-            "-o", str(tmp_path / "t.sofa"),
+            "-o", str(out),
         )  # fmt: skip
         try:
-            wait_until(lambda: bool(sofa_threads(proc.pid)), 120, "the agent's thread")
+            # first the session's word that the agent is in, then py-spy's: a py-spy dump
+            # every 50 ms meanwhile would hold ptrace on the target while the injector needs it
+            wait_until(lambda: connected(out), 120, "the agent-connected event")
+            wait_until(lambda: bool(sofa_threads(proc.pid)), 60, "the agent's thread", 0.5)
         finally:
             rec.terminate()
             rec.communicate(timeout=60)
         wait_until(lambda: detached(proc.pid), 60, "detach after SIGTERM")
+
+
+def connected(session: Path) -> bool:
+    """The session file has the injected agent's hello (it is committed within a second)."""
+    if not session.is_file():
+        return False
+    try:
+        reader = SessionReader(session)
+    except Exception:  # created, not yet initialised
+        return False
+    try:
+        return any(e.data.get("mode") == "attach" for e in reader.events("agent-connected"))
+    finally:
+        reader.close()
