@@ -14,9 +14,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from other_uid import OtherUser
@@ -135,18 +136,27 @@ def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def committed(path: Path, series: str = "tree.cpu") -> int:
-    """How many points of ``series`` another process can read from the session file now."""
+T = TypeVar("T")
+
+
+def read_now(path: Path, read: Callable[[SessionReader], T], missing: T) -> T:
+    """``read`` of what another process can read from the session file now; ``missing`` while
+    the file does not exist or is not yet initialised."""
     if not path.is_file():
-        return 0
+        return missing
     try:
         reader = SessionReader(path)
     except Exception:  # created but not yet initialised
-        return 0
+        return missing
     try:
-        return len(reader.points(series))
+        return read(reader)
     finally:
         reader.close()
+
+
+def committed(path: Path, series: str = "tree.cpu") -> int:
+    """How many points of ``series`` another process can read from the session file now."""
+    return read_now(path, lambda r: len(r.points(series)), 0)
 
 
 def wait_committed(path: Path, n: int, timeout: float = 60, series: str = "tree.cpu") -> None:

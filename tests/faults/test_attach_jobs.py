@@ -13,7 +13,7 @@ import pytest
 from conftest import validate_record_json
 
 from faults.attach_helpers import ATTACH_JOBS, detached, sofa_threads, value
-from faults.conftest import no_traceback, running, sofa, start_sofa, wait_until
+from faults.conftest import no_traceback, read_now, running, sofa, start_sofa, wait_until
 from sofa_top.recording.reader import SessionReader
 
 pytestmark = pytest.mark.slow
@@ -100,13 +100,5 @@ def test_threads_helper_sees_the_agent_while_attached(tmp_path: Path) -> None:
 
 def connected(session: Path) -> bool:
     """The session file has the injected agent's hello (it is committed within a second)."""
-    if not session.is_file():
-        return False
-    try:
-        reader = SessionReader(session)
-    except Exception:  # created, not yet initialised
-        return False
-    try:
-        return any(e.data.get("mode") == "attach" for e in reader.events("agent-connected"))
-    finally:
-        reader.close()
+    hellos = read_now(session, lambda r: r.events("agent-connected"), [])
+    return any(e.data.get("mode") == "attach" for e in hellos)

@@ -28,6 +28,7 @@ from faults.conftest import (
     integrity_ok,
     no_traceback,
     one_line_error,
+    read_now,
     running,
     sofa,
     start_sofa,
@@ -211,13 +212,8 @@ def test_two_instances_attach_to_one_pid(tmp_path: Path) -> None:
     files = [tmp_path / f"{i}.sofa" for i in range(2)]
 
     def sampled(path: Path) -> bool:
-        if committed(path) < 20:
-            return False
-        reader = SessionReader(path)
-        try:
-            return any(c.count for w in reader.stack_windows() for c in w.stacks)
-        finally:
-            reader.close()
+        samples = lambda r: any(c.count for w in r.stack_windows() for c in w.stacks)  # noqa: E731
+        return committed(path) >= 20 and read_now(path, samples, False)
 
     with running(target_argv("busy")) as target:
         args = ("record", "--pid", str(target.pid), "--duration", "600", "--json")
