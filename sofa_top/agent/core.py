@@ -33,6 +33,9 @@ from sofa_top.agent.settings import (
 from sofa_top.agent.transport import Connection
 
 _STEPS_PER_FRAME = 1024  # ~100 bytes each: frames far below MAX_FRAME, sent one by one
+# At exit, smaller frames: the one in flight when the steps' share of the exit budget ends is
+# still sent whole (a cut frame breaks the stream), and must leave the bye its time.
+_EXIT_STEPS_PER_FRAME = 128
 _logged = False
 
 
@@ -270,6 +273,7 @@ class Agent:
         self._control: collections.deque[dict[str, Any]] = collections.deque(maxlen=1000)
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._exit_deadline: float | None = None  # perf_counter; set when the interpreter exits
         self._thread: threading.Thread | None = None
         self._send_lock = threading.Lock()
         # wall time = perf_counter + offset; perf_counter is what the hot path can afford
@@ -429,8 +433,9 @@ class Agent:
             except (protocol.FrameError, TypeError, ValueError) as e:
                 log_once(f"dropped an unencodable {frame.get('type')!r} frame: {e}")
 
-    def _steps_frame(self) -> bytes:
-        """One frame of queued steps, all of the same source (the queue is not empty)."""
+    def _steps_frame(self, most: int = _STEPS_PER_FRAME) -> bytes:
+        """One frame of up to ``most`` queued steps, all of the same source (the queue is not
+        empty)."""
         steps = self._steps
         off = self._offset
         source = steps[0][0]
@@ -439,7 +444,7 @@ class Agent:
         measured = False
         gpu: list[int | None] = []
         has_gpu = False
-        limit = _STEPS_PER_FRAME * len(protocol.STEP_FIELDS)
+        limit = most * len(protocol.STEP_FIELDS)
         while steps and len(data) < limit and steps[0][0] == source:
             rec = steps.popleft()
             _, n, start, end, wait, bs, cpu = rec[:7]
@@ -504,19 +509,21 @@ class Agent:
         return True
 
     def _final_flush(self) -> None:
-        """At exit: send what fits in ``exit_flush_s``, count the rest as dropped, say bye."""
-        deadline = time.perf_counter() + self.settings.exit_flush_s
+        """At exit: send what fits in ``exit_flush_s`` (counted from the interpreter's exit: a
+        send in flight then has used some), count the rest as dropped, say bye."""
+        deadline = self._exit_deadline or time.perf_counter() + self.settings.exit_flush_s
+        steps_until = deadline - self.settings.exit_flush_s / 2  # the rest: one frame, the bye
         self._release(True)
         for data in self._control_frames():
             if not self._send(data, deadline):
                 return
         while self._steps:
-            if time.perf_counter() > deadline - self.settings.exit_flush_s / 4:
+            if time.perf_counter() > steps_until:
                 left = len(self._steps)
                 self._steps.clear()
                 self.dropped += left
                 break
-            if not self._send(self._steps_frame(), deadline):
+            if not self._send(self._steps_frame(_EXIT_STEPS_PER_FRAME), deadline):
                 return
         bye: dict[str, Any] = {
             "type": "bye",
@@ -621,6 +628,7 @@ class Agent:
     def _at_exit(self) -> None:
         if os.getpid() != self.pid or self._conn is None:
             return
+        self._exit_deadline = time.perf_counter() + self.settings.exit_flush_s
         self._stop.set()
         self._wake.set()
         t = self._thread
