@@ -11,6 +11,7 @@ dropped (with an Event saying why) while the others keep being served.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import select
 import selectors
@@ -18,6 +19,7 @@ import shutil
 import socket
 import struct
 import tempfile
+import termios
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -41,7 +43,7 @@ from sofa_top.model.samples import (
 SOCKET_NAME = "agent.sock"
 _MAX_UNIX_PATH = 107  # sun_path is 108 bytes with the trailing NUL
 _READ_SIZE = 65536
-_DRAIN_S = 1.0  # at stop, read what the agents already sent for at most this long
+_DRAIN_MAX_S = 5.0  # at stop, what the agents already sent is read, but never for longer
 _MAX_PEERS = 256  # the workload and its Python subprocesses; more is a runaway
 
 
@@ -273,16 +275,22 @@ class AgentCollector:
             self._server.close()
 
     def _drain(self, sel: selectors.BaseSelector, peers: dict[int, _Peer], emit: Emit) -> None:
-        """Read what the agents already sent (an exited workload's last steps, its bye), so
-        that a stop right after the target's exit loses nothing; a live agent that keeps
-        sending cannot hold the stop for long."""
-        deadline = time.monotonic() + _DRAIN_S
-        while peers and time.monotonic() < deadline:
-            ready = [key.data for key, _ in sel.select(0) if key.data is not None]
+        """Read what the agents had sent when the stop came (an exited workload's last steps,
+        its bye: a flood's backlog takes seconds on a busy machine), and the end of stream
+        after it; a live agent that keeps sending cannot hold the stop past that."""
+        left = {fd: _queued(peer.sock) + 1 for fd, peer in peers.items()}  # +1: the end
+        deadline = time.monotonic() + _DRAIN_MAX_S
+        while time.monotonic() < deadline:
+            ready = [
+                key.data
+                for key, _ in sel.select(0)
+                if key.data is not None and left.get(key.data.sock.fileno(), 0) > 0
+            ]
             if not ready:
                 return
             for peer in ready:
-                self._read(peer, sel, peers, emit)
+                fd = peer.sock.fileno()
+                left[fd] -= max(1, self._read(peer, sel, peers, emit))
 
     def _adopt(
         self, hs: Handshake, sel: selectors.BaseSelector, peers: dict[int, _Peer], emit: Emit
@@ -366,14 +374,15 @@ class AgentCollector:
         sel: selectors.BaseSelector,
         peers: dict[int, _Peer],
         emit: Emit,
-    ) -> None:
+    ) -> int:
+        """Read once from ``peer``; the bytes read (0 at its end, which drops it)."""
         try:
             data = peer.sock.recv(_READ_SIZE)
         except (BlockingIOError, InterruptedError):
-            return
+            return 0
         except OSError as e:
             self._drop(peer, sel, peers, emit, "agent-disconnected", f"pid {peer.pid}: {e}")
-            return
+            return 0
         if not data:
             if peer.reader.pending:
                 self._drop(
@@ -396,9 +405,10 @@ class AgentCollector:
                     "agent-disconnected",
                     f"pid {peer.pid}: connection closed without goodbye",
                 )
-            return
+            return 0
         peer.reader.feed(data)
         self._frames(peer, sel, peers, emit)
+        return len(data)
 
     def _frames(
         self, peer: _Peer, sel: selectors.BaseSelector, peers: dict[int, _Peer], emit: Emit
@@ -418,6 +428,14 @@ class AgentCollector:
                 peer.said_bye = True
             for s in samples:
                 emit(s)
+
+
+def _queued(sock: socket.socket) -> int:
+    """Bytes waiting in ``sock``'s receive queue (FIONREAD); 0 when it cannot tell."""
+    try:
+        return int.from_bytes(fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4), "little")
+    except OSError:
+        return 0
 
 
 def _uids_text(uids: frozenset[int]) -> str:

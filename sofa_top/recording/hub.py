@@ -59,6 +59,7 @@ QUEUE_MAX = 10_000
 QUEUE_WAITING_MAX = QUEUE_MAX - 2_000
 EXIT_GRACE_S = 0.1  # after the target exits, let its last output and agent frames arrive (the
 # agent collector also reads what is left in its sockets when it stops)
+COLLECTOR_STOP_S = 10.0  # a stop waits this long for the collectors (a stalled one is left)
 CUDA_WINDOW_S = 90.0  # the agent's profiler windows come every ~30 s: the verdict sees 3
 
 
@@ -154,11 +155,9 @@ class Session:
             if not self.end_reason:
                 self.end_reason = reason
         self._stop_collectors.set()
-        for t in self._threads:
-            t.join(timeout=3.0)
-        self._stop_hub.set()
+        self._stop_hub.set()  # the hub records what the collectors leave, then finalizes
         if self._hub is not None:
-            self._hub.join(timeout=5.0)
+            self._hub.join(timeout=COLLECTOR_STOP_S + 5.0)
         else:  # never started: still leave a finalized file behind
             self._finalize()
 
@@ -183,7 +182,7 @@ class Session:
         fills and the agent drops and counts in its own queue), never past the session."""
         q = self._queue
         while q.qsize() >= QUEUE_WAITING_MAX:
-            if self._stop_hub.is_set() or self._done.is_set():
+            if self._done.is_set():  # the hub records until the collectors are done
                 self.dropped += 1
                 return
             time.sleep(0.005)
@@ -232,15 +231,23 @@ class Session:
                 self._stop_collectors.set()
                 self._stop_hub.set()
             if self._stop_hub.is_set():
-                # Collectors are stopped (or stopping): take what they left, then finish.
-                for t in self._threads:
-                    t.join(timeout=3.0)
-                self._record(self._drain(timeout=0))
+                self._finish_collectors()
                 break
             now = time.monotonic()
             if now >= next_snapshot:
                 next_snapshot = now + self.snapshot_interval
                 self._publish()
+
+    def _finish_collectors(self) -> None:
+        """Keep recording while the collectors stop (the agent collector reads what its
+        sockets still hold: a flood's backlog, the agent's bye), then take all they left."""
+        deadline = time.monotonic() + COLLECTOR_STOP_S
+        while any(t.is_alive() for t in self._threads) and time.monotonic() < deadline:
+            batch = self._drain(timeout=0.05)
+            if batch:
+                self._record(batch)
+        while batch := self._drain(timeout=0):
+            self._record(batch)
 
     def _drain(self, timeout: float) -> list[Sample]:
         out: list[Sample] = []
