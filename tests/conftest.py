@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,8 +11,10 @@ from pathlib import Path
 
 import pytest
 from other_uid import OtherUser, stage
-from procs import spawned
+from procs import read_now, spawned, wait_for
 from recordings import Recordings
+
+from sofa_top.recording.reader import SessionReader
 
 WORKLOADS = Path(__file__).parent / "workloads"
 REPO = Path(__file__).parent.parent
@@ -117,6 +120,32 @@ def run_cli(
         env={**os.environ, **(env or {})} if user is None else user.env(env),
         stdin=subprocess.DEVNULL,
     )
+
+
+def judged_from_stacks(r: SessionReader) -> bool:
+    """The session holds a verdict marker its stacks decided: enough samples to judge (py-spy's
+    rate is what its CPU budget buys, so a slow or busy machine takes longer to get there)."""
+    return any(e.data.get("evidence", {}).get("source") == "stacks" for e in r.events("verdict"))
+
+
+def record_until_judged(
+    out: Path, *args: str, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """``sofa-top record --json -o OUT ARGS`` until the stacks have judged (``judged_from_stacks``
+    in its session file), then SIGINT, as a user's Ctrl-C: its exit, summary and errors."""
+    rec = subprocess.Popen(
+        [SOFA_TOP, "record", "--json", "-o", str(out), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        wait_for(lambda: read_now(out, judged_from_stacks, False), timeout, "a stacks verdict")
+    finally:
+        rec.send_signal(signal.SIGINT)
+        stdout, stderr = rec.communicate(timeout=60)
+    return subprocess.CompletedProcess(rec.args, rec.returncode, stdout, stderr)
 
 
 def log_lines(session: str | Path) -> list[str]:

@@ -15,6 +15,8 @@ from typing import TypeVar
 
 import psutil
 
+from sofa_top.recording.reader import SessionReader
+
 T = TypeVar("T")
 
 WORKLOADS = Path(__file__).parent / "workloads"
@@ -158,3 +160,18 @@ def children_named(parent: int, fragment: str) -> list[int]:
         if fields[0] != "Z" and int(fields[1]) == parent and fragment in cmdline:
             out.append(int(entry))
     return out
+
+
+def read_now(path: Path, read: Callable[[SessionReader], T], missing: T) -> T:
+    """``read`` of what another process can read from the session file now; ``missing`` while
+    the file does not exist or is not yet initialised."""
+    if not path.is_file():
+        return missing
+    try:
+        reader = SessionReader(path)
+    except Exception:  # created but not yet initialised
+        return missing
+    try:
+        return read(reader)
+    finally:
+        reader.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import WORKLOADS, log_lines, run_cli, validate_record_json
+from conftest import WORKLOADS, log_lines, record_until_judged, run_cli, validate_record_json
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -70,8 +70,13 @@ def test_a_script_that_fails_to_start(tmp_path: Path) -> None:
 
 
 def test_a_launched_loop_no_hook_sees_says_why(tmp_path: Path) -> None:
-    """A plain-Python loop under the agent: no steps and why; the stacks still judge it."""
-    summary, _ = record(tmp_path, sys.executable, str(WORKLOADS / "busy_python.py"), "4")
+    """A plain-Python loop under the agent: no steps and why; the stacks still judge it (the
+    loop runs until the stacks have judged, then Ctrl-C)."""
+    loop = (sys.executable, str(WORKLOADS / "busy_python.py"), "600")
+    proc = record_until_judged(tmp_path / "s.sofa", "--", *loop)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    validate_record_json(summary)
     steps = summary["steps"]
     assert steps["count"] == 0
     why = "no step measured: the workload imported neither TensorFlow nor PyTorch"

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SOFA_TOP, WORKLOADS, run_cli, validate_record_json
+from conftest import SOFA_TOP, WORKLOADS, record_until_judged, run_cli, validate_record_json
 from procs import spawned
 from recordings import Recordings
 
@@ -90,24 +90,16 @@ def test_torch_optimizer_only_loop_gets_step_times(recordings: Recordings) -> No
 @pytest.mark.parametrize("script", ["agent_tf_eager.py", "agent_torch.py"])
 def test_attach_mode_verdict_from_stacks(tmp_path: Path, script: str) -> None:
     """No agent: the verdict comes from which class the training thread's stacks are in. The
-    loop runs until the test is done with it, and is attached to once it is past its warm-up."""
+    loop runs until the test is done with it, and is attached to once it is past its warm-up;
+    the recording stops once the stacks have judged."""
     argv = [sys.executable, str(WORKLOADS / script), "--mode", "input", "--seconds", "600"]
     with spawned(argv, ready=b"READY", stderr=subprocess.DEVNULL) as work:
-        proc = run_cli(
-            "record",
-            "--pid",
-            str(work.pid),
-            "--no-inject",  # from outside: what an attach that could not inject gets
-            "--duration",
-            "9",
-            "--json",
-            "-o",
-            str(tmp_path / "a.sofa"),
-        )
+        # --no-inject: from outside, what an attach that could not inject gets
+        proc = record_until_judged(tmp_path / "a.sofa", "--pid", str(work.pid), "--no-inject")
         assert work.poll() is None  # attaching never stops the target
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
-    assert summary["end_reason"] == "duration reached"
+    assert summary["end_reason"] == "SIGINT"
     verdict = summary["verdict"]
     assert verdict["kind"] == "input-bound", verdict
     assert verdict["evidence"]["source"] == "stacks"

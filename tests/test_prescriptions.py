@@ -110,11 +110,13 @@ def test_a_dataset_that_raises_is_a_failed_run_with_its_reason(tmp_path: Path) -
 
 def test_a_generator_source_is_advised_as_a_generator(tmp_path: Path) -> None:
     """Advised as a generator, with core counts from the cores the job may use (one, by its
-    affinity: a machine's other cores are not the job's)."""
+    affinity: a machine's other cores are not the job's). Each element waits 10 ms, a read from
+    slow storage: next to other load the verdict counts the one core as shared, and at 2 ms
+    the generator's own CPU (about 0.2 of a core on a slow machine) read as CPU-bound."""
     gen = WORKLOADS / "tf_generator.py"
     serial = record(
         tmp_path, "taskset", "-c", "0", sys.executable, str(gen), "--source", "generator",
-        "--seconds", "11",
+        "--item-ms", "10", "--seconds", "11",
     )  # fmt: skip
     v = serial["verdict"]
     assert v["kind"] == "input-bound" and v["evidence"]["bottleneck_stage"] == "read_items"

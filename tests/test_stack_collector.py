@@ -127,7 +127,9 @@ def test_busy_loop_top_function() -> None:
 
 
 def test_cpu_budget_is_respected() -> None:
-    """py-spy's measured CPU, after the first (probe) window, stays near the budget."""
+    """py-spy's measured CPU, after the first (probe) window, stays near the budget, and the
+    rate uses the budget: what a sample costs decides the rate (a slow or loaded machine's
+    samples cost more), never a collapse to the floor while the budget is unspent."""
     budget = DEFAULT_CPU_BUDGET
     with spawned(workload("busy_python", 600), ready=b"READY") as proc, collecting(proc.pid) as run:
         assert run.wait_for(lambda ws: len(ws) >= 6, timeout=60)
@@ -135,9 +137,11 @@ def test_cpu_budget_is_respected() -> None:
     steady = run.windows[2:]
     spent = sum((w.sampler_cpu or 0.0) * (w.ts_end - w.ts_start) for w in steady)
     wall = sum(w.ts_end - w.ts_start for w in steady)
+    rates = [w.rate_hz for w in steady]
     # sampler_cpu is in percent of one core; allow for timing noise on a shared machine
-    assert spent / wall <= 100 * budget * 1.6, (spent / wall, [w.rate_hz for w in steady])
-    assert min(w.rate_hz for w in steady) >= 10
+    assert spent / wall <= 100 * budget * 1.6, (spent / wall, rates)
+    at_max_rate = max(rates) >= run.collector.rate_hz
+    assert at_max_rate or spent / wall >= 100 * budget * 0.3, (spent / wall, rates)
 
 
 # -- (b) a sleeping process --------------------------------------------------------------------

@@ -14,17 +14,15 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 from other_uid import OtherUser
+from procs import read_now as read_now
 from procs import wait_for as wait_until
 from procs import wait_ready
-
-from sofa_top.recording.reader import SessionReader
 
 REPO = Path(__file__).resolve().parents[2]
 SOFA_TOP = str(Path(sys.executable).with_name("sofa-top"))
@@ -134,24 +132,6 @@ def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     return lines[0]
-
-
-T = TypeVar("T")
-
-
-def read_now(path: Path, read: Callable[[SessionReader], T], missing: T) -> T:
-    """``read`` of what another process can read from the session file now; ``missing`` while
-    the file does not exist or is not yet initialised."""
-    if not path.is_file():
-        return missing
-    try:
-        reader = SessionReader(path)
-    except Exception:  # created but not yet initialised
-        return missing
-    try:
-        return read(reader)
-    finally:
-        reader.close()
 
 
 def committed(path: Path, series: str = "tree.cpu") -> int:
