@@ -118,7 +118,7 @@ def parse_raw_line(line: str) -> RawStack | None:
     """Parse one raw line; None for a blank or malformed line (no trailing count)."""
     line = line.rstrip("\r\n")
     stack, sep, count_text = line.rpartition(" ")
-    if not sep or not count_text.isdigit():
+    if not sep or not (count_text.isascii() and count_text.isdigit()):
         return None
     processes, tid, thread_name, frames = _parse_stack(stack)
     return RawStack(
