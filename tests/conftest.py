@@ -6,7 +6,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -128,11 +128,12 @@ def judged_from_stacks(r: SessionReader) -> bool:
     return any(e.data.get("evidence", {}).get("source") == "stacks" for e in r.events("verdict"))
 
 
-def record_until_judged(
-    out: Path, *args: str, timeout: float = 180
+def record_until(
+    out: Path, done: Callable[[SessionReader], bool], what: str, *args: str, timeout: float = 180
 ) -> subprocess.CompletedProcess[str]:
-    """``sofa-top record --json -o OUT ARGS`` until the stacks have judged (``judged_from_stacks``
-    in its session file), then SIGINT, as a user's Ctrl-C: its exit, summary and errors."""
+    """``sofa-top record --json -o OUT ARGS`` until ``done`` holds of its session file (``what``
+    names it for the timeout's message), then SIGINT, as a user's Ctrl-C: its exit, summary
+    and errors."""
     rec = subprocess.Popen(
         [SOFA_TOP, "record", "--json", "-o", str(out), *args],
         stdout=subprocess.PIPE,
@@ -141,11 +142,18 @@ def record_until_judged(
         text=True,
     )
     try:
-        wait_for(lambda: read_now(out, judged_from_stacks, False), timeout, "a stacks verdict")
+        wait_for(lambda: read_now(out, done, False), timeout, what)
     finally:
         rec.send_signal(signal.SIGINT)
         stdout, stderr = rec.communicate(timeout=60)
     return subprocess.CompletedProcess(rec.args, rec.returncode, stdout, stderr)
+
+
+def record_until_judged(
+    out: Path, *args: str, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """``record_until`` the stacks have judged (``judged_from_stacks``)."""
+    return record_until(out, judged_from_stacks, "a stacks verdict", *args, timeout=timeout)
 
 
 def log_lines(session: str | Path) -> list[str]:
