@@ -10,7 +10,6 @@ import os
 import random
 import shutil
 import sqlite3
-import subprocess
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from conftest import WORKLOADS, record_until
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from procs import spawned
 
@@ -41,9 +41,7 @@ from sofa_top.model.samples import (
 from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.store import SessionStore
 
-WORKLOADS = Path(__file__).parent / "workloads"
 SCHEMA = Path(__file__).parent / "data" / "speedscope-file-format-schema.json"
-SOFA_TOP = str(Path(sys.executable).with_name("sofa-top"))
 
 # -- a synthetic session with known values --------------------------------------------------
 T0 = 1_700_000_000.0
@@ -636,14 +634,19 @@ def test_default_output_is_next_to_the_session(session: Path) -> None:
 def test_real_recording_exports(tmp_path: Path) -> None:
     path = tmp_path / "real.sofa"
     argv = [sys.executable, str(WORKLOADS / "busy_python.py"), "600"]
+
+    def enough(r: SessionReader) -> bool:
+        # 10 CPU points and 10 stack samples of the loop (a fixed 3 s once held no stacks
+        # beside a hog: py-spy had not yet delivered a window)
+        cpu = [v for _, v, _ in r.points("tree.cpu") if v is not None]
+        spins = sum(
+            c.count for w in r.stack_windows() for c in w.stacks
+            if c.frames and c.frames[-1].function == "spin_here"
+        )  # fmt: skip
+        return len(cpu) >= 10 and spins >= 10
+
     with spawned(argv, ready=b"READY") as work:
-        rec = subprocess.run(
-            [SOFA_TOP, "record", "--pid", str(work.pid), "--duration", "3", "-o", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            stdin=subprocess.DEVNULL,
-        )
+        rec = record_until(path, enough, "CPU points and stack samples", "--pid", str(work.pid))
     assert rec.returncode == 0, rec.stderr
     recorded = [v for _, v, _ in SessionReader(path).points("tree.cpu") if v is not None]
     results: dict[str, ExportResult] = {

@@ -110,11 +110,17 @@ def test_sofa_top_sigkilled_the_agent_detaches(tmp_path: Path, stop: Path) -> No
     runtime = Path(tempfile.mkdtemp(prefix="sofa-k-", dir="/tmp"))
     try:
         with running(_target("busy", stop)) as proc:
+            # the injection's bound is not what this tests (5 s by default: a loaded run once
+            # found no agent in 60 s)
             rec = start_sofa(
                 "record", "--pid", str(proc.pid), "-o", str(tmp_path / "k.sofa"),
-                env={"XDG_RUNTIME_DIR": str(runtime)},
+                "--inject-timeout", "60", env={"XDG_RUNTIME_DIR": str(runtime)},
             )  # fmt: skip
-            wait_until(lambda: bool(sofa_threads(proc.pid)), 60, "the agent")
+            try:
+                wait_until(lambda: bool(sofa_threads(proc.pid)), 90, "the agent")
+            except AssertionError as e:
+                rec.kill()
+                raise AssertionError(f"{e}; sofa-top: {rec.communicate(timeout=30)[1]}") from e
             rec.kill()
             rec.communicate(timeout=30)
             wait_until(lambda: detached(proc.pid), 60, "the agent to detach")
