@@ -34,6 +34,20 @@ def _target(mode: str, stop: Path, *extra: str, python: str = sys.executable) ->
     return [python, str(ATTACH_TARGET), mode, "--stop", str(stop), "--exit-code", "5", *extra]
 
 
+# where the injection's bound is not what a test checks (5 s by default: two loaded runs found
+# no agent in 60 s, cause unseen; _wait_for_agent now says what sofa-top printed)
+INJECT_BOUND = "60"
+
+
+def _wait_for_agent(rec: subprocess.Popen[str], pid: int) -> None:
+    """Until py-spy sees the agent's thread in ``pid``; if it never does, what ``rec`` said."""
+    try:
+        wait_until(lambda: bool(sofa_threads(pid)), 90, "the agent")
+    except AssertionError as e:
+        rec.kill()
+        raise AssertionError(f"{e}; sofa-top printed: {rec.communicate(timeout=30)[1]}") from e
+
+
 def _finish(proc: subprocess.Popen[bytes], stop: Path) -> str:
     """Let the target end; its exit code is its own and nothing of the agent is left."""
     stop.touch()
@@ -82,9 +96,12 @@ def test_attach_again_works_and_a_second_concurrent_attach_is_refused(
     tmp_path: Path, stop: Path
 ) -> None:
     with running(_target("sleep", stop)) as proc:
-        first = start_sofa("record", "--pid", str(proc.pid), "-o", str(tmp_path / "1.sofa"))
+        first = start_sofa(
+            "record", "--pid", str(proc.pid), "-o", str(tmp_path / "1.sofa"),
+            "--inject-timeout", INJECT_BOUND,
+        )  # fmt: skip
         try:
-            wait_until(lambda: bool(sofa_threads(proc.pid)), 60, "the first agent")
+            _wait_for_agent(first, proc.pid)
             second = sofa(
                 "record", "--pid", str(proc.pid), "--duration", "2", "-o", str(tmp_path / "2.sofa")
             )
@@ -110,17 +127,11 @@ def test_sofa_top_sigkilled_the_agent_detaches(tmp_path: Path, stop: Path) -> No
     runtime = Path(tempfile.mkdtemp(prefix="sofa-k-", dir="/tmp"))
     try:
         with running(_target("busy", stop)) as proc:
-            # the injection's bound is not what this tests (5 s by default: a loaded run once
-            # found no agent in 60 s)
             rec = start_sofa(
                 "record", "--pid", str(proc.pid), "-o", str(tmp_path / "k.sofa"),
-                "--inject-timeout", "60", env={"XDG_RUNTIME_DIR": str(runtime)},
+                "--inject-timeout", INJECT_BOUND, env={"XDG_RUNTIME_DIR": str(runtime)},
             )  # fmt: skip
-            try:
-                wait_until(lambda: bool(sofa_threads(proc.pid)), 90, "the agent")
-            except AssertionError as e:
-                rec.kill()
-                raise AssertionError(f"{e}; sofa-top: {rec.communicate(timeout=30)[1]}") from e
+            _wait_for_agent(rec, proc.pid)
             rec.kill()
             rec.communicate(timeout=30)
             wait_until(lambda: detached(proc.pid), 60, "the agent to detach")
