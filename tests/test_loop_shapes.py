@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,16 @@ def record(tmp_path: Path, *cmd: str, timeout: float = 240) -> tuple[dict[str, A
     """``record --json`` of ``cmd``; the summary and the workload's output lines."""
     session = tmp_path / "s.sofa"
     proc = run_cli("record", "--json", "-o", str(session), "--", *cmd, timeout=timeout)
+    return summary_of(proc), log_lines(session)
+
+
+def summary_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The ``record --json`` summary of a clean run, checked against its schema."""
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr  # sofa-top's own stderr
-    summary = json.loads(proc.stdout)
+    summary: dict[str, Any] = json.loads(proc.stdout)
     validate_record_json(summary)
-    return summary, log_lines(session)
+    return summary
 
 
 def value(lines: list[str], key: str) -> float:
@@ -66,7 +72,7 @@ def loop_split(session: Path, function: str) -> dict[str, float]:
     reader = SessionReader(session)
     try:
         loop = loop_summary(reader, function)
-        errors = [w.error for w in reader.stack_windows()]
+        errors = [] if loop is not None else [w.error for w in reader.stack_windows()]
     finally:
         reader.close()
     assert loop is not None, f"no stack samples after a window with {function}: {errors}"
@@ -82,14 +88,18 @@ def assert_no_sofa_top_in_stacks(summary: dict[str, Any]) -> None:
 def shape(
     tmp_path: Path, name: str, *args: str, seconds: str = "6"
 ) -> tuple[dict[str, Any], list[str]]:
-    return record(
-        tmp_path,
+    return record(tmp_path, *shape_cmd(name, *args, seconds=seconds))
+
+
+def shape_cmd(name: str, *args: str, seconds: str) -> list[str]:
+    """The command line of the loop-shapes workload running ``name``."""
+    return [
         sys.executable,
         str(WORKLOADS / "loop_shapes_torch.py"),
         # one intra-op thread, as the other torch test workloads: on cores other jobs keep
         # busy, torch's default pool of 2 is cpu-oversubscribed (rightly), not compute-bound
         *("--shape", name, "--seconds", seconds, "--threads", "1", *args),
-    )
+    ]
 
 
 # (shape, its clock, extra args)
@@ -145,15 +155,10 @@ def test_torch_math_called_from_user_code_is_compute(tmp_path: Path) -> None:
         loop = loop_summary(r, "forward")
         return loop is not None and loop.thread_samples >= LOOP_SAMPLES
 
-    cmd = [sys.executable, str(WORKLOADS / "loop_shapes_torch.py"), "--shape", "mm"]
-    # one intra-op thread (``shape``); the loop runs until the samples are there, then Ctrl-C
-    proc = record_until(
-        session, enough, f"{LOOP_SAMPLES} loop samples", "--", *cmd,
-        "--seconds", "600", "--threads", "1", timeout=240,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    summary = json.loads(proc.stdout)
-    validate_record_json(summary)
+    # the loop runs until the samples are there, then Ctrl-C
+    cmd = shape_cmd("mm", seconds="600")
+    proc = record_until(session, enough, f"{LOOP_SAMPLES} loop samples", "--", *cmd, timeout=240)
+    summary = summary_of(proc)
     split = loop_split(session, "forward")
     assert split["compute"] >= STACK_DOMINANT, split
     assert split["python"] <= 0.3, split
