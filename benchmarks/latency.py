@@ -174,7 +174,7 @@ def bench_commit() -> float:
     """The slowest store commit while a replay reads back to back (goal < 0.5 s; a commit
     blocked by the reader would wait out the 2 s busy timeout)."""
     sys.path.insert(0, str(HERE.parent / "tests"))
-    from test_export import PID, T0, make_session
+    from synthetic_session import PID, T0, make_session
 
     from sofa_top.model.samples import ProcessSample, ProcInfo, SystemSample
     from sofa_top.recording.replay import ReplaySource

@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import random
-import shutil
-import sqlite3
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -22,189 +18,30 @@ import pytest
 from conftest import WORKLOADS, record_until
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from procs import spawned
+from synthetic_session import (
+    CHILD,
+    PID,
+    T0,
+    gpu_util,
+    make_session,
+    session_file,
+    step_wait,
+    tree_cpu,
+)
 
 from sofa_top.export import FORMATS, ExportResult, export_session
-from sofa_top.model.errors import UserError
 from sofa_top.model.samples import (
-    Event,
-    Frame,
-    GpuDevice,
-    GpuSample,
     ProcessSample,
-    ProcInfo,
-    Sample,
-    StackCount,
-    StackWindow,
-    StepSample,
-    SystemSample,
 )
 from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.store import SessionStore
 
 SCHEMA = Path(__file__).parent / "data" / "speedscope-file-format-schema.json"
 
-# -- a synthetic session with known values --------------------------------------------------
-T0 = 1_700_000_000.0
-PID, CHILD = 4242, 4243
-MAIN_TID = 0x7F00_0000_1000  # a pthread id, as py-spy reports without native tids
-TRAIN = Frame("<module>", "/w/train.py", 40)
-STEP = Frame("train_step", "/w/train.py", 20)
-FETCH = Frame("__next__", "/torch/utils/data/dataloader.py", 630)
-FWD = Frame("forward", "/w/model.py", 12)
-WORKER = Frame("_worker_loop", "/torch/utils/data/_utils/worker.py", 300)
-LOAD = Frame("load", "/w/data.py", 7)
-SLEEP = Frame("wait", "/usr/lib/python3.11/threading.py", 320)
-
-
-def tree_cpu(i: int) -> float:
-    return 100.0 + i
-
-
-def gpu_util(k: int) -> float:
-    return float(10 * k % 100)
-
-
-def step_wait(k: int) -> float:
-    return 0.1 if k % 2 == 0 else 0.3
-
-
-VERDICTS = [
-    (T0 + 2.0, "input-bound (moderate)", "input-bound", "moderate"),
-    (T0 + 6.0, "compute-bound", "compute-bound", ""),
-]
-
-
-def verdict_event(ts: float, headline: str, kind: str, severity: str) -> Event:
-    data: dict[str, object] = {
-        "kind": kind,
-        "confidence": 0.8,
-        "headline": headline,
-        "severity": severity,
-        "evidence": {"input_fraction": 0.2},
-        "recommendations": ["add .prefetch(tf.data.AUTOTUNE) after batch()"],
-    }
-    return Event(ts, "verdict", headline, data)
-
-
-def session_samples(seconds: int, t0: float = T0) -> list[Sample]:
-    """Samples of a ``seconds``-long training run starting at ``t0``, in time order."""
-    out: list[Sample] = []
-    for i in range(seconds * 10):
-        ts = t0 + i / 10
-        procs = (
-            ProcInfo(
-                PID,
-                1,
-                "python",
-                ("python", "train.py"),
-                t0 - 5,
-                90.0 + i,
-                5,
-                (100 + i) << 20,
-                i * 1000,
-                0,
-                1,
-                "running",
-                role="target",
-            ),
-            ProcInfo(
-                CHILD,
-                PID,
-                "python",
-                ("python", "-c", "worker"),
-                t0 - 4,
-                10.0,
-                2,
-                50 << 20,
-                0,
-                0,
-                1,
-                "running",
-                role="DataLoader worker",
-            ),
-        )
-        out.append(
-            ProcessSample(ts, PID, True, procs, tree_cpu(i), (150 + i) << 20, i * 1000, 0, 7)
-        )
-        out.append(
-            SystemSample(
-                ts + 0.05, (40.0, 60.0 + i % 10), 50.0 + (i % 10) / 2, 1.0, 8 << 30, 16 << 30, 0, 0
-            )
-        )
-    for k in range(seconds * 2):
-        out.append(
-            GpuSample(
-                t0 + 0.5 * k + 0.01,
-                "ok",
-                (
-                    GpuDevice(
-                        0,
-                        "H200",
-                        gpu_util(k),
-                        (1 + k) << 30,
-                        140 << 30,
-                        100.0 + k,
-                        50.0,
-                        1980.0,
-                        1 << 30,
-                    ),
-                ),
-            )
-        )
-    for j in range(seconds):
-        out.append(
-            StackWindow(
-                t0 + j,
-                t0 + j + 1,
-                100.0,
-                100,
-                (
-                    StackCount(PID, MAIN_TID, "MainThread", (TRAIN, STEP, FETCH), 30, "input"),
-                    StackCount(PID, MAIN_TID, "MainThread", (TRAIN, STEP, FWD), 70, "compute"),
-                    StackCount(CHILD, CHILD, "MainThread", (WORKER, LOAD), 60, "input"),
-                    StackCount(CHILD, CHILD, "MainThread", (WORKER, SLEEP), 40, "idle"),
-                ),
-                2.0,
-            )
-        )
-    for k in range(seconds * 2):
-        start = t0 + 0.5 * k
-        out.append(
-            StepSample(start + 0.5, k, start, 0.5, step_wait(k), "torch-dataloader", 32, PID)
-        )
-    out += [verdict_event(t0 - T0 + ts, h, k, s) for ts, h, k, s in VERDICTS]
-    out += [
-        Event(t0 + 7.0, "optimize", "prefetch on", {"toggle": "prefetch"}),
-        Event(t0 + seconds - 0.5, "target-exit", "target exited (code 0)", {"exit_code": 0}),
-        Event(t0 + 1.0, "agent", "agent in pid 4242", {"pid": PID}),
-    ]
-    out.sort(key=lambda s: s.ts)
-    return out
-
-
-def make_session(path: Path, seconds: int = 10, *, close: bool = True) -> SessionStore:
-    """A synthetic session file; ``close=False`` leaves the writer open (committed)."""
-    store = SessionStore(path)
-    store.set_meta(
-        mode="record",
-        target={"pid": PID, "name": "train", "cmdline": ["python", "train.py"]},
-        started=T0,
-        cpu_count=8,
-        mem_total=16 << 30,
-        host="testhost",
-    )
-    store.write(session_samples(seconds))
-    store.commit()
-    if close:
-        store.close(ended=T0 + seconds, end_reason="target exited", exit_code=0)
-    return store
-
 
 @pytest.fixture
 def session(tmp_path: Path) -> Path:
-    path = tmp_path / "run.sofa"
-    make_session(path)
-    return path
+    return session_file(tmp_path)
 
 
 def _ns(ts: float) -> int:
@@ -670,95 +507,3 @@ def test_real_recording_exports(tmp_path: Path) -> None:
     check_speedscope(doc)
     names = {f["name"] for f in doc["shared"]["frames"]}
     assert "spin_here" in names
-
-
-# -- bad input --------------------------------------------------------------------------------
-def _assert_clean_failure(exc: pytest.ExceptionInfo[UserError], out: Path) -> None:
-    msg = str(exc.value)
-    assert msg and "\n" not in msg and "Traceback" not in msg
-    assert not out.exists()
-    assert not [p for p in out.parent.iterdir() if p.name.endswith(".part")]
-
-
-def test_unknown_format(session: Path, tmp_path: Path) -> None:
-    out = tmp_path / "x.out"
-    with pytest.raises(UserError, match="unknown export format 'svg'") as exc:
-        export_session(session, "svg", out)
-    _assert_clean_failure(exc, out)
-
-
-def test_missing_session(tmp_path: Path) -> None:
-    out = tmp_path / "x.json"
-    with pytest.raises(UserError, match="no such session file") as exc:
-        export_session(tmp_path / "nope.sofa", "chrome", out)
-    _assert_clean_failure(exc, out)
-
-
-def test_random_bytes(tmp_path: Path) -> None:
-    path = tmp_path / "noise.sofa"
-    path.write_bytes(random.Random(7).randbytes(64 << 10))
-    out = tmp_path / "x.json"
-    with pytest.raises(UserError, match="not a readable sofa-top session") as exc:
-        export_session(path, "chrome", out)
-    _assert_clean_failure(exc, out)
-
-
-@pytest.mark.parametrize("fmt", sorted(FORMATS))
-def test_truncated_session(session: Path, tmp_path: Path, fmt: str) -> None:
-    path = tmp_path / "cut.sofa"
-    shutil.copy(session, path)
-    os.truncate(path, path.stat().st_size // 2)
-    out = tmp_path / f"cut.{fmt}"
-    with pytest.raises(UserError, match=r"cut\.sofa") as exc:
-        export_session(path, fmt, out)
-    _assert_clean_failure(exc, out)
-
-
-@pytest.mark.parametrize("fmt", sorted(FORMATS))
-def test_damage_found_mid_export_leaves_no_file(session: Path, tmp_path: Path, fmt: str) -> None:
-    path = tmp_path / "bad.sofa"
-    shutil.copy(session, path)
-    size = path.stat().st_size
-    # Garbage over every page past the tables' root pages (created first, meta's among them):
-    # the file opens and its metadata reads, the bulk of the data does not.
-    with path.open("r+b") as f:
-        f.seek(16 * 4096)
-        f.write(random.Random(3).randbytes(size - 16 * 4096))
-    out = tmp_path / f"bad.{fmt}"
-    out.write_text("an earlier export")
-    with pytest.raises(UserError, match="damaged") as exc:
-        export_session(path, fmt, out)
-    msg = str(exc.value)
-    assert "\n" not in msg
-    assert out.read_text() == "an earlier export"  # the old file is untouched
-    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
-
-
-def test_future_schema(session: Path, tmp_path: Path) -> None:
-    path = tmp_path / "future.sofa"
-    shutil.copy(session, path)
-    db = sqlite3.connect(path)
-    db.execute("PRAGMA user_version = 99")
-    db.commit()
-    db.close()
-    out = tmp_path / "x.pftrace"
-    with pytest.raises(UserError, match="schema v99") as exc:
-        export_session(path, "perfetto", out)
-    _assert_clean_failure(exc, out)
-
-
-def test_unwritable_output(session: Path, tmp_path: Path) -> None:
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    out = blocker / "x.json"
-    with pytest.raises(UserError, match="cannot write") as exc:
-        export_session(session, "chrome", out)
-    assert "\n" not in str(exc.value) and not out.exists()
-    with pytest.raises(UserError, match="is a directory"):
-        export_session(session, "chrome", tmp_path)
-
-
-def test_refuses_to_overwrite_the_session(session: Path) -> None:
-    with pytest.raises(UserError, match="session file itself"):
-        export_session(session, "chrome", session)
-    assert export_session(session, "chrome", None).path != session

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from procs import wait_for
-from test_export import CHILD, MAIN_TID, PID, T0, gpu_util, make_session, tree_cpu
+from synthetic_session import CHILD, MAIN_TID, PID, T0, gpu_util, make_session, tree_cpu
 
 from sofa_top.model.errors import UserError
 from sofa_top.model.samples import ProcessSample, ProcInfo, StackCount, StackWindow, SystemSample

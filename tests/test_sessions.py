@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from test_export import PID, T0, make_session
+from synthetic_session import PID, T0, make_session
 
 from sofa_top.model.errors import UserError
 from sofa_top.model.samples import ProcessSample
