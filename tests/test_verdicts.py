@@ -81,6 +81,19 @@ def test_torch_dataloader_recommendation() -> None:
     assert "num_workers" in v.recommendations[0].text
 
 
+@pytest.mark.parametrize(
+    "source, fix",
+    [("torch-dataloader", "DataLoader(num_workers="), ("keras-fit", "num_parallel_calls=")],
+)
+def test_the_first_steps_name_the_framework_of_the_fix(source: str, fix: str) -> None:
+    # before the agent's status or any stack sample: the step hook alone names the framework
+    steps = [replace(s, source=source) for s in _steps(10, 0.8)]
+    texts = [r.text for r in judge(Evidence(steps=steps, tree_cpu=5.0, cpu_count=2)).recommendations]
+    assert any(fix in t for t in texts), texts
+    generic = judge(Evidence(steps=[replace(s, source="loop") for s in steps], tree_cpu=5.0))
+    assert not any(fix in r.text for r in generic.recommendations)
+
+
 def test_few_steps_fall_back_to_stacks() -> None:
     v = judge(
         Evidence(

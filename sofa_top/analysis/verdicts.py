@@ -224,6 +224,13 @@ def _framework(ev: Evidence) -> str:
     for fw in ev.frameworks:
         if fw in ("tensorflow", "torch"):
             return fw
+    # a step's hook names its framework: known from the first step, before the agent's status
+    # or enough stack samples arrive (the first verdict's fix would otherwise be generic)
+    for s in reversed(ev.steps[-50:]):
+        if s.source.startswith("torch"):
+            return "torch"
+        if s.source.startswith(("tf-", "keras")):
+            return "tensorflow"
     if ev.stacks is not None:
         files = " ".join(f.filename for f in ev.stacks.functions[:30])
         if "tensorflow" in files or "keras" in files:
