@@ -403,6 +403,12 @@ def check_data_dir() -> Check:
     return Check("data dir", "ok", f"{d} (writable)")
 
 
+def _stacks_then_injection(
+    py_spy: str | None, pid: int | None, timeout: float
+) -> tuple[Check, Check]:
+    return check_stacks(py_spy, pid, timeout), check_injection(pid, 10.0)
+
+
 # --------------------------------------------------------------------------- doctor
 
 
@@ -420,11 +426,12 @@ def run_doctor(
         py_spy = find_py_spy()
         with ThreadPoolExecutor(max_workers=4) as pool:
             gpu = pool.submit(check_gpu, min(timeout, 10.0))
-            stacks = pool.submit(
-                check_stacks, py_spy, probe.pid if probe else None, min(timeout, 10.0)
+            # one after the other: a process has one ptrace tracer at a time, so a py-spy dump
+            # during the injection (or the reverse) is refused as if ptrace were denied
+            traced = pool.submit(
+                _stacks_then_injection, py_spy, probe.pid if probe else None, min(timeout, 10.0)
             )
             spy = pool.submit(check_py_spy, py_spy, min(timeout, 10.0))
-            injection = pool.submit(check_injection, probe.pid if probe else None, 10.0)
             if probe is not None:
                 process = check_process_stats(probe.pid)
             else:
@@ -434,7 +441,8 @@ def run_doctor(
                     f"could not start a probe process ({sys.executable})",
                     required=True,
                 )
-            checks = [process, spy.result(), stacks.result(), injection.result(), gpu.result()]
+            stacks, injection = traced.result()
+            checks = [process, spy.result(), stacks, injection, gpu.result()]
     finally:
         if probe is not None:
             _stop_probe(probe)
