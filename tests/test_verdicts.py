@@ -88,7 +88,8 @@ def test_torch_dataloader_recommendation() -> None:
 def test_the_first_steps_name_the_framework_of_the_fix(source: str, fix: str) -> None:
     # before the agent's status or any stack sample: the step hook alone names the framework
     steps = [replace(s, source=source) for s in _steps(10, 0.8)]
-    texts = [r.text for r in judge(Evidence(steps=steps, tree_cpu=5.0, cpu_count=2)).recommendations]
+    v = judge(Evidence(steps=steps, tree_cpu=5.0, cpu_count=2))
+    texts = [r.text for r in v.recommendations]
     assert any(fix in t for t in texts), texts
     generic = judge(Evidence(steps=[replace(s, source="loop") for s in steps], tree_cpu=5.0))
     assert not any(fix in r.text for r in generic.recommendations)
