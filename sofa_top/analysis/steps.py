@@ -27,6 +27,16 @@ SOURCE_TEXT = {
     "torch-backward": "backward() calls",
 }
 
+# The framework each of the agent's own clocks belongs to (``api.iterate``/``mark_step`` clocks
+# are named by the user and say nothing of it).
+SOURCE_FRAMEWORK = {
+    "tf-eager": "tensorflow",
+    "keras-fit": "tensorflow",
+    "torch-dataloader": "torch",
+    "torch-optimizer": "torch",
+    "torch-backward": "torch",
+}
+
 # What the agent can time, for the reason a launched loop showed no step.
 HOOKED = "a DataLoader, a tf.data iterator, Keras fit, optimizer.step() or backward()"
 MARK_STEPS = (

@@ -227,10 +227,8 @@ def _framework(ev: Evidence) -> str:
     # a step's hook names its framework: known from the first step, before the agent's status
     # or enough stack samples arrive (the first verdict's fix would otherwise be generic)
     for s in reversed(ev.steps[-50:]):
-        if s.source.startswith("torch"):
-            return "torch"
-        if s.source.startswith(("tf-", "keras")):
-            return "tensorflow"
+        if s.source in step_facts.SOURCE_FRAMEWORK:
+            return step_facts.SOURCE_FRAMEWORK[s.source]
     if ev.stacks is not None:
         files = " ".join(f.filename for f in ev.stacks.functions[:30])
         if "tensorflow" in files or "keras" in files:
