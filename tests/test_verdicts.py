@@ -279,13 +279,37 @@ def test_others_cores_is_the_machine_less_the_tree() -> None:
 
 def test_the_verdict_names_its_step_source() -> None:
     steps = [replace(s, source="torch-backward") for s in _steps(20, 0.0)]
-    v = judge(Evidence(steps=steps, facts=RunFacts(mode="launch", launched=True)))
+    facts = RunFacts(mode="launch", launched=True)
+    v = judge(Evidence(steps=steps, stacks=_stacks(compute=0.9, python=0.1), facts=facts))
     assert v.kind == "compute-bound"
     assert v.evidence["step_source"] == "torch-backward"
     assert v.evidence["step_sources"] == {"torch-backward": 20}
     assert v.evidence["input_wait_measured"] is False and "not measured" in v.headline
+    assert v.evidence["input_fraction"] is None  # not measured is not zero
     timed = judge(Evidence(steps=_steps(20, 0.0)))
     assert timed.evidence["input_wait_measured"] is True and "not measured" not in timed.headline
+
+
+@pytest.mark.parametrize(
+    ("stacks", "kind"),
+    [
+        (None, "unknown"),
+        (_stacks(compute=0.3, python=0.4, input=0.1, idle=0.2), "unknown"),
+        (_stacks(input=0.6, compute=0.4), "input-bound"),
+        (_stacks(compute=0.7, input=0.3), "compute-bound"),
+    ],
+)
+def test_a_clock_blind_to_input_abstains_unless_the_stacks_tell(
+    stacks: StackSummary | None, kind: str
+) -> None:
+    """Optimizer steps cannot see input: with no stacks, or stacks that show no dominant
+    class, the verdict says what is missing and how to mark the steps instead of a guess."""
+    steps = [replace(s, source="torch-optimizer") for s in _steps(20, 0.0)]
+    v = judge(Evidence(steps=steps, stacks=stacks, facts=RunFacts("launch", True)))
+    assert v.kind == kind, v.headline
+    assert v.evidence["input_fraction"] is None and "not measured" in v.headline
+    if kind == "unknown":
+        assert any("api.iterate" in r.text for r in v.recommendations), v.recommendations
 
 
 def test_a_step_note_is_carried_into_the_evidence() -> None:

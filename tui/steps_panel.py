@@ -41,8 +41,8 @@ NO_STEPS_ATTACH = (
     "no step telemetry (attach mode) — use sofa-top launch -- CMD for per-step input wait"
 )
 NO_STEPS_YET = (
-    "waiting for the first training steps… (the agent times tf.function / Keras fit / "
-    "DataLoader / optimizer steps)"
+    "waiting for the first steps… (the agent times model calls, Keras fit, tf.data and "
+    "DataLoader fetches, optimizer steps)"
 )
 
 

@@ -28,7 +28,7 @@ def xla_text(keras: bool) -> str:
 def torch_compile_text(model: ModelReport | None) -> str | None:
     """``torch.compile`` in the workload's API; None when no model ran that it could compile."""
     if model is None:
-        return "model.compile() (torch.compile) before the training loop"
+        return "model.compile() (torch.compile) before the loop"
     if not model.module:
         return None
     if "transformers-trainer" in model.libraries:

@@ -30,6 +30,8 @@ from sofa_top.agent.settings import (
     HOOK_NAMES,
     AgentSettings,
 )
+from sofa_top.agent.spans import CallDepth, ComputeSpans
+from sofa_top.agent.step_frames import steps_frame
 from sofa_top.agent.transport import Connection
 
 _STEPS_PER_FRAME = 1024  # ~100 bytes each: frames far below MAX_FRAME, sent one by one
@@ -65,8 +67,9 @@ class HookSkipped(Exception):
 if TYPE_CHECKING:  # aliases only for the checker: the agent also runs on Python 3.8
     # source, step, start, end, wait, batch size, process CPU during the wait (< 0: unknown);
     # then the seconds blocked in collectives (< 0: not measured, no torch.distributed); a
-    # CUDA loop's records carry three more: GPU span, GPU busy (s, < 0: unknown) and the busy
-    # time's source code (protocol.BUSY_SOURCES)
+    # the step's forward, backward and optimizer time (< 0: not measured) and its phase flags
+    # (``spans``); a CUDA loop's records carry three more: GPU span, GPU busy (s, < 0:
+    # unknown) and the busy time's source code (protocol.BUSY_SOURCES)
     StepRecord = tuple[Any, ...]
     Installer = Callable[["Agent", ModuleType], None]
 
@@ -88,6 +91,8 @@ def timed_next(
     cpu = time.process_time
     where = f"the {hook} hook"
 
+    tls = agent.tls
+
     def __next__(self: Any) -> Any:
         if not agent.enabled:
             return orig(self)
@@ -97,6 +102,7 @@ def timed_next(
         # wait under two CPU hogs
         t0 = perf()
         c0 = cpu()
+        tls.fetching += 1  # a model called inside the fetch (a Dataset's) is input work
         try:
             value = orig(self)
         except StopIteration:
@@ -107,6 +113,8 @@ def timed_next(
             except Exception as e:
                 agent.fail(where, e)
             raise
+        finally:
+            tls.fetching -= 1
         c1 = cpu()
         t1 = perf()
         try:
@@ -132,12 +140,15 @@ class StepClock:
     running in the loop's thread); it tells input work from waiting on I/O. Negative: unknown.
     """
 
-    __slots__ = ("_agent", "_bs", "_cur", "_last", "resolve_batch_size", "source", "step")
+    __slots__ = ("_agent", "_bs", "_cur", "_last", "feeds", "resolve_batch_size", "source", "step")
 
     def __init__(self, agent: Agent, source: str) -> None:
         self._agent = agent
         self.source = source
         self.step = 0
+        # its boundaries mark the loop over the model-call clock (a fetch, a user's mark);
+        # the clocks that only see compute (optimizer, backward, model calls) say False
+        self.feeds = True
         self._cur: Callable[[], object] | None = None
         self._last = 0.0
         self._bs: int | None = None
@@ -158,6 +169,8 @@ class StepClock:
         """Record one fetch of ``it`` that ran from ``t0`` to ``t1`` (perf_counter).
 
         Returns True when ``it`` is a new iterator (no step was recorded)."""
+        if self.feeds:
+            self._agent.fed_now()
         cur = self._cur
         if cur is None or cur() is not it:
             self._switch(it)
@@ -170,6 +183,8 @@ class StepClock:
 
     def exhausted(self, it: object, t0: float, t1: float, cpu: float = -1.0) -> None:
         """A fetch of ``it`` found no more data: close the last step, forget the iterator."""
+        if self.feeds:
+            self._agent.fed_now()
         cur = self._cur
         if cur is not None and cur() is it:
             self._agent.push((self.source, self.step, self._last, t1, t1 - t0, self._bs, cpu))
@@ -180,6 +195,8 @@ class StepClock:
         """A step that fetched from ``it`` (``t0``..``t1``) then computed until ``t2``.
 
         It starts where the previous step of the same iterator ended, else at its fetch."""
+        if self.feeds:
+            self._agent.fed_now()
         cur = self._cur
         if cur is None or cur() is not it:
             self._switch(it)
@@ -193,6 +210,8 @@ class StepClock:
     def span_many(self, it: object, t0: float, t2: float, wait: float, n: int) -> None:
         """``n`` steps that ran in one call from ``t0`` to ``t2`` (their fetches inside it),
         waiting ``wait`` seconds for input in all: each gets an equal share of both."""
+        if self.feeds:
+            self._agent.fed_now()
         cur = self._cur
         if cur is None or cur() is not it:
             self._switch(it)
@@ -210,6 +229,8 @@ class StepClock:
 
     def tick(self, t: float) -> None:
         """A step boundary with no iterator (e.g. after each optimizer step); no input wait."""
+        if self.feeds:
+            self._agent.fed_now()
         if self._cur is not None:
             self._agent.push((self.source, self.step, self._last, t, 0.0, self._bs, 0.0))
             self.step += 1
@@ -301,21 +322,39 @@ class Agent:
         # called by the drain thread before each flush (hooks_cuda releases stale records)
         self.before_flush: Callable[[bool], None] | None = None
         self._step_notes: dict[str, str] = {}  # source -> how its steps are measured
+        # the model-call clock's view of the loop (hooks_model, spans): which thread is inside
+        # a model call or a fetch, the compute spans of each step, and how many boundaries
+        # the clocks that see input (fetches, user marks) made, and on which thread
+        self.tls = CallDepth()
+        self.spans = ComputeSpans()
+        self.fed = 0
+        self.fed_thread = 0
+        # the model-call loop's gate: it holds a step another clock marks inside a model call
+        # (a Keras predict's own fetch) until it knows whether the call loops over many
+        self.step_gate: Callable[[StepRecord], bool] | None = None
 
     # -- hot path -------------------------------------------------------------------------
 
     def push(self, record: StepRecord) -> None:
         """Hand one step record on (to the CUDA observer, else the queue); never blocks.
 
-        The record gets the time blocked in collectives since the last step (-1: not measured)."""
+        The record gets the time blocked in collectives since the last step (-1: not measured)
+        and the step's compute spans and phase flags (``spans.ComputeSpans.take``)."""
         if self.collective_measured:
             # the collectives since the last step belong to this one (never more than its time)
             total = self.collective_s
             spent = min(total - self._collective_pushed, record[3] - record[2])
             self._collective_pushed = total
-            record = (*record, max(0.0, spent))
+            record = (*record, max(0.0, spent), *self.spans.take())
         else:
-            record = (*record, -1.0)
+            record = (*record, -1.0, *self.spans.take())
+        gate = self.step_gate
+        if gate is not None and gate(record):
+            return
+        self.deliver(record)
+
+    def deliver(self, record: StepRecord) -> None:
+        """A finished record to the CUDA observer, else the queue."""
         observer = self.step_observer
         if observer is not None:
             observer(record)
@@ -328,6 +367,12 @@ class Agent:
             self._steps.append(record)
         else:
             self.dropped += 1
+
+    def fed_now(self) -> None:
+        """A clock that sees input marked a boundary (outside any model call on this thread)."""
+        if not self.tls.depth:
+            self.fed += 1
+            self.fed_thread = threading.get_ident()
 
     def add_collective(self, seconds: float) -> None:
         """Count time blocked in a collective (``hooks_dist``); the next step carries it."""
@@ -436,46 +481,7 @@ class Agent:
     def _steps_frame(self, most: int = _STEPS_PER_FRAME) -> bytes:
         """One frame of up to ``most`` queued steps, all of the same source (the queue is not
         empty)."""
-        steps = self._steps
-        off = self._offset
-        source = steps[0][0]
-        data: list[int | None] = []
-        collective: list[int | None] = []
-        measured = False
-        gpu: list[int | None] = []
-        has_gpu = False
-        limit = most * len(protocol.STEP_FIELDS)
-        while steps and len(data) < limit and steps[0][0] == source:
-            rec = steps.popleft()
-            _, n, start, end, wait, bs, cpu = rec[:7]
-            # a step's start is the previous one's end (same float): they stay equal in µs
-            data += (
-                n,
-                int((start + off) * 1e6),
-                int((end + off) * 1e6),
-                int(wait * 1e6),
-                bs,
-                int(cpu * 1e6) if cpu >= 0 else None,
-            )
-            spent = rec[7] if len(rec) > 7 else -1.0
-            measured = measured or spent >= 0
-            collective.append(int(spent * 1e6) if spent >= 0 else None)
-            if len(rec) > 8:
-                span, busy, src = rec[8:11]
-                has_gpu = True
-                gpu += (
-                    int(span * 1e6) if span >= 0 else None,
-                    int(busy * 1e6) if busy >= 0 else None,
-                    src,
-                )
-            else:
-                gpu += (None, None, 0)
-        frame: dict[str, Any] = {"type": "steps", "pid": self.pid, "source": source, "data": data}
-        if measured:  # optional fields: a sofa-top that does not know them ignores them
-            frame["collective_us"] = collective
-        if has_gpu:
-            frame["gpu"] = gpu
-        return protocol.encode(frame)
+        return steps_frame(self._steps, self.pid, self._offset, most)
 
     def _info_due(self) -> bool:
         return self._info_dirty or self.dropped != self._last_dropped

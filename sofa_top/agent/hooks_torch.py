@@ -29,21 +29,19 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from sofa_top.agent import model_loop
 from sofa_top.agent.core import Agent, HookSkipped, timed_next
 from sofa_top.agent.loops import TorchLoop
+from sofa_top.agent.spans import BACKWARD, OPTIMIZER, TRAIN
 
 
 class _State:
-    loop: TorchLoop | None = None
     workers_sent: set[tuple[int, ...]] = set()
     pipelines_sent: set[int] = set()
 
 
 def _loop(agent: Agent) -> TorchLoop:
-    loop = _State.loop
-    if loop is None:
-        loop = _State.loop = TorchLoop(agent)
-    return loop
+    return model_loop.loops(agent)[1]
 
 
 def _batch_size(it: object) -> int | None:
@@ -66,7 +64,7 @@ def loader_stages(it: Any) -> tuple[list[dict[str, Any]], str]:
             "parallelism": max(workers, 1),
             "buffer": None,
             "self_time_s": None,
-            # with no workers every __getitem__ runs on the training loop's own thread
+            # with no workers every __getitem__ runs on the loop's own thread
             "is_bottleneck": workers == 0,
         }
     ]
@@ -107,7 +105,7 @@ def loader_stages(it: Any) -> tuple[list[dict[str, Any]], str]:
         )
     note = f"DataLoader num_workers={workers}, batch_size={bs}"
     if workers == 0:
-        note += "; batches are loaded on the training loop's thread"
+        note += "; batches are loaded on the loop's thread"
     return stages, note
 
 
@@ -154,6 +152,9 @@ def install_optimizer(agent: Agent, module: ModuleType) -> None:
         raise HookSkipped("torch.optim has no register_optimizer_step_pre/post_hook")
     loop = _loop(agent)
     perf = time.perf_counter
+    spans = agent.spans
+    # the outermost step() being timed (an optimizer that steps another inside is one span)
+    span: list[tuple[float, float, float]] = []
 
     def pre(optimizer: object, args: Any, kwargs: Any) -> None:
         if agent.enabled:
@@ -162,6 +163,7 @@ def install_optimizer(agent: Agent, module: ModuleType) -> None:
                 closure = (len(args) > 1 and args[1] is not None) or (
                     kwargs.get("closure") is not None
                 )
+                span.append(spans.start(agent.collective_s))
                 loop.optimizer_started(perf(), closure)
             except Exception as e:
                 agent.fail("the torch-optimizer hook", e)
@@ -169,6 +171,10 @@ def install_optimizer(agent: Agent, module: ModuleType) -> None:
     def post(optimizer: object, args: object, kwargs: object) -> None:
         if agent.enabled:
             try:
+                if span:
+                    start = span.pop()
+                    if not span:
+                        spans.end(OPTIMIZER, start, agent.collective_s, TRAIN)
                 loop.optimizer_stepped(optimizer, perf())
             except Exception as e:
                 agent.fail("the torch-optimizer hook", e)
@@ -185,6 +191,7 @@ def install_backward(agent: Agent, module: ModuleType) -> None:
         raise HookSkipped("torch.autograd.backward not found")
     loop = _loop(agent)
     perf = time.perf_counter
+    spans = agent.spans
     depth = [0]  # nested backward calls (reentrant checkpointing) end no step
 
     def compiling() -> bool:
@@ -196,13 +203,15 @@ def install_backward(agent: Agent, module: ModuleType) -> None:
     def backward(*args: Any, **kwargs: Any) -> Any:
         if not agent.enabled or compiling():
             return orig(*args, **kwargs)
+        start = spans.start(agent.collective_s) if depth[0] == 0 else None
         depth[0] += 1
         try:
             result = orig(*args, **kwargs)
         finally:
             depth[0] -= 1
-        if depth[0] == 0:
+        if start is not None:
             try:
+                spans.end(BACKWARD, start, agent.collective_s, TRAIN)
                 loop.backward_done(perf())
             except Exception as e:
                 agent.fail("the torch-backward hook", e)

@@ -17,6 +17,10 @@ Rules, first match wins:
    ``torch/distributed``; TensorFlow eager execution (``eager/execute.py`` ``quick_execute``,
    ``polymorphic_function``, ``backprop``), op wrappers under ``tensorflow/python/ops`` and
    ``framework``; Keras ``train_step``/``test_step``/``predict_step``/layer and optimizer calls.
+   With the *model-call context* (the thread calls a model: some of its stacks are inside a
+   model call), framework ops called outside any model call and outside the training ops
+   (backward, optimizer, collectives) are ``input``: a ``tf.image.resize`` in the loop body,
+   ``torch`` ops in a collate function are preprocessing, not the model's compute.
 5. ``idle``: innermost frame is a known blocking call (``threading`` waits/joins, ``queue`` get,
    ``selectors`` select, ``socket``/``ssl`` receives, ``multiprocessing`` connection waits,
    ``subprocess`` waits).
@@ -56,7 +60,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from sofa_top.model.samples import Frame, StackClass, StackCount
@@ -85,6 +89,61 @@ INPUT_RULES: tuple[_Rule, ...] = _rules(
     ("/keras/src/engine/data_adapter.py", None),
     ("/datasets/arrow_dataset.py", ("__getitem__", "_getitem", "__iter__", "iter")),
     ("/webdataset/", None),
+    # decoding, resizing and tokenising libraries: preprocessing wherever they run
+    ("/PIL/", None),
+    ("/cv2/", None),
+    ("/imageio/", None),
+    ("/skimage/", None),
+    ("/torchvision/transforms/", None),
+    ("/torchvision/io/", None),
+    ("/torchaudio/transforms/", None),
+    ("/tokenizers/", None),
+    ("/transformers/tokenization_utils", None),
+    ("/transformers/image_processing_utils", None),
+    ("/transformers/feature_extraction_utils", None),
+)
+
+# The model's own call: a frame of one of these puts a stack inside a model call.
+MODEL_CALL_RULES: tuple[_Rule, ...] = _rules(
+    ("/torch/nn/modules/module.py", ("_call_impl", "_wrapped_call_impl")),
+    ("/torch/_dynamo/eval_frame.py", None),
+    ("/keras/src/layers/layer.py", ("__call__",)),
+    (
+        "/keras/src/backend/tensorflow/trainer.py",
+        (
+            "predict",
+            "evaluate",
+            "predict_on_batch",
+            "test_on_batch",
+            "train_on_batch",
+            "fit",
+            "train_step",
+            "test_step",
+            "predict_step",
+        ),
+    ),
+    ("/tensorflow/python/eager/polymorphic_function/", None),
+    ("/tensorflow/python/eager/def_function.py", None),
+    ("/sofa_top/agent/hooks_model.py", None),
+)
+
+# Training and distributed work outside the model's call: compute wherever it runs.
+TRAINING_RULES: tuple[_Rule, ...] = _rules(
+    ("/torch/autograd/", None),
+    ("/torch/optim/", None),
+    ("/torch/_tensor.py", ("backward",)),
+    ("/torch/_dynamo/", None),
+    ("/torch/_inductor/", None),
+    ("/torch/amp/", None),
+    ("/torch/distributed/", None),
+    ("/torch/cuda/", ("synchronize",)),
+    ("/tensorflow/python/eager/backprop.py", None),
+    ("/tensorflow/python/eager/imperative_grad.py", None),
+    ("/tensorflow/python/eager/forwardprop.py", None),
+    ("/tensorflow/python/training/", None),
+    ("/keras/src/optimizers/", None),
+    ("/keras/optimizers/", None),
+    ("/jax/_src/", None),
 )
 
 COMPUTE_RULES: tuple[_Rule, ...] = _rules(
@@ -161,6 +220,23 @@ IDLE_LEAF_RULES: tuple[_Rule, ...] = _rules(
     ("tornado/", ("poll", "start")),
 )
 
+# Host work of a loop that is not its input: logging, printing, progress bars, checkpoints
+# (``analysis.host``).
+HOST_PYTHON_RULES: tuple[_Rule, ...] = _rules(
+    ("/logging/", None),
+    ("/tqdm/", None),
+    ("/rich/", None),
+    ("/torch/serialization.py", ("save",)),
+    ("/torch/utils/tensorboard/", None),
+    ("/tensorboard/", None),
+    ("/wandb/", None),
+    ("/mlflow/", None),
+    ("/keras/src/callbacks/", None),
+    ("/keras/src/utils/progbar.py", None),
+    ("/keras/src/saving/", None),
+    ("/tensorflow/python/checkpoint/", None),
+)
+
 # Worker loops of a pipeline: their blocking waits mean "no work to do", not "waiting for input".
 WORKER_LOOP_RULES: tuple[_Rule, ...] = _rules(
     ("/torch/utils/data/_utils/worker.py", ("_worker_loop",)),
@@ -204,10 +280,18 @@ def _flags(frame: Frame) -> int:
         flags |= _WORKER
     if frame.filename.startswith("<frozen importlib"):
         flags |= _IMPORT
+    if _matches(frame, MODEL_CALL_RULES):
+        flags |= _MODEL
+    if _matches(frame, TRAINING_RULES):
+        flags |= _TRAIN
+    if _matches(frame, HOST_PYTHON_RULES):
+        flags |= _HOST_PY
     return flags
 
 
-_INPUT, _COMPUTE, _IDLE_LEAF, _WORKER, _IMPORT = 1, 2, 4, 8, 16
+_INPUT, _COMPUTE, _IDLE_LEAF, _WORKER, _IMPORT, _MODEL, _TRAIN, _HOST_PY = (
+    1, 2, 4, 8, 16, 32, 64, 128,
+)  # fmt: skip
 
 
 def is_input_frame(frame: Frame) -> bool:
@@ -230,19 +314,44 @@ def is_worker_loop_frame(frame: Frame) -> bool:
     return bool(_flags(frame) & _WORKER)
 
 
-def classify_stack(frames: Sequence[Frame]) -> StackClass:
-    """Classify one stack (outermost frame first); an empty stack is ``idle``."""
-    return _classify(tuple(frames))
+def in_model_call(frames: Sequence[Frame]) -> bool:
+    """Whether a stack is inside a model call (the model's own compute)."""
+    return bool(_seen(tuple(frames)) & _MODEL)
+
+
+def is_host_python(frames: Sequence[Frame]) -> bool:
+    """Whether a stack logs, prints progress or saves a checkpoint (``analysis.host``)."""
+    return bool(_seen(tuple(frames)) & _HOST_PY)
+
+
+def model_side(frames: Sequence[Frame]) -> bool:
+    """Whether a stack is the step's compute: inside a model call, or training ops (backward,
+    optimizer, collectives) outside it."""
+    return bool(_seen(tuple(frames)) & (_MODEL | _TRAIN))
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def _classify(frames: tuple[Frame, ...]) -> StackClass:
-    if not frames:
-        # A thread with no Python frame is native code outside Python; nothing to attribute.
-        return "idle"
+def _seen(frames: tuple[Frame, ...]) -> int:
     seen = 0
     for f in frames:
         seen |= _flags(f)
+    return seen
+
+
+def classify_stack(frames: Sequence[Frame], model_context: bool = False) -> StackClass:
+    """Classify one stack (outermost frame first); an empty stack is ``idle``.
+
+    ``model_context``: the thread calls a model (some of its stacks are inside a model call),
+    so framework ops outside the model and the training ops are preprocessing (``input``)."""
+    return _classify(tuple(frames), model_context)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _classify(frames: tuple[Frame, ...], model_context: bool = False) -> StackClass:
+    if not frames:
+        # A thread with no Python frame is native code outside Python; nothing to attribute.
+        return "idle"
+    seen = _seen(frames)
     leaf_idle = bool(_flags(frames[-1]) & _IDLE_LEAF)
     if leaf_idle and seen & _WORKER:
         return "idle"
@@ -252,14 +361,21 @@ def _classify(frames: tuple[Frame, ...]) -> StackClass:
         # Importing a framework runs its module bodies (tensorflow/python/ops/...): not compute.
         return "python"
     if seen & _COMPUTE:
+        if model_context and not seen & (_MODEL | _TRAIN):
+            return "input"  # framework ops in the loop body, outside the model: preprocessing
         return "compute"
     if leaf_idle:
         return "idle"
     return "python"
 
 
-def _reclass(stacks: Sequence[StackCount], klass: StackClass, moved: int) -> list[StackCount]:
-    """Move ``moved`` samples of ``stacks`` (largest remainders first) to ``klass``."""
+def _reclass(
+    stacks: Sequence[StackCount],
+    klass: StackClass | Callable[[StackCount], StackClass],
+    moved: int,
+) -> list[StackCount]:
+    """Move ``moved`` samples of ``stacks`` (largest remainders first) to ``klass`` (or to
+    ``klass(stack)``, per stack)."""
     total = sum(s.count for s in stacks)
     if total <= 0 or moved <= 0:
         return list(stacks)
@@ -275,7 +391,7 @@ def _reclass(stacks: Sequence[StackCount], klass: StackClass, moved: int) -> lis
         if n < s.count:
             out.append(replace(s, count=s.count - n))
         if n > 0:
-            out.append(replace(s, count=n, klass=klass))
+            out.append(replace(s, count=n, klass=klass if isinstance(klass, str) else klass(s)))
     return out
 
 
@@ -310,7 +426,7 @@ def reconcile_activity(
 
 
 def reconcile_gil(
-    stacks: Sequence[StackCount], gil_fraction: float | None
+    stacks: Sequence[StackCount], gil_fraction: float | None, model_context: bool = False
 ) -> tuple[StackCount, ...]:
     """Turn ``python`` samples of one thread that cannot have been running Python into
     ``compute``: native code (a framework's kernel) that user code called.
@@ -319,6 +435,8 @@ def reconcile_gil(
     ``gil_fraction`` the share of the window's sampling instants at which the thread held the
     GIL (None when unknown: nothing changes). Python runs only under the GIL, so at most that
     share of the thread's samples are ``python``; the rest ran without it, inside a call.
+    With the model-call context, native calls outside the model's call (NumPy, OpenCV, a
+    tensor built from a sample) are preprocessing: ``input``.
     """
     if gil_fraction is None or not stacks:
         return tuple(stacks)
@@ -329,4 +447,15 @@ def reconcile_gil(
     if excess <= 0:
         return tuple(stacks)
     others = [s for s in stacks if s.klass != "python"]
-    return tuple(others + _reclass(python, "compute", excess))
+    if not model_context:
+        return tuple(others + _reclass(python, "compute", excess))
+    return tuple(others + _reclass(python, _native_class, excess))
+
+
+def _native_class(stack: StackCount) -> StackClass:
+    return "compute" if model_side(stack.frames) else "input"
+
+
+def has_model_calls(stacks: Iterable[StackCount]) -> bool:
+    """Whether any of a thread's stacks is inside a model call (its model-call context)."""
+    return any(in_model_call(s.frames) for s in stacks)

@@ -10,6 +10,13 @@ loop) and samples whose innermost frame is the agent's own code are left out of 
 overhead (``StackSummary.agent_samples``). Agent wrapper frames inside a user's stack (the
 ``timed_next`` around a DataLoader's ``__next__``, the Keras train-function wrapper) are
 dropped from the frames; the sample keeps the class its whole stack gave it.
+
+The hot functions and the split are of the threads that run the loop: a thread idle in
+``IDLE_THREAD`` of its samples or more (a queue's feeder thread, the resource sharer, a
+DataLoader worker's main thread waiting for its next index) is a helper, counted apart
+(``idle_threads``, ``idle_thread_samples``), unless every thread is one (an idle process).
+The loop thread's samples outside its model calls give the host time's split
+(``analysis.host``).
 """
 
 from __future__ import annotations
@@ -18,10 +25,12 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from sofa_top.analysis.host import HOST_CLASSES, host_counts, model_samples
 from sofa_top.model.samples import STACK_CLASSES, Frame, StackClass, StackCount, StackWindow
 from sofa_top.model.snapshot import FunctionStat, StackSummary, ThreadStat
 
 DEFAULT_TOP = 200
+IDLE_THREAD = 0.95  # a thread idle in this share of its samples is a helper, not the loop
 
 
 def thread_label(name: str, tid: int) -> str:
@@ -116,10 +125,16 @@ def summarize(
     """
     if not windows:
         return None
-    stacks, agent_samples = _stacks(windows, tid)
+    every, agent_samples = _stacks(windows, tid)
+    threads = _threads(every)
+    helpers = {(t.pid, t.tid) for t in threads if t.split["idle"] >= IDLE_THREAD}
+    if len(helpers) == len(threads):
+        helpers = set()  # an idle process: its threads are all there is to show
+    stacks = [s for s in every if (s.pid, s.tid) not in helpers]
     total = sum(s.count for s in stacks)
     if total <= 0:
         return None
+    host, host_n = _host_split(stacks)
 
     own: Counter[tuple[str, str]] = Counter()
     anywhere: Counter[tuple[str, str]] = Counter()
@@ -178,11 +193,31 @@ def summarize(
         thread_samples=total,
         functions=tuple(functions),
         split=_split(classes, total),
-        threads=_threads(stacks),
+        threads=threads,
         rate_hz=rate if rate is not None else windows[-1].rate_hz,
         sampler_cpu=_weighted_mean((d, w.sampler_cpu) for d, w in durations),
         agent_samples=agent_samples,
+        idle_threads=len(helpers),
+        idle_thread_samples=sum(s.count for s in every) - total,
+        host_split=host,
+        host_samples=host_n,
     )
+
+
+def _host_split(stacks: list[StackCount]) -> tuple[dict[str, float] | None, int]:
+    """The host split of the thread with the most samples inside model calls (the loop's);
+    (None, 0) when no thread was seen in one."""
+    per: dict[tuple[int, int], list[StackCount]] = defaultdict(list)
+    for s in stacks:
+        per[(s.pid, s.tid)].append(s)
+    best = max(per.values(), key=model_samples, default=[])
+    if not best or model_samples(best) == 0:
+        return None, 0
+    counts = host_counts(best)
+    n = sum(counts.values())
+    if n == 0:
+        return {k: 0.0 for k in HOST_CLASSES}, 0
+    return {k: counts[k] / n for k in HOST_CLASSES}, n
 
 
 def summarize_by_thread(

@@ -8,15 +8,23 @@ reported about its hooks, and how the workload ended.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from sofa_top.model.samples import AgentInfo, StepSample
 
-# Clocks that see step boundaries but not the fetch of a batch: their input wait is 0 by
-# construction, not measured.
+# Clocks that see step boundaries but not the fetch of a batch: their input wait is not
+# measured (None, never 0).
 UNTIMED_SOURCES = frozenset({"torch-optimizer", "torch-backward"})
+# The model-call clocks: a step's input wait is its host time (outside the model call, the
+# backward and the optimizer step), which the stacks split into input, python and syncs.
+MODEL_CALL_SOURCES = frozenset({"torch-model-call", "keras-model-call", "tf-function-call"})
+# Clocks that only ever mark training steps.
+TRAINING_SOURCES = frozenset({"keras-fit", "torch-optimizer", "torch-backward"})
+MIN_HOST_SAMPLES = 20  # host-time stack samples that can split it (fewer: all of it is input)
 
 # How each clock is described to people.
 SOURCE_TEXT = {
@@ -25,6 +33,9 @@ SOURCE_TEXT = {
     "torch-dataloader": "DataLoader fetches",
     "torch-optimizer": "optimizer.step() calls",
     "torch-backward": "backward() calls",
+    "torch-model-call": "the model's calls (nn.Module)",
+    "keras-model-call": "the Keras model's calls",
+    "tf-function-call": "tf.function calls",
 }
 
 # The framework each of the agent's own clocks belongs to (``api.iterate``/``mark_step`` clocks
@@ -35,10 +46,22 @@ SOURCE_FRAMEWORK = {
     "torch-dataloader": "torch",
     "torch-optimizer": "torch",
     "torch-backward": "torch",
+    "torch-model-call": "torch",
+    "keras-model-call": "tensorflow",
+    "tf-function-call": "tensorflow",
 }
 
 # What the agent can time, for the reason a launched loop showed no step.
-HOOKED = "a DataLoader, a tf.data iterator, Keras fit, optimizer.step() or backward()"
+HOOKED = (
+    "a model call (nn.Module, Keras model, tf.function), a DataLoader, a tf.data iterator, "
+    "Keras fit, optimizer.step() or backward()"
+)
+# The agent's hooks that mark steps: only their reasons explain a session without steps (a
+# CUDA or collectives hook that did not apply says nothing of a CPU loop's steps).
+STEP_HOOKS = frozenset(SOURCE_FRAMEWORK)
+
+Phase = Literal["train", "eval", "inference"]
+PHASES: tuple[Phase, ...] = ("train", "eval", "inference")
 MARK_STEPS = (
     "mark the loop's steps: `from sofa_top.agent import api`, then "
     "`for batch in api.iterate(batches):` (times each fetch) or `api.mark_step()` after each step"
@@ -78,6 +101,102 @@ def wait_measured(source: str | None) -> bool:
     return source is not None and source not in UNTIMED_SOURCES
 
 
+def trained(steps: Iterable[StepSample]) -> bool:
+    """Whether any step shows training (a backward, an optimizer step, Keras fit)."""
+    return any(s.phase_hint == "train" or s.source in TRAINING_SOURCES for s in steps)
+
+
+def phase_of(step: StepSample, training: bool) -> Phase:
+    """A step's phase; ``training``: the session trains (then a step that cannot train is an
+    evaluation, else inference). A step with no evidence either way follows the session, or
+    is inference where a model call without training ran in it; with nothing known at all
+    (a ``tf.function`` step over tf.data) it stays what a step always was: training."""
+    if step.phase_hint == "train" or step.source in TRAINING_SOURCES:
+        return "train"
+    if step.phase_hint == "eval":
+        return "eval" if training else "inference"
+    if training:
+        return "train"
+    if step.autograd is not None or step.source in MODEL_CALL_SOURCES:
+        return "inference"
+    return "train"
+
+
+def by_phase(
+    steps: Sequence[StepSample], training: bool | None = None
+) -> dict[Phase, list[StepSample]]:
+    """The steps of each phase, in order (``training``: known of the session; None: from
+    ``steps``)."""
+    t = trained(steps) if training is None else training
+    out: dict[Phase, list[StepSample]] = {}
+    for s in steps:
+        out.setdefault(phase_of(s, t), []).append(s)
+    return out
+
+
+def main_phase(phases: Mapping[Phase, Sequence[StepSample]], least: int = 1) -> Phase | None:
+    """The phase the numbers are about: training when it has ``least`` steps, else the phase
+    with the most."""
+    if len(phases.get("train", ())) >= least:
+        return "train"
+    return max(phases, key=lambda p: len(phases[p]), default=None)
+
+
+def input_share(host_split: Mapping[str, float] | None, host_samples: int) -> float:
+    """The input share of the host time (all of it when the stacks cannot split it)."""
+    if host_split is None or host_samples < MIN_HOST_SAMPLES:
+        return 1.0
+    return float(host_split.get("input", 0.0))
+
+
+def input_fraction(
+    steps: Sequence[StepSample],
+    host_split: Mapping[str, float] | None = None,
+    host_samples: int = 0,
+) -> float | None:
+    """Input wait over step time; a model-call step's wait is its host time's input share;
+    None when the steps' clock cannot see input (or there is no step time)."""
+    total = sum(s.duration_s for s in steps)
+    if total <= 0 or not wait_measured(main_source(steps)):
+        return None
+    share = input_share(host_split, host_samples)
+    wait = sum(s.input_wait_s * (share if s.source in MODEL_CALL_SOURCES else 1.0) for s in steps)
+    return min(1.0, wait / total)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) by linear interpolation between ranks; None when empty."""
+    if not values:
+        return None
+    v = sorted(values)
+    pos = q * (len(v) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def compute_split(steps: Iterable[StepSample]) -> dict[str, float] | None:
+    """Forward / backward / optimizer / collective as fractions of the steps' timed compute;
+    None when no step's compute was split (Keras fit, a tf.function: one opaque span)."""
+    f = b = o = c = 0.0
+    for s in steps:
+        if s.forward_s is None or s.backward_s is None or s.optimizer_s is None:
+            continue
+        f += s.forward_s
+        b += s.backward_s
+        o += s.optimizer_s
+        c += s.collective_s or 0.0
+    total = f + b + o + c
+    if total <= 0:
+        return None
+    return {
+        "forward": f / total,
+        "backward": b / total,
+        "optimizer": o / total,
+        "collective": c / total,
+    }
+
+
 def failed(facts: RunFacts) -> bool:
     """Whether the workload ended with an error of its own (not stopped by sofa-top)."""
     code = facts.exit_code
@@ -103,14 +222,15 @@ def no_steps_reason(facts: RunFacts) -> str:
     skipped = [
         f"{hook}: {reason}"
         for hook, reason in agent.hooks_skipped
-        if reason not in ("not imported by the workload", "disabled in settings")
+        if hook in STEP_HOOKS
+        and reason not in ("not imported by the workload", "disabled in settings")
     ]
     if skipped:
         return "no step measured: " + "; ".join(skipped)
     imported = {name for name, _version in agent.frameworks}
     if not imported & {"tensorflow", "torch", "keras"}:
         return "no step measured: the workload imported neither TensorFlow nor PyTorch"
-    return f"no step measured: the loop used none of {HOOKED}"
+    return f"no step measured: the loop used none of {HOOKED}: it never called a model"
 
 
 def next_step(facts: RunFacts) -> str:

@@ -5,10 +5,17 @@ analyzer: a step spending >= 20% of its time waiting for input is *highly* input
 *moderately*; below that the input pipeline is not the problem.
 
 Evidence, best first:
-1. step telemetry from the in-process agent (launch mode): exact input wait per step;
-2. stack classification (attach mode): the share of the training thread's samples spent
+1. step telemetry from the in-process agent (launch mode): exact input wait per step; a loop
+   no fetch marks gets its steps from its model calls, whose host time the loop thread's stacks
+   split (input, python, syncs: ``analysis.host``);
+2. stack classification (attach mode): the share of the loop thread's samples spent
    waiting in an input iterator vs inside framework compute.
-Where neither says enough, the verdict is ``unknown`` with the reason, never a guess.
+Where neither says enough, the verdict is ``unknown`` with the reason, never a guess: a clock
+that cannot time the input (optimizer steps, backward passes) decides nothing on its own.
+
+Steps are judged per phase (``analysis.steps.by_phase``): an evaluation pass inside training
+never mixes into the training steps' numbers; the verdict is about the training steps when the
+window has enough, else about the phase that has the most, and says which.
 
 An input-bound verdict also names its cause, because the fixes differ:
 
@@ -63,7 +70,7 @@ MODERATE_INPUT_FRACTION = 0.05  # XProf: "moderately input-bound"
 MIN_STEPS = 3  # fewer steps in the window say too little
 MIN_THREAD_SAMPLES = 50  # about half a second of stacks at 100 Hz
 STACK_INPUT_FRACTION = HIGH_INPUT_FRACTION  # same bar for the stack-based estimate
-STACK_DOMINANT = 0.50  # a class holding half the training thread's samples dominates it
+STACK_DOMINANT = 0.50  # a class holding half the loop thread's samples dominates it
 IDLE_CPU_PERCENT = 5.0  # the whole tree below this (of one core) is idle
 GPU_UNDERUSED_PERCENT = 50.0  # a GPU below this while compute-bound is underused
 MEMORY_PRESSURE = 0.95  # used / total memory
@@ -94,6 +101,7 @@ class Evidence:
     others_cores: float | None = None
     model: ModelReport | None = None  # the agent's model and thread-pool report
     facts: RunFacts = field(default_factory=RunFacts)  # mode, agent, exit: for the reasons
+    training: bool | None = None  # the session trains (None: judge from ``steps`` alone)
 
 
 def others_cores(
@@ -219,6 +227,13 @@ def _keras(ev: Evidence) -> bool:
 
 
 def _framework(ev: Evidence) -> str:
+    """The framework of the workload's *model* (a torch model fed by TensorFlow's image ops
+    is torch): the model-call clock's, the agent's model report, then the pipeline's..."""
+    source = step_facts.main_source(ev.steps)
+    if source in step_facts.MODEL_CALL_SOURCES:
+        return step_facts.SOURCE_FRAMEWORK[source]
+    if ev.model is not None and ev.model.module:
+        return ev.model.framework
     if ev.pipeline is not None:
         return "tensorflow" if ev.pipeline.framework == "tf.data" else "torch"
     for fw in ev.frameworks:
@@ -231,6 +246,8 @@ def _framework(ev: Evidence) -> str:
             return step_facts.SOURCE_FRAMEWORK[s.source]
     if ev.stacks is not None:
         files = " ".join(f.filename for f in ev.stacks.functions[:30])
+        if "torch/nn/modules/module.py" in files:
+            return "torch"  # a torch model's calls, whatever decodes its input
         if "tensorflow" in files or "keras" in files:
             return "tensorflow"
         if "torch" in files:
@@ -290,7 +307,11 @@ def _judge(ev: Evidence) -> Verdict:
                 advice.memory_pressure_recommendations(),
             )
     if len(ev.steps) >= MIN_STEPS:
-        return _judge_gpu_steps(ev, fw, base) or _judge_steps(ev, fw, base)
+        phases = step_facts.by_phase(ev.steps, ev.training)
+        phase = step_facts.main_phase(phases, MIN_STEPS) or "train"
+        ev = replace(ev, steps=phases.get(phase, ev.steps))
+        base["phase"] = phase
+        return _judge_gpu_steps(ev, fw, base) or _judge_steps(ev, fw, base, phase)
     if (
         ev.tree_cpu is not None
         and ev.tree_cpu < IDLE_CPU_PERCENT
@@ -333,24 +354,41 @@ def _step_evidence(ev: Evidence) -> dict[str, object]:
     }
 
 
-def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
-    total = sum(s.duration_s for s in ev.steps)
-    wait = sum(s.input_wait_s for s in ev.steps)
-    frac = wait / total if total > 0 else 0.0
+def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "train") -> Verdict:
+    stacks = ev.stacks
+    host = stacks.host_split if stacks is not None else None
+    measured = step_facts.input_fraction(ev.steps, host, stacks.host_samples if stacks else 0)
+    frac = measured or 0.0
+    durations = [s.duration_s for s in ev.steps]
     evidence = {
         **base,
-        "input_fraction": round(frac, 3),
+        "input_fraction": None if measured is None else round(measured, 3),
         "steps": len(ev.steps),
-        "median_step_s": _median([s.duration_s for s in ev.steps]),
+        "median_step_s": _median(durations),
+        "p90_step_s": step_facts.percentile(durations, 0.9),
+        "p99_step_s": step_facts.percentile(durations, 0.99),
         "bottleneck_stage": _bottleneck(ev.pipeline),
+        "compute_split": step_facts.compute_split(ev.steps),
+        "host_split": None if host is None else {k: round(v, 3) for k, v in host.items()},
         **_step_evidence(ev),
     }
     conf = min(0.95, 0.5 + 0.05 * len(ev.steps))
+    noun = {"train": "step", "eval": "evaluation step"}.get(phase, "inference step")
+    in_body = evidence["step_source"] in step_facts.MODEL_CALL_SOURCES
+    if measured is None:
+        return _judge_unmeasured(ev, fw, evidence, conf)
     if frac >= MODERATE_INPUT_FRACTION:
         high = frac >= HIGH_INPUT_FRACTION
         where = f" in stage {evidence['bottleneck_stage']}" if evidence["bottleneck_stage"] else ""
-        headline = f"input-bound: {frac:.0%} of each step waits for input{where}"
-        cause_text, recs = _input_advice(ev, fw, evidence)
+        headline = f"input-bound: {frac:.0%} of each {noun} waits for input{where}"
+        if in_body:
+            headline = (
+                f"input-bound: {frac:.0%} of each {noun} prepares its input in the loop body, "
+                "outside the model"
+            )
+            cause_text, recs = _loop_advice(ev, fw, evidence, phase)
+        else:
+            cause_text, recs = _input_advice(ev, fw, evidence)
         headline += cause_text
         return Verdict(
             "input-bound",
@@ -374,13 +412,7 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         )
     # NVML alone (no CUDA readings from the agent): a GPU this busy is the one computing
     evidence["device"] = "gpu" if gpu is not None and gpu >= 100 * gpu_loop.GPU_BUSY_HIGH else "cpu"
-    headline = f"compute-bound: only {frac:.0%} of each step waits for input"
-    if not evidence["input_wait_measured"]:
-        source = step_facts.SOURCE_TEXT.get(str(evidence["step_source"]), "its clock")
-        headline = (
-            f"compute-bound: steps from {source}; no DataLoader or tf.data iterator feeds "
-            "the loop, so its input wait is not measured"
-        )
+    headline = f"compute-bound: only {frac:.0%} of each {noun} waits for input"
     return Verdict(
         "compute-bound",
         conf,
@@ -471,8 +503,8 @@ def _split(s: StackSummary, klass: str) -> float:
     return float(s.split.get(klass, 0.0))
 
 
-def _training_thread(s: StackSummary) -> Mapping[str, float]:
-    """The busiest non-idle thread's split (the training loop, in nearly every program)."""
+def _loop_thread(s: StackSummary) -> Mapping[str, float]:
+    """The busiest non-idle thread's split (the loop, in nearly every program)."""
     best = None
     for t in s.threads:
         active = t.samples * (1.0 - t.split.get("idle", 0.0))
@@ -492,7 +524,7 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
             base,
             _next_step(ev),
         )
-    split = _training_thread(s)
+    split = _loop_thread(s)
     inp, comp, py = (split.get(k, 0.0) for k in ("input", "compute", "python"))
     evidence = {
         **base,
@@ -503,7 +535,7 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
     }
     files = " ".join(f.filename for f in s.functions[:40])
     if inp >= STACK_INPUT_FRACTION:
-        headline = f"input-bound: the training thread waits for input in {inp:.0%} of samples"
+        headline = f"input-bound: the loop thread waits for input in {inp:.0%} of samples"
         cores = max(1, ev.cpu_count)
         recs = advice.pipeline_recommendations(None, fw, cores)
         cause = input_cause(ev)
@@ -530,7 +562,7 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         return Verdict(
             "compute-bound",
             0.6,
-            f"compute-bound: {comp:.0%} of the training thread's samples in framework compute",
+            f"compute-bound: {comp:.0%} of the loop thread's samples in framework compute",
             evidence,
             advice.compute_recommendations(fw, ev.model, "keras" in files),
         )
@@ -549,6 +581,59 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         evidence,
         _next_step(ev),
     )
+
+
+def _judge_unmeasured(ev: Evidence, fw: str, evidence: dict[str, object], conf: float) -> Verdict:
+    """Steps from a clock that cannot time the input: the loop thread's stacks decide, or the
+    verdict abstains (what is missing, how to mark the steps)."""
+    source = step_facts.SOURCE_TEXT.get(str(evidence["step_source"]), "its clock")
+    why = f"steps from {source}; no fetch or model call marks the loop: input wait not measured"
+    s = ev.stacks
+    split = _loop_thread(s) if s is not None and s.thread_samples >= MIN_THREAD_SAMPLES else {}
+    inp, comp = split.get("input", 0.0), split.get("compute", 0.0)
+    evidence = {**evidence, "input_share": round(inp, 3), "compute_share": round(comp, 3)}
+    if comp >= STACK_DOMINANT:
+        return Verdict(
+            "compute-bound",
+            conf * 0.8,
+            f"compute-bound: {why}; the loop thread computes in {comp:.0%} of samples",
+            evidence,
+            advice.compute_recommendations(fw, ev.model, _keras(ev)),
+        )
+    if inp >= STACK_INPUT_FRACTION:
+        return Verdict(
+            "input-bound",
+            0.6,
+            f"input-bound: {why}; the loop thread waits for input in {inp:.0%} of samples",
+            evidence,
+            tuple(advice.pipeline_recommendations(ev.pipeline, fw, max(1, ev.cpu_count))),
+            severity="high",
+        )
+    return Verdict(
+        "unknown",
+        0.2,
+        f"unknown: {why}, and the stacks do not tell input from compute",
+        evidence,
+        (Recommendation(step_facts.MARK_STEPS),),
+    )
+
+
+def _loop_advice(
+    ev: Evidence, fw: str, evidence: dict[str, object], phase: str
+) -> tuple[str, list[Recommendation]]:
+    """A loop body that prepares its input: the cause for the headline and the fix that moves
+    the preparation into the model's framework's input pipeline."""
+    cores = max(1, ev.cpu_count)
+    cause = input_cause(ev)
+    text = ""
+    if cause is not None:
+        evidence.update(_cause_evidence(cause, ev))
+        text = f"; {_cause_text(cause, cores)}"
+    sizes = [s.batch_size for s in ev.steps if s.batch_size is not None]
+    batch = max(set(sizes), key=sizes.count) if sizes else None
+    grads = [s.autograd for s in ev.steps if s.autograd is not None]
+    autograd = any(grads) if grads else None
+    return text, advice.loop_input_recommendations(fw, phase, batch, cores, cause, autograd)
 
 
 def _iowait(ev: Evidence) -> float | None:

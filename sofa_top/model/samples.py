@@ -243,6 +243,14 @@ class Event:
     data: dict[str, object] = field(default_factory=dict)
 
 
+PhaseHint = Literal["train", "eval", ""]
+
+
+def phase_hint(value: object) -> PhaseHint:
+    """``value`` as a phase hint ("" for anything else)."""
+    return one_of(value, get_args(PhaseHint)) or ""
+
+
 @dataclass(frozen=True, slots=True)
 class StepSample:
     """One training step as the in-process agent measured it (launch mode)."""
@@ -269,6 +277,17 @@ class StepSample:
     # or before the first window
     gpu_busy_s: float | None = None
     gpu_busy_source: GpuBusySource | None = None
+    # the step's compute spans as the agent timed them (None: not measured): outermost model
+    # calls, backward passes, optimizer steps, each less the others nested in it and less
+    # the collectives (``collective_s``)
+    forward_s: float | None = None
+    backward_s: float | None = None
+    optimizer_s: float | None = None
+    # what the agent saw of the step's phase: "train" (a backward, an optimizer step),
+    # "eval" (a model call that cannot train: no_grad, eval(), predict), "" (nothing)
+    phase_hint: PhaseHint = ""
+    # a torch model call of the step ran with autograd on (None: no torch model call seen)
+    autograd: bool | None = None
 
     @property
     def gpu_busy_fraction(self) -> float | None:

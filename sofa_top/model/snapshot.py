@@ -72,6 +72,14 @@ class StackSummary:
     # samples in which sofa-top's own agent was running (its thread or its frames), left out
     # of everything above: its overhead
     agent_samples: int = 0
+    # helper threads idle nearly all the time (a queue feeder, DataLoader workers' main
+    # threads): kept out of ``functions`` and ``split`` (the loop's threads), counted here
+    idle_threads: int = 0
+    idle_thread_samples: int = 0
+    # the loop thread's samples outside its model calls, by what they did (``analysis.host``:
+    # input / python / sync -> fraction); None when no thread was seen calling a model
+    host_split: Mapping[str, float] | None = None
+    host_samples: int = 0
 
     @property
     def agent_fraction(self) -> float:

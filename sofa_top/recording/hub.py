@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sofa_top import __version__
+from sofa_top.analysis import steps as step_facts
 from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats
 from sofa_top.analysis.stackstats import summarize, summarize_by_thread
 from sofa_top.analysis.steps import RunFacts
@@ -103,6 +104,7 @@ class Session:
         self._windows: deque[StackWindow] = deque(maxlen=120)
         self._events: deque[Event] = deque(maxlen=200)
         self._steps: deque[StepSample] = deque(maxlen=2000)
+        self._training = False  # a step showed training: the others are evaluation, not inference
         # (ts, tree CPU, CPU of the tree less the target) per process sample, for the verdict
         self._cpu: deque[tuple[float, float | None, float]] = deque(maxlen=400)
         self._runnable: deque[tuple[float, int]] = deque(maxlen=100)  # (ts, R threads)
@@ -297,6 +299,7 @@ class Session:
             self._windows.append(s)
         elif isinstance(s, StepSample):
             self._steps.append(s)
+            self._training = self._training or step_facts.trained((s,))
         elif isinstance(s, Event):
             if s.kind == "log":
                 self._logs.append(s)
@@ -450,6 +453,7 @@ class Session:
                     statistics.fmean(machine) if machine else None, tree_cpu, self.cores
                 ),
                 model=self._model,
+                training=self._training,
             )
         )
         prev = self._verdict

@@ -23,6 +23,7 @@ from sofa_top.model.samples import (
     StepSample,
     event_kind,
     gpu_busy_source,
+    phase_hint,
     stage_kind,
 )
 from sofa_top.recording.store import SCHEMA_VERSION, STEP_COLUMNS, connect
@@ -440,7 +441,9 @@ def _pipeline(data: str | None) -> PipelineSample | None:
 
 def _step(row: tuple[Any, ...]) -> StepSample:
     values = list(row)
-    values[-1] = gpu_busy_source(values[-1])
+    values[12] = gpu_busy_source(values[12])
+    values[16] = phase_hint(values[16])
+    values[17] = None if values[17] is None else bool(values[17])
     return StepSample(*values)
 
 

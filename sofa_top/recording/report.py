@@ -9,9 +9,14 @@ The JSON schema is ``record.schema.json`` beside this file (tests validate again
      "dropped_samples": samples sofa-top itself dropped because its writer fell behind,
      "verdict": {"kind", "confidence", "evidence", "recommendations"} | null,
      "workload_error": the last line the workload wrote to stderr when it failed | null,
-     "steps": {"count", "median_step_s", "input_wait_fraction",
+     "steps": {"count", "median_step_s", "input_wait_fraction" (null: the clock cannot see
+               input), "p50_s", "p90_s", "p99_s", "phase": the phase these numbers are of,
+               "phases": [{"phase": "train"|"eval"|"inference", "count", "input_wait_fraction",
+                           "median_step_s", "p50_s", "p90_s", "p99_s"}],
+               "compute_split": {"forward", "backward", "optimizer", "collective"} | null,
+               "host_split": {"input", "python", "sync"} of the loop's host time | null,
                "dropped": steps the agent counted but could not send (its queue was full),
-               "sources": {clock: steps}, "reason": why there are none | null,
+               "sources": {clock: steps} (all phases), "reason": why there are none | null,
                "note": how the main clock's steps are measured | null},
      "cpu": {"cores", "tree_mean_percent", "tree_max_percent", "system_mean_percent",
              "rss_max_bytes", "threads_max"},
@@ -19,7 +24,9 @@ The JSON schema is ``record.schema.json`` beside this file (tests validate again
                           ... NVML's other readings, "errors": {reading: why}}]} | null,
      "cuda": {"device_name", "bf16_supported", "busy_fraction", "windows", "last_window",
               "mem_reserved_max_bytes", "alloc_retries", "ooms", "errors", ...} | null,
-     "stacks": {"thread_samples", "rate_hz", "split": {class: fraction}, "error": STR|null,
+     "stacks": {"thread_samples", "rate_hz", "split": {class: fraction} of the loop's threads,
+                "idle_threads", "idle_thread_samples": helpers idle nearly always (kept apart),
+                "error": STR|null,
                 "hint": STR|null, "top": [{"function", "file", "line", "own_pct", "total_pct",
                                            "thread", "class"}],
                 "agent_samples": active samples of sofa-top's own agent (left out of the rest),
@@ -182,21 +189,54 @@ def _stacks_json(windows: list[StackWindow], summary: StackSummary | None) -> di
         "top": top,
         "agent_samples": summary.agent_samples if summary else 0,
         "agent_fraction": round(summary.agent_fraction, 4) if summary else 0.0,
+        "idle_threads": summary.idle_threads if summary else 0,
+        "idle_thread_samples": summary.idle_thread_samples if summary else 0,
     }
 
 
-def _steps_json(steps: list[StepSample], dropped: int, facts: RunFacts) -> dict[str, Any]:
+def _phase_json(
+    steps: list[StepSample], summary: StackSummary | None
+) -> dict[str, float | int | None]:
+    """Count, input wait, median and percentiles of one phase's steps."""
     durations = [s.duration_s for s in steps]
-    waits = sum(s.input_wait_s for s in steps)
+    host, n = (summary.host_split, summary.host_samples) if summary else (None, 0)
+    return {
+        "count": len(steps),
+        "input_wait_fraction": step_facts.input_fraction(steps, host, n),
+        "median_step_s": statistics.median(durations) if durations else None,
+        "p50_s": step_facts.percentile(durations, 0.5),
+        "p90_s": step_facts.percentile(durations, 0.9),
+        "p99_s": step_facts.percentile(durations, 0.99),
+    }
+
+
+def _steps_json(
+    all_steps: list[StepSample], dropped: int, facts: RunFacts, summary: StackSummary | None
+) -> dict[str, Any]:
+    phases = step_facts.by_phase(all_steps)
+    phase = step_facts.main_phase(phases)
+    steps = phases[phase] if phase is not None else []
+    main_json = _phase_json(steps, summary)
     busy = [s for s in steps if s.gpu_busy_s is not None]
     spans = [s.gpu_span_s for s in steps if s.gpu_span_s is not None]
     busy_time = sum(s.duration_s for s in busy)
     main = step_facts.main_source(steps)
     notes = dict(facts.agent.step_notes) if facts.agent is not None else {}
+    host = (
+        summary.host_split
+        if summary is not None and main in step_facts.MODEL_CALL_SOURCES
+        else None
+    )
     return {
-        "count": len(steps),
-        "median_step_s": statistics.median(durations) if durations else None,
-        "input_wait_fraction": waits / sum(durations) if durations and sum(durations) else None,
+        **main_json,
+        "phase": phase,
+        "phases": [
+            {"phase": p, **_phase_json(phases[p], summary)}
+            for p in step_facts.PHASES
+            if p in phases
+        ],
+        "compute_split": step_facts.compute_split(steps),
+        "host_split": None if host is None else dict(host),
         "dropped": dropped,
         # GPU loops: busy time over wall time of the steps whose GPU time is known
         "gpu_busy_fraction": min(1.0, sum(s.gpu_busy_s or 0.0 for s in busy) / busy_time)
@@ -204,8 +244,8 @@ def _steps_json(steps: list[StepSample], dropped: int, facts: RunFacts) -> dict[
         else None,
         "gpu_busy_steps": len(busy),
         "median_gpu_span_s": statistics.median(spans) if spans else None,
-        "sources": step_facts.step_sources(steps),
-        "reason": None if steps else step_facts.no_steps_reason(facts),
+        "sources": step_facts.step_sources(all_steps),
+        "reason": None if all_steps else step_facts.no_steps_reason(facts),
         "note": notes.get(main) if main is not None else None,
     }
 
@@ -243,6 +283,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
             others_cores=_others(r, tree_mean),
             model=r.model,
             facts=facts,
+            training=step_facts.trained(r.steps),
         )
     )
     rank_verdict = cross_rank_verdict(r.ranks)
@@ -260,7 +301,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
         "dropped_samples": int(meta.get("dropped_samples") or 0),
         "workload_error": facts.workload_error,
         "verdict": verdict.as_json(),
-        "steps": _steps_json(r.steps, r.agent_dropped, facts),
+        "steps": _steps_json(r.steps, r.agent_dropped, facts, summary),
         "cpu": {
             "cores": meta.get("cpu_count"),
             "tree_mean_percent": tree_mean,

@@ -15,9 +15,11 @@ Schema (version ``SCHEMA_VERSION``, also in ``PRAGMA user_version``):
 - ``stack_windows(id INTEGER PRIMARY KEY, ts_start, ts_end, rate_hz, samples, sampler_cpu,
   error, hint)`` and ``stack_counts(window_id, pid, tid, thread_name, stack_id, count, klass)``.
 - ``steps(ts, step, start, duration_s, input_wait_s, source, batch_size, pid, wait_cpu_s,
-  collective_s, gpu_span_s, gpu_busy_s, gpu_busy_source)`` (``wait_cpu_s`` since v2;
+  collective_s, gpu_span_s, gpu_busy_s, gpu_busy_source, forward_s, backward_s, optimizer_s,
+  phase_hint, autograd)`` (``wait_cpu_s`` since v2;
   ``collective_s`` -- the time the step was blocked in torch.distributed collectives -- and the
-  ``gpu_*`` columns since v3; older files read them as NULL).
+  ``gpu_*`` columns since v3; older files read them as NULL; the compute spans
+  ``forward_s``, ``backward_s``, ``optimizer_s``, ``phase_hint`` and ``autograd`` since v4).
 - ``events(ts REAL, kind TEXT, message TEXT, data TEXT)`` -- markers (JSON data); agent reports,
   tf.data pipelines and CUDA readings are stored here too (kinds ``agent``, ``pipeline``,
   ``cuda``), and so are the ranks of a distributed job (kinds ``rank``, ``rank-exit``,
@@ -54,7 +56,7 @@ from sofa_top.model.samples import (
 )
 from sofa_top.recording.series import RateState, SeriesPoint, points_of, unit_of
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -73,7 +75,8 @@ CREATE TABLE IF NOT EXISTS stack_counts (window_id INTEGER, pid INTEGER, tid INT
 CREATE INDEX IF NOT EXISTS stack_counts_by_window ON stack_counts (window_id);
 CREATE TABLE IF NOT EXISTS steps (ts REAL, step INTEGER, start REAL, duration_s REAL,
     input_wait_s REAL, source TEXT, batch_size INTEGER, pid INTEGER, wait_cpu_s REAL,
-    collective_s REAL, gpu_span_s REAL, gpu_busy_s REAL, gpu_busy_source TEXT);
+    collective_s REAL, gpu_span_s REAL, gpu_busy_s REAL, gpu_busy_source TEXT, forward_s REAL,
+    backward_s REAL, optimizer_s REAL, phase_hint TEXT, autograd INTEGER);
 CREATE TABLE IF NOT EXISTS events (ts REAL NOT NULL, kind TEXT NOT NULL, message TEXT,
     data TEXT);
 CREATE INDEX IF NOT EXISTS events_by_kind ON events (kind, ts);
@@ -94,6 +97,11 @@ STEP_COLUMNS = (
     "gpu_span_s",
     "gpu_busy_s",
     "gpu_busy_source",
+    "forward_s",
+    "backward_s",
+    "optimizer_s",
+    "phase_hint",
+    "autograd",
 )  # fmt: skip  (StepSample's field order)
 
 
@@ -230,6 +238,11 @@ class SessionStore:
                     s.gpu_span_s,
                     s.gpu_busy_s,
                     s.gpu_busy_source,
+                    s.forward_s,
+                    s.backward_s,
+                    s.optimizer_s,
+                    s.phase_hint,
+                    s.autograd,
                 ),
             )
         elif isinstance(s, Event):

@@ -1,0 +1,267 @@
+"""The model-call clock: a step per call of the loop's model, for loops no fetch marks (stdlib).
+
+A loop that prepares its input in its own body (decode, resize, tokenise in Python, one
+request at a time) has no DataLoader or tf.data iterator to time. What it always has is the
+call of its model. The hooks (``hooks_model``) report each *outermost* model call of a thread
+(a PyTorch ``nn.Module`` call not nested in another, a Keras model call or
+``predict``/``evaluate``/``..._on_batch``, a ``tf.function`` call) to ``ModelLoop.enter`` and
+``leave``; with the backward and optimizer spans (``spans``) they are the step's compute, and
+the rest of the step on that thread is its host time (sent as the step's input wait; the
+stacks say what it was).
+
+Boundaries: a step starts at a call of the *lead* model (the first model called; another one
+leads once it is called twice while the lead is not: a criterion or a second network called
+between the lead's calls is compute of the same step). In a training loop (an optimizer or a
+backward seen) only the first lead call after the lead optimizer's step (else after a
+backward) starts a step, so a recurrent network called once per character is one step per
+iteration. Calls inside an optimizer step (LBFGS's closure) start none.
+
+One clock at a time: a clock that sees input (a fetch, a user's mark) on the loop's thread
+since the previous boundary takes the loop (this clock restarts); the optimizer and backward
+clocks yield to this one while it ticks (``loops.TorchLoop``). A call that another clock's step
+falls inside (a Keras ``predict`` fetching its own batch) holds that step: a second one shows a
+loop inside the call (``predict`` over a data set: those steps stand, this clock restarts);
+a single one is the call's own fetch and is dropped (the model-call step covers it).
+
+Bad input: calls from a thread other than the loop's are not steps; calls from several
+threads in turn, or inside a DataLoader worker, stop the clock with the reason
+(``hook_skipped``); calls inside a fetch (a model in a ``Dataset``) are input work.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from sofa_top.agent.loops import TorchLoop
+
+if TYPE_CHECKING:
+    from sofa_top.agent.core import Agent, StepRecord
+
+MODEL_SOURCES = ("torch-model-call", "keras-model-call", "tf-function-call")
+_SWITCHES_MAX = 6  # caller changes without a long run of one thread: several threads
+_LONG_RUN = 4  # calls of one thread in a row that forgive two earlier switches
+_HANDOFF = 3  # calls in a row of a new thread: the loop moved there
+
+
+def _ref(obj: object) -> Callable[[], object]:
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
+
+
+def batch_of(args: tuple[Any, ...]) -> int | None:
+    """The batch size of a model call: the first dimension of its first argument (>= 2-D)."""
+    if not args:
+        return None
+    shape = getattr(args[0], "shape", None)
+    try:
+        return int(shape[0]) if shape is not None and len(shape) >= 2 else None
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+if TYPE_CHECKING:
+    # (span start, flags, span kind) for leave
+    Token = tuple[tuple[float, float, float], int, int]
+
+
+class ModelLoop:
+    """The model-call clock of one process (see the module docstring)."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.torch: TorchLoop | None = None
+        self.ticks = 0  # boundaries marked: the optimizer and backward clocks read it
+        self.off: str | None = None  # why the clock stopped for good
+        self.inside = False  # the loop's thread is inside a counted model call
+        self._owner = 0
+        self._prev_caller = 0
+        self._run = 0
+        self._switches = 0
+        self._lead: Callable[[], object] | None = None
+        self._source = ""
+        self._other: Callable[[], object] | None = None
+        self._other_calls = 0
+        self._torch_seen = False
+        self._fed_at = 0
+        self._marks_at = (0, 0)
+        # the running step: its start, number, batch size, and the spans/collectives at start
+        self._running = False
+        self._step = 0
+        self._last = 0.0
+        self._bs: int | None = None
+        self._compute_at = 0.0
+        self._collective_at = 0.0
+        self._held: StepRecord | None = None
+        self._passing = False
+        agent.step_gate = self._gate
+
+    # -- the rare path: once per outermost model call ---------------------------------------
+
+    def enter(
+        self, model: object, source: str, kind: int, flags: int, args: tuple[Any, ...]
+    ) -> Token | None:
+        """An outermost model call starts on this thread; a token for ``leave``, or None when
+        the call is not the loop's (another thread, inside a fetch, the clock stopped)."""
+        if self.off is not None or self.agent.tls.fetching:
+            return None
+        ident = threading.get_ident()
+        if not self._caller(ident):
+            return None
+        if source == "torch-model-call":
+            self._torch_seen = True
+        elif source == "tf-function-call" and self._torch_seen:
+            return None  # TensorFlow preprocessing for a torch model: input work
+        torch = self.torch
+        if not (torch is not None and torch.in_step) and self._leads(model, source):
+            self._boundary(time.perf_counter(), ident, args)
+        self.inside = True
+        self._held = None
+        self._passing = False
+        spans = self.agent.spans
+        spans.sticky = flags
+        return (spans.start(self.agent.collective_s), flags, kind)
+
+    def leave(self, token: Token) -> None:
+        """The call whose ``enter`` returned ``token`` returned (or raised)."""
+        start, flags, kind = token
+        self.inside = False
+        spans = self.agent.spans
+        spans.sticky = 0
+        spans.end(kind, start, self.agent.collective_s, flags)
+        self._held = None  # the call's own fetch: this clock's step covers it
+        if self._passing:
+            self._passing = False
+            self._running = False  # a loop inside the call marked its steps: restart
+
+    def _caller(self, ident: int) -> bool:
+        """Whether a call on thread ``ident`` is the loop's (and which thread the loop is on)."""
+        if ident == self._prev_caller:
+            self._run += 1
+            if self._run == _LONG_RUN:
+                self._switches = max(0, self._switches - 2)
+        else:
+            self._prev_caller = ident
+            self._run = 1
+            self._switches += 1
+        if self._owner == 0:
+            self._owner = ident
+            worker = sys.modules.get("torch.utils.data._utils.worker")
+            if worker is not None and getattr(worker, "_worker_info", None) is not None:
+                self.stop(
+                    "the model is called inside a DataLoader worker: its calls are the "
+                    "worker's input work, not the training or inference loop's steps"
+                )
+                return False
+            return True
+        if ident == self._owner:
+            return True
+        if self._switches >= _SWITCHES_MAX:
+            self.stop(
+                "the model is called from several threads in turn: no one loop's steps to "
+                "time (mark the loop's steps with sofa_top.agent.api.mark_step)"
+            )
+            return False
+        if self._run >= _HANDOFF:  # the loop moved to this thread (a warm-up was elsewhere)
+            self._owner = ident
+            self._running = False
+            self._lead = None
+            return True
+        return False
+
+    def stop(self, reason: str) -> None:
+        """Stop this clock for good and say why."""
+        self.off = reason
+        self._running = False
+        self.inside = False
+        for source in MODEL_SOURCES:
+            if source in self.agent._applied:
+                self.agent.hook_skipped(source, reason)
+
+    def _leads(self, model: object, source: str) -> bool:
+        lead = self._lead() if self._lead is not None else None
+        if lead is model:
+            self._other = None
+            return True
+        if lead is not None:
+            other = self._other() if self._other is not None else None
+            if other is not model:
+                self._other = _ref(model)
+                self._other_calls = 1
+                return False
+            self._other_calls += 1
+            if self._other_calls < 2:
+                return False
+        # the first model, or another one called twice while the lead was not: it leads
+        self._lead = _ref(model)
+        self._other = None
+        if source != self._source:
+            self._source = source
+            self._running = False
+        return True
+
+    def _boundary(self, t: float, ident: int, args: tuple[Any, ...]) -> None:
+        agent = self.agent
+        if agent.fed != self._fed_at:
+            self._fed_at = agent.fed
+            if agent.fed_thread == ident:
+                self._running = False  # a clock that sees input marks this loop
+                return
+        torch = self.torch
+        marks = (0, 0) if torch is None else (torch.lead_steps, torch.backwards)
+        # a training loop: one step per step of the lead optimizer, else per backward
+        if marks[0] and marks[0] == self._marks_at[0]:
+            return  # the same iteration: another forward of the lead (an RNN's steps)
+        if not marks[0] and marks[1] and marks[1] == self._marks_at[1]:
+            return
+        self._marks_at = marks
+        self.ticks += 1
+        spans = agent.spans
+        coll = agent.collective_s
+        if self._running:
+            compute = spans.total - self._compute_at + coll - self._collective_at
+            host = max(0.0, t - self._last - compute)
+            agent.push((self._source, self._step, self._last, t, host, self._bs, -1.0))
+            self._step += 1
+        self._running = True
+        self._last = t
+        self._bs = batch_of(args)
+        self._compute_at = spans.total
+        self._collective_at = coll
+
+    def _gate(self, record: StepRecord) -> bool:
+        """``Agent.step_gate``: hold a step another clock marks inside a counted call."""
+        if not self.inside or self._passing or record[0] == self._source:
+            return False
+        if threading.get_ident() != self._owner:
+            return False
+        held = self._held
+        if held is None:
+            self._held = record
+            return True
+        self._held = None
+        self._passing = True  # a second one: the call loops over its own input
+        self.agent.deliver(held)
+        return False
+
+
+class _State:
+    agent: Agent | None = None
+    model: ModelLoop | None = None
+    torch: TorchLoop | None = None
+
+
+def loops(agent: Agent) -> tuple[ModelLoop, TorchLoop]:
+    """The model-call clock and the torch loop of ``agent`` (made on first use, together)."""
+    model, torch = _State.model, _State.torch
+    if _State.agent is not agent or model is None or torch is None:
+        model = ModelLoop(agent)
+        torch = model.torch = TorchLoop(agent, model)
+        _State.agent, _State.model, _State.torch = agent, model, torch
+    return model, torch

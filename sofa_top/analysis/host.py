@@ -1,0 +1,70 @@
+"""What a loop does between its model calls: the host time's split, from the stacks.
+
+The model-call clock (the agent's ``model_loop``) measures each step's host time: the loop
+thread's time outside the model call, the backward pass and the optimizer step. The stack
+samples of that thread taken outside those calls say what it was:
+
+- ``sync``: a ``.item()``, ``.cpu()``, ``.numpy()``, ``.tolist()`` or ``synchronize()`` on the
+  sampled line (the device's work is waited for; read from the source line, since the call
+  itself is native and has no frame);
+- ``python``: logging, ``print``, progress bars, checkpoints, metrics writers;
+- ``input``: the rest: decoding, resizing, tokenising, collating, reading and waiting for the
+  next request or file (idle samples of the loop's thread between model calls are a wait for
+  input), the user's own code building the next sample.
+
+Source lines are read with ``linecache`` (the workload's files, on this machine); a line that
+cannot be read leaves the frames to decide.
+"""
+
+from __future__ import annotations
+
+import functools
+import linecache
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+from sofa_top.analysis.classify import in_model_call, is_host_python, model_side
+from sofa_top.model.samples import Frame, StackCount
+
+HOST_CLASSES = ("input", "python", "sync")
+_SYNC = re.compile(r"\.(item|cpu|numpy|tolist)\(\s*\)|\.to\(\s*['\"]cpu['\"]|synchronize\(")
+_PRINT = re.compile(r"(^|[^\w.])print\(")
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _line(filename: str, line: int) -> str:
+    try:
+        return linecache.getline(filename, line)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return ""
+
+
+def host_class(frames: tuple[Frame, ...]) -> str | None:
+    """The host class of one stack of the loop's thread; None inside the step's compute."""
+    if not frames:
+        return "input"
+    leaf = frames[-1]
+    text = _line(leaf.filename, leaf.line)
+    if _SYNC.search(text) or (leaf.function.endswith("synchronize") and "/cuda/" in leaf.filename):
+        return "sync"
+    if model_side(frames):
+        return None
+    if is_host_python(frames) or _PRINT.search(text):
+        return "python"
+    return "input"
+
+
+def host_counts(stacks: Iterable[StackCount]) -> Counter[str]:
+    """Samples per host class over ``stacks`` (one thread's)."""
+    counts: Counter[str] = Counter()
+    for s in stacks:
+        klass = host_class(s.frames)
+        if klass is not None:
+            counts[klass] += s.count
+    return counts
+
+
+def model_samples(stacks: Iterable[StackCount]) -> int:
+    """Samples inside a model call."""
+    return sum(s.count for s in stacks if in_model_call(s.frames))
