@@ -24,6 +24,7 @@ from tui_fakes import (
     launch_snapshot,
     make_snapshot,
     nvml_gpu,
+    phases_snapshot,
 )
 
 from sofa_top.model.snapshot import Snapshot
@@ -111,6 +112,13 @@ def test_compute_bound_verdict_80x24(snap_compare: SnapCompare) -> None:
 def test_step_timeline(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
     app, run_before = scenario(launch_snapshot(), "2")
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+def test_steps_phases_160x48(snap_compare: SnapCompare) -> None:
+    """Training with an evaluation pass: a phase per row (steps, input wait, p50/p90/p99),
+    the compute split, the model-call clock in the title; the verdict about training."""
+    app, run_before = scenario(phases_snapshot(), "2")
+    assert snap_compare(app, terminal_size=(160, 48), run_before=run_before)
 
 
 def test_log_view_80x24(snap_compare: SnapCompare) -> None:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from sofa_top.agent import model_loop
+from sofa_top.agent import hooks_torch, model_loop
 from sofa_top.agent.core import Agent, HookSkipped
 from sofa_top.agent.spans import AUTOGRAD, BACKWARD, EVAL, FORWARD, OPTIMIZER, TORCH, TRAIN
 
@@ -148,6 +148,8 @@ def install_torch_module(agent: Agent, module: ModuleType) -> None:
     __call__.__wrapped__ = orig  # type: ignore[attr-defined]
     __call__.__qualname__ = getattr(orig, "__qualname__", "Module.__call__")
     agent.patches.set(cls, "__call__", __call__)
+    if callable(getattr(cls, "zero_grad", None)):
+        hooks_torch.time_zero_grad(agent, cls)  # model.zero_grad(): optimizer work
     agent.hook_applied("torch-model-call")
 
 

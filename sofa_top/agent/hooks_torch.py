@@ -18,6 +18,11 @@ torch-backward
     ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped: a boundary after
     each outermost backward outside an optimizer step, for loops that update their weights by
     hand (``p.data.add_(p.grad, alpha=-lr)``) and feed themselves without a DataLoader.
+
+Above the optimizer and backward clocks, the model-call clock (``model_loop``, ``hooks_model``)
+marks a loop whose model it sees called once per iteration. Backward passes, optimizer steps and
+``zero_grad`` are also timed as the step's compute spans (``spans``): the compute split, and
+what the model-call clock takes out of a step to leave its host time.
 """
 
 from __future__ import annotations
@@ -181,7 +186,28 @@ def install_optimizer(agent: Agent, module: ModuleType) -> None:
 
     agent.patches.on_detach("the optimizer step pre-hook", register_pre(pre).remove)
     agent.patches.on_detach("the optimizer step post-hook", register_post(post).remove)
+    cls = getattr(module, "Optimizer", None)
+    if isinstance(cls, type) and callable(getattr(cls, "zero_grad", None)):
+        time_zero_grad(agent, cls)
     agent.hook_applied("torch-optimizer")
+
+
+def time_zero_grad(agent: Agent, owner: type) -> None:
+    """Time ``owner.zero_grad`` as optimizer work (a step's compute, not its host time)."""
+    orig: Callable[..., Any] = owner.zero_grad  # type: ignore[attr-defined]
+    spans = agent.spans
+
+    @functools.wraps(orig)
+    def zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not agent.enabled:
+            return orig(self, *args, **kwargs)
+        start = spans.start(agent.collective_s)
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            spans.end(OPTIMIZER, start, agent.collective_s)
+
+    agent.patches.set(owner, "zero_grad", zero_grad)
 
 
 def install_backward(agent: Agent, module: ModuleType) -> None:

@@ -237,6 +237,20 @@ HOST_PYTHON_RULES: tuple[_Rule, ...] = _rules(
     ("/tensorflow/python/checkpoint/", None),
 )
 
+# Loss functions called outside the model: the step's compute, not its input
+LOSS_RULES: tuple[_Rule, ...] = _rules(
+    (
+        "/torch/nn/functional.py",
+        (
+            "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "binary_cross_entropy",
+            "binary_cross_entropy_with_logits", "kl_div", "smooth_l1_loss", "huber_loss",
+        ),
+    ),
+    ("/keras/src/losses/", None),
+    ("/tensorflow/python/ops/nn_impl.py", None),
+    ("/tensorflow/python/ops/losses/", None),
+)  # fmt: skip
+
 # Worker loops of a pipeline: their blocking waits mean "no work to do", not "waiting for input".
 WORKER_LOOP_RULES: tuple[_Rule, ...] = _rules(
     ("/torch/utils/data/_utils/worker.py", ("_worker_loop",)),
@@ -286,11 +300,13 @@ def _flags(frame: Frame) -> int:
         flags |= _TRAIN
     if _matches(frame, HOST_PYTHON_RULES):
         flags |= _HOST_PY
+    if _matches(frame, LOSS_RULES):
+        flags |= _LOSS
     return flags
 
 
-_INPUT, _COMPUTE, _IDLE_LEAF, _WORKER, _IMPORT, _MODEL, _TRAIN, _HOST_PY = (
-    1, 2, 4, 8, 16, 32, 64, 128,
+_INPUT, _COMPUTE, _IDLE_LEAF, _WORKER, _IMPORT, _MODEL, _TRAIN, _HOST_PY, _LOSS = (
+    1, 2, 4, 8, 16, 32, 64, 128, 256,
 )  # fmt: skip
 
 
@@ -322,6 +338,11 @@ def in_model_call(frames: Sequence[Frame]) -> bool:
 def is_host_python(frames: Sequence[Frame]) -> bool:
     """Whether a stack logs, prints progress or saves a checkpoint (``analysis.host``)."""
     return bool(_seen(tuple(frames)) & _HOST_PY)
+
+
+def is_loss(frames: Sequence[Frame]) -> bool:
+    """Whether a stack is in a loss function (called outside the model or in it)."""
+    return bool(_seen(tuple(frames)) & _LOSS)
 
 
 def model_side(frames: Sequence[Frame]) -> bool:
@@ -361,7 +382,7 @@ def _classify(frames: tuple[Frame, ...], model_context: bool = False) -> StackCl
         # Importing a framework runs its module bodies (tensorflow/python/ops/...): not compute.
         return "python"
     if seen & _COMPUTE:
-        if model_context and not seen & (_MODEL | _TRAIN):
+        if model_context and not seen & (_MODEL | _TRAIN | _LOSS):
             return "input"  # framework ops in the loop body, outside the model: preprocessing
         return "compute"
     if leaf_idle:

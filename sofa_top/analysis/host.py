@@ -8,6 +8,8 @@ samples of that thread taken outside those calls say what it was:
   sampled line (the device's work is waited for; read from the source line, since the call
   itself is native and has no frame);
 - ``python``: logging, ``print``, progress bars, checkpoints, metrics writers;
+- ``compute``: a loss function called outside the model (``F.cross_entropy``), the model's
+  work all the same;
 - ``input``: the rest: decoding, resizing, tokenising, collating, reading and waiting for the
   next request or file (idle samples of the loop's thread between model calls are a wait for
   input), the user's own code building the next sample.
@@ -24,10 +26,10 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-from sofa_top.analysis.classify import in_model_call, is_host_python, model_side
+from sofa_top.analysis.classify import in_model_call, is_host_python, is_loss, model_side
 from sofa_top.model.samples import Frame, StackCount
 
-HOST_CLASSES = ("input", "python", "sync")
+HOST_CLASSES = ("input", "python", "sync", "compute")
 _SYNC = re.compile(r"\.(item|cpu|numpy|tolist)\(\s*\)|\.to\(\s*['\"]cpu['\"]|synchronize\(")
 _PRINT = re.compile(r"(^|[^\w.])print\(")
 
@@ -52,6 +54,8 @@ def host_class(frames: tuple[Frame, ...]) -> str | None:
         return None
     if is_host_python(frames) or _PRINT.search(text):
         return "python"
+    if is_loss(frames):
+        return "compute"
     return "input"
 
 
