@@ -18,9 +18,10 @@ marks the steps only while the better ones do not:
   previous backward, and never inside an optimizer step (a closure's backward): a loop that
   updates its weights by hand and feeds itself.
 
-Above the optimizer and backward clocks sits the model-call clock (``model_loop``): while it
-marks the iterations (one lead-model call outside any optimizer step per iteration), these two
-stay quiet; it sees the host time between the model calls, which they cannot.
+Above the optimizer and backward clocks sits the model-call clock (``model_loop``): when the
+lead model ran outside any optimizer step since the last iteration, the iteration's end (the
+lead optimizer's step, else the backward) is its boundary and these two stay quiet; it sees
+the host time between the model calls, which they cannot.
 
 Each switch costs one step: a clock that was quiet restarts (its first boundary only starts
 it), so no step spans the time another clock was marking.
@@ -37,10 +38,10 @@ if TYPE_CHECKING:
     from sofa_top.agent.core import Agent
 
 
-class _ModelTicks(Protocol):
-    """The model-call clock as this module reads it (``model_loop.ModelLoop``)."""
+class _ModelClock(Protocol):
+    """The model-call clock as this module uses it (``model_loop.ModelLoop``)."""
 
-    ticks: int
+    def mark(self, t: float) -> bool: ...
 
 
 def _ref(obj: object) -> Callable[[], object]:
@@ -53,14 +54,13 @@ def _ref(obj: object) -> Callable[[], object]:
 class TorchLoop:
     """The state the torch hooks share to decide which clock marks the steps."""
 
-    def __init__(self, agent: Agent, model: _ModelTicks | None = None) -> None:
+    def __init__(self, agent: Agent, model: _ModelClock | None = None) -> None:
         self._opt = agent.clock("torch-optimizer")
         self._bw = agent.clock("torch-backward")
         self._opt.feeds = self._bw.feeds = False  # they see compute only, never input
         self.model = model
         self.lead_steps = 0  # steps of the lead optimizer (the model-call clock reads these)
         self.backwards = 0  # outermost backward passes outside optimizer steps
-        self._ticks_opt = self._ticks_bw = -1  # model-call boundaries at the last step/backward
         self._ident = threading.get_ident
         self.fetches = 0  # DataLoader fetches so far
         self._fetch_thread = 0
@@ -87,10 +87,9 @@ class TorchLoop:
         """Inside an optimizer's ``step()`` (a closure's forward starts no step)."""
         return self._in_step
 
-    def _model_marks(self, last: int) -> tuple[bool, int]:
-        """Whether the model-call clock marked a boundary since ``last`` (its ticks then)."""
-        ticks = self.model.ticks if self.model is not None else 0
-        return ticks != last and ticks > 0, ticks
+    def _model_marks(self, t: float) -> bool:
+        """Whether the model-call clock marks the iteration that ended at ``t``."""
+        return self.model is not None and self.model.mark(t)
 
     def optimizer_started(self, t: float, closure: bool) -> None:
         """An optimizer's ``step()`` began (``closure``: it was given one)."""
@@ -113,13 +112,12 @@ class TorchLoop:
             self._lead = _ref(optimizer)
         self._other = None
         self.lead_steps += 1
-        marked, self._ticks_opt = self._model_marks(self._ticks_opt)
         if self._fed(self._fetches_at_lead):
             self._fetches_at_lead = self.fetches
             self._opt.reset()  # the DataLoader's clock marks these steps
             return
         self._fetches_at_lead = self.fetches
-        if marked:
+        if self._model_marks(t):
             self._opt.reset()  # the model-call clock marks these steps
             return
         if self._closure and not self._opt.running:
@@ -131,10 +129,12 @@ class TorchLoop:
         if self._in_step:
             return  # inside step(closure): the optimizer's clock counts it
         self.backwards += 1
-        marked, self._ticks_bw = self._model_marks(self._ticks_bw)
         fetches, steps = self._bw_marks
         self._bw_marks = (self.fetches, self._steps)
-        if self._steps != steps or self._fed(fetches) or marked:
-            self._bw.reset()  # an optimizer, a DataLoader or the model calls mark these steps
+        if self._steps != steps or self._fed(fetches):
+            self._bw.reset()  # an optimizer or a DataLoader marks these steps
+            return
+        if self._steps == 0 and self._model_marks(t):
+            self._bw.reset()  # no optimizer: the model-call clock ends its steps here
             return
         self._bw.tick(t)

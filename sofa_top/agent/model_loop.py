@@ -9,23 +9,29 @@ call of its model. The hooks (``hooks_model``) report each *outermost* model cal
 the rest of the step on that thread is its host time (sent as the step's input wait; the
 stacks say what it was).
 
-Boundaries: a step starts at a call of the *lead* model (the first model called; another one
-leads once it is called twice while the lead is not: a criterion or a second network called
-between the lead's calls is compute of the same step). In a training loop (an optimizer or a
-backward seen) only the first lead call after the lead optimizer's step (else after a
-backward) starts a step, so a recurrent network called once per character is one step per
-iteration. Calls inside an optimizer step (LBFGS's closure) start none.
+Boundaries: a step ends where its compute ends, and the next one's host time begins: at the
+return of a call of the *lead* model (the first model called; another one leads once it is
+called twice while the lead is not: a criterion or a second network called between the lead's
+calls is compute of the same step). In a training loop (an optimizer step or a backward seen)
+the lead optimizer's ``step()`` ends the step (``loops.TorchLoop`` calls ``mark``), else the
+backward, so a recurrent network called once per character is one step per iteration; calls
+inside an optimizer step (LBFGS's closure) are no lead calls, and a call that cannot train
+(``no_grad``, ``eval()``: an evaluation pass) ends its own step. So step ``n`` is the host time
+before call ``n`` (preparing its input) then its compute, and the first call (which builds,
+traces, allocates) only starts the clock.
 
 One clock at a time: a clock that sees input (a fetch, a user's mark) on the loop's thread
 since the previous boundary takes the loop (this clock restarts); the optimizer and backward
-clocks yield to this one while it ticks (``loops.TorchLoop``). A call that another clock's step
+clocks yield to this one when it marks the iteration (``mark``). A call that another clock's step
 falls inside (a Keras ``predict`` fetching its own batch) holds that step: a second one shows a
 loop inside the call (``predict`` over a data set: those steps stand, this clock restarts);
 a single one is the call's own fetch and is dropped (the model-call step covers it).
 
 Bad input: calls from a thread other than the loop's are not steps; calls from several
-threads in turn, or inside a DataLoader worker, stop the clock with the reason
-(``hook_skipped``); calls inside a fetch (a model in a ``Dataset``) are input work.
+threads at once (one entering while the loop's thread is inside its call) or in turn, or
+inside a DataLoader worker, stop the clock with the reason (``hook_skipped``; the analysis
+then leaves out the steps it marked before it knew); calls inside a fetch (a model in a
+``Dataset``) are input work.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sofa_top.agent.loops import TorchLoop
+from sofa_top.agent.spans import EVAL
 
 if TYPE_CHECKING:
     from sofa_top.agent.core import Agent, StepRecord
@@ -46,6 +53,11 @@ MODEL_SOURCES = ("torch-model-call", "keras-model-call", "tf-function-call")
 _SWITCHES_MAX = 6  # caller changes without a long run of one thread: several threads
 _LONG_RUN = 4  # calls of one thread in a row that forgive two earlier switches
 _HANDOFF = 3  # calls in a row of a new thread: the loop moved there
+_OVERLAPS = 3  # calls of other threads while the loop's thread is inside its own: at once
+SEVERAL_THREADS = (
+    "the model is called from several threads: no one loop's steps to time (mark the "
+    "loop's steps with sofa_top.agent.api.mark_step)"
+)
 
 
 def _ref(obj: object) -> Callable[[], object]:
@@ -66,6 +78,8 @@ def batch_of(args: tuple[Any, ...]) -> int | None:
         return None
 
 
+LEAD = 1 << 20  # a token's flag (never sent): the call is the lead model's
+
 if TYPE_CHECKING:
     # (span start, flags, span kind) for leave
     Token = tuple[tuple[float, float, float], int, int]
@@ -77,7 +91,6 @@ class ModelLoop:
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
         self.torch: TorchLoop | None = None
-        self.ticks = 0  # boundaries marked: the optimizer and backward clocks read it
         self.off: str | None = None  # why the clock stopped for good
         self.inside = False  # the loop's thread is inside a counted model call
         self._owner = 0
@@ -89,8 +102,10 @@ class ModelLoop:
         self._other: Callable[[], object] | None = None
         self._other_calls = 0
         self._torch_seen = False
+        self._overlaps = 0
         self._fed_at = 0
-        self._marks_at = (0, 0)
+        self._called = False  # a lead call since the last boundary
+        self._call_bs: int | None = None  # the last lead call's batch size
         # the running step: its start, number, batch size, and the spans/collectives at start
         self._running = False
         self._step = 0
@@ -119,14 +134,16 @@ class ModelLoop:
         elif source == "tf-function-call" and self._torch_seen:
             return None  # TensorFlow preprocessing for a torch model: input work
         torch = self.torch
-        if not (torch is not None and torch.in_step) and self._leads(model, source):
-            self._boundary(time.perf_counter(), ident, args)
+        lead = not (torch is not None and torch.in_step) and self._leads(model, source)
+        if lead:
+            self._called = True
+            self._call_bs = batch_of(args)
         self.inside = True
         self._held = None
         self._passing = False
         spans = self.agent.spans
         spans.sticky = flags
-        return (spans.start(self.agent.collective_s), flags, kind)
+        return (spans.start(self.agent.collective_s), flags | (LEAD if lead else 0), kind)
 
     def leave(self, token: Token) -> None:
         """The call whose ``enter`` returned ``token`` returned (or raised)."""
@@ -134,11 +151,29 @@ class ModelLoop:
         self.inside = False
         spans = self.agent.spans
         spans.sticky = 0
-        spans.end(kind, start, self.agent.collective_s, flags)
+        spans.end(kind, start, self.agent.collective_s, flags & ~LEAD)
         self._held = None  # the call's own fetch: this clock's step covers it
         if self._passing:
             self._passing = False
             self._running = False  # a loop inside the call marked its steps: restart
+            self._called = False
+            return
+        torch = self.torch
+        training = torch is not None and (torch.lead_steps or torch.backwards)
+        # an inference loop's call ends its step; so does one that cannot train (an
+        # evaluation pass of a training loop: no optimizer step will end it)
+        if flags & LEAD and (not training or flags & EVAL):
+            self._boundary(time.perf_counter(), threading.get_ident())
+
+    def mark(self, t: float) -> bool:
+        """The lead optimizer stepped (or, with none, a backward ended) at ``t``: the end of a
+        training iteration. True when this clock marks it (the lead model ran in it)."""
+        if not self._called or self.off is not None:
+            return False
+        ident = threading.get_ident()
+        if ident != self._owner:
+            return False
+        return self._boundary(t, ident)
 
     def _caller(self, ident: int) -> bool:
         """Whether a call on thread ``ident`` is the loop's (and which thread the loop is on)."""
@@ -162,11 +197,10 @@ class ModelLoop:
             return True
         if ident == self._owner:
             return True
-        if self._switches >= _SWITCHES_MAX:
-            self.stop(
-                "the model is called from several threads in turn: no one loop's steps to "
-                "time (mark the loop's steps with sofa_top.agent.api.mark_step)"
-            )
+        if self.inside:
+            self._overlaps += 1  # the loop's thread is inside its call: two at once
+        if self._switches >= _SWITCHES_MAX or self._overlaps >= _OVERLAPS:
+            self.stop(SEVERAL_THREADS)
             return False
         if self._run >= _HANDOFF:  # the loop moved to this thread (a warm-up was elsewhere)
             self._owner = ident
@@ -206,34 +240,27 @@ class ModelLoop:
             self._running = False
         return True
 
-    def _boundary(self, t: float, ident: int, args: tuple[Any, ...]) -> None:
+    def _boundary(self, t: float, ident: int) -> bool:
+        """The step's compute ended at ``t``; False when a clock that sees input marks the loop."""
         agent = self.agent
+        self._called = False
         if agent.fed != self._fed_at:
             self._fed_at = agent.fed
             if agent.fed_thread == ident:
                 self._running = False  # a clock that sees input marks this loop
-                return
-        torch = self.torch
-        marks = (0, 0) if torch is None else (torch.lead_steps, torch.backwards)
-        # a training loop: one step per step of the lead optimizer, else per backward
-        if marks[0] and marks[0] == self._marks_at[0]:
-            return  # the same iteration: another forward of the lead (an RNN's steps)
-        if not marks[0] and marks[1] and marks[1] == self._marks_at[1]:
-            return
-        self._marks_at = marks
-        self.ticks += 1
+                return False
         spans = agent.spans
         coll = agent.collective_s
         if self._running:
             compute = spans.total - self._compute_at + coll - self._collective_at
             host = max(0.0, t - self._last - compute)
-            agent.push((self._source, self._step, self._last, t, host, self._bs, -1.0))
+            agent.push((self._source, self._step, self._last, t, host, self._call_bs, -1.0))
             self._step += 1
         self._running = True
         self._last = t
-        self._bs = batch_of(args)
         self._compute_at = spans.total
         self._collective_at = coll
+        return True
 
     def _gate(self, record: StepRecord) -> bool:
         """``Agent.step_gate``: hold a step another clock marks inside a counted call."""

@@ -85,6 +85,17 @@ class RunFacts:
         return f"{self.mode or 'attach'} mode, attached to a running process (no agent)"
 
 
+def valid_steps(steps: Sequence[StepSample], agent: AgentInfo | None) -> list[StepSample]:
+    """``steps`` less those of a clock the agent stopped for a reason of the loop's (the
+    model called from several threads): what it marked before it knew is no loop's steps."""
+    stopped = {
+        hook
+        for hook, reason in (agent.hooks_skipped if agent is not None else ())
+        if hook in MODEL_CALL_SOURCES and reason.startswith("the model is called")
+    }
+    return [s for s in steps if s.source not in stopped] if stopped else list(steps)
+
+
 def step_sources(steps: Iterable[StepSample]) -> dict[str, int]:
     """Steps per source, most first."""
     return dict(Counter(s.source for s in steps).most_common())
@@ -106,20 +117,23 @@ def trained(steps: Iterable[StepSample]) -> bool:
     return any(s.phase_hint == "train" or s.source in TRAINING_SOURCES for s in steps)
 
 
-def phase_of(step: StepSample, training: bool) -> Phase:
-    """A step's phase; ``training``: the session trains (then a step that cannot train is an
-    evaluation, else inference). A step with no evidence either way follows the session, or
-    is inference where a model call without training ran in it; with nothing known at all
-    (a ``tf.function`` step over tf.data) it stays what a step always was: training."""
+def _infers(step: StepSample) -> bool:
+    """A model ran in the step, and it did not train."""
+    return step.phase_hint == "eval" or (
+        step.phase_hint == "" and (step.autograd is not None or step.source in MODEL_CALL_SOURCES)
+    )
+
+
+def phase_of(step: StepSample, training: bool, inferring: bool = False) -> Phase:
+    """A step's phase. ``training``: the session trains, so a step that cannot train is an
+    evaluation; ``inferring``: the session runs a model without training (then a step with
+    no evidence is inference too). With nothing known at all (a ``tf.function`` step over
+    tf.data, whose graph may train) a step stays what a step always was: training."""
     if step.phase_hint == "train" or step.source in TRAINING_SOURCES:
         return "train"
-    if step.phase_hint == "eval":
-        return "eval" if training else "inference"
     if training:
-        return "train"
-    if step.autograd is not None or step.source in MODEL_CALL_SOURCES:
-        return "inference"
-    return "train"
+        return "eval" if step.phase_hint == "eval" else "train"
+    return "inference" if inferring or _infers(step) else "train"
 
 
 def by_phase(
@@ -128,9 +142,10 @@ def by_phase(
     """The steps of each phase, in order (``training``: known of the session; None: from
     ``steps``)."""
     t = trained(steps) if training is None else training
+    inferring = not t and any(_infers(s) for s in steps)
     out: dict[Phase, list[StepSample]] = {}
     for s in steps:
-        out.setdefault(phase_of(s, t), []).append(s)
+        out.setdefault(phase_of(s, t, inferring), []).append(s)
     return out
 
 

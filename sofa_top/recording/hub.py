@@ -421,7 +421,7 @@ class Session:
         if self.target_exited:
             return self._verdict
         cutoff = now - WINDOW_S
-        steps = [s for s in self._steps if s.ts >= cutoff]
+        steps = [s for s in step_facts.valid_steps(self._steps, self._agent) if s.ts >= cutoff]
         if len(steps) < MIN_STEPS:
             # steps longer than the window (an LBFGS step, say) still count: the last few,
             # while the loop is still in its next one

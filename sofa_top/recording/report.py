@@ -270,6 +270,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
     )
     if not step_facts.failed(facts):
         facts = RunFacts(facts.mode, facts.launched, facts.agent, facts.exit_code, None)
+    r.steps = step_facts.valid_steps(r.steps, r.agent)
     verdict = judge(
         Evidence(
             steps=r.steps,

@@ -8,13 +8,17 @@
   ``no_grad``: an inference script that forgot it).
 * ``torch-nograd``: TensorFlow decodes and resizes the images, a PyTorch CNN under
   ``torch.no_grad()`` runs them (TensorFlow is imported only to decode).
-* ``keras-predict``: PIL/NumPy preprocessing, then ``model.predict(x, verbose=0)`` per batch.
+* ``keras-predict``: PIL/NumPy preprocessing, then ``model.predict_on_batch(x)`` per batch.
+* ``keras-predict-ds``: one ``model.predict(ds)`` over a serial tf.data map that decodes and
+  resizes (Keras' own loop; its truth is an ablation: the same pipeline iterated alone, the
+  model on its cached batches).
 * ``keras-evaluate``: PIL/NumPy preprocessing, then ``model.test_on_batch(x, y)`` per batch.
 * ``train-inloop``: a PyTorch training loop (forward, loss, backward, ``optimizer.step()``)
   whose batches are decoded and augmented in the loop body with PIL/NumPy.
 * ``serving``: one request at a time from a queue a producer thread fills: decode,
   preprocess, a PyTorch CNN on a batch of one under ``torch.inference_mode()``.
-* ``torch-compute``: the ``torch-nograd`` loop with a model heavy enough to dominate.
+* ``torch-compute``: the ``torch-nograd`` model, much wider, on a batch decoded once (the loop
+  body only flips it): compute-bound.
 * ``torch-eval``: ``train-inloop`` with an evaluation pass (``model.eval()``, ``no_grad``)
   of ``--eval-batches`` batches after every ``--eval-every`` training steps.
 
@@ -93,9 +97,8 @@ def jpegs(n: int = 16) -> list[bytes]:
     yy, xx = np.mgrid[0:SOURCE, 0:SOURCE]
     for i in range(n):
         base = (np.sin(xx / (7 + i)) + np.cos(yy / (11 + i))) * 60 + 128
-        img = np.stack([base, base[::-1], base.T], axis=-1) + rng.normal(
-            0, 20, (SOURCE,) * 2 + (3,)
-        )
+        noise = rng.normal(0, 20, (SOURCE, SOURCE, 3))
+        img = np.stack([base, base[::-1], base.T], axis=-1) + noise
         buf = io.BytesIO()
         Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(buf, format="JPEG")
         out.append(buf.getvalue())
@@ -192,16 +195,14 @@ def run_torch(truth: Truth, files: list[bytes], shape: str) -> None:
         import tensorflow as tf
 
         def load(i: int) -> Any:
-            return torch.from_numpy(
-                tf.transpose(tf_batch(tf, files, i * BATCH), (0, 3, 1, 2)).numpy()
-            )
+            nhwc = tf_batch(tf, files, i * BATCH)
+            return torch.from_numpy(tf.transpose(nhwc, (0, 3, 1, 2)).numpy())
+
+        base = load(0)
 
         def step(i: int) -> float:
-            if shape == "torch-compute":  # one image, the model on eight copies of it
-                x = torch.from_numpy(tf.transpose(tf_batch(tf, files, i, 1), (0, 3, 1, 2)).numpy())
-                x = x.repeat(BATCH, 1, 1, 1)
-            else:
-                x = load(i)
+            # torch-compute: a flip of a batch decoded once, the model heavy
+            x = load(i) if shape != "torch-compute" else (base.flip(-1) if i % 2 else base)
             t = time.perf_counter()
             with torch.no_grad():
                 model(x)
@@ -222,20 +223,52 @@ def run_keras(truth: Truth, files: list[bytes], shape: str) -> None:
     model = keras_cnn(16, channels_first=True)
     labels = np.arange(BATCH) % 10
 
-    # predict() costs ~0.2 s a call here whatever the batch: a larger batch keeps this loop's
-    # preprocessing the larger part, as the other shapes'
-    n = 8 * BATCH if shape == "keras-predict" else BATCH
-
     def step(i: int) -> float:
-        x = pil_batch(files, i * n, n)
+        x = pil_batch(files, i * BATCH)
         t = time.perf_counter()
         if shape == "keras-predict":
-            model.predict(x, verbose=0)
+            model.predict_on_batch(x)
         else:
             model.test_on_batch(x, labels)
         return time.perf_counter() - t
 
     timed_loop(truth, step)
+
+
+BATCHES = 80  # keras-predict-ds: one predict over this many batches
+
+
+def run_keras_predict_ds(truth: Truth, files: list[bytes]) -> None:
+    """``model.predict(ds)`` over a serial map whose function times itself (a serial map
+    with no prefetch makes predict wait for each of its elements in turn)."""
+    import tensorflow as tf
+
+    model = keras_cnn(16)
+    prep = [0.0]
+
+    def load(i: Any) -> Any:
+        t = time.perf_counter()
+        img = tf.io.decode_jpeg(files[int(i) % len(files)], channels=3)
+        img = tf.image.resize(tf.image.convert_image_dtype(img, tf.float32), (SIZE, SIZE))
+        out = tf.image.per_image_standardization(img)
+        prep[0] += time.perf_counter() - t
+        return out
+
+    def mapped(i: Any) -> Any:
+        out = tf.py_function(load, [i], tf.float32)
+        out.set_shape((SIZE, SIZE, 3))
+        return out
+
+    # serial: no num_parallel_calls, no prefetch
+    ds = tf.data.Dataset.range(BATCHES * BATCH).map(mapped).batch(BATCH)
+    model.predict_on_batch(np.zeros((BATCH, SIZE, SIZE, 3), np.float32))  # build and trace
+    truth.started()
+    prep[0] = 0.0
+    t0 = time.perf_counter()
+    model.predict(ds, verbose=0)
+    truth.steps = BATCHES
+    truth.total = time.perf_counter() - t0
+    truth.model = truth.total - prep[0]
 
 
 def run_train(args: argparse.Namespace, truth: Truth, files: list[bytes]) -> None:
@@ -338,6 +371,8 @@ def main() -> None:
         run_torch(truth, files, args.shape)
     elif args.shape in ("keras-predict", "keras-evaluate"):
         run_keras(truth, files, args.shape)
+    elif args.shape == "keras-predict-ds":
+        run_keras_predict_ds(truth, files)
     elif args.shape in ("train-inloop", "torch-eval"):
         run_train(args, truth, files)
     elif args.shape == "serving":
