@@ -26,6 +26,7 @@ span, a Keras optimizer's ``apply_gradients`` an optimizer span.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -67,14 +68,16 @@ def _counted(
     tls = agent.tls
     loop = model_loop.loops(agent)[0]
     where = f"the {source} hook"
+    perf = time.perf_counter
 
     def outer(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        t0 = perf()
         tls.depth = 1
         token = None
         try:
             kinds = flags_of(self, kwargs)
             if kinds is not None:
-                token = loop.enter(self, source, kinds[1], kinds[0], args)
+                token = loop.enter(self, source, kinds[1], kinds[0], args, t0)
         except Exception as e:
             agent.fail(where, e)
         try:

@@ -205,7 +205,7 @@ def time_zero_grad(agent: Agent, owner: type) -> None:
         try:
             return orig(self, *args, **kwargs)
         finally:
-            spans.end(OPTIMIZER, start, agent.collective_s)
+            spans.end(OPTIMIZER, start, agent.collective_s, ends_compute=False)
 
     agent.patches.set(owner, "zero_grad", zero_grad)
 

@@ -5,9 +5,12 @@ request at a time) has no DataLoader or tf.data iterator to time. What it always
 call of its model. The hooks (``hooks_model``) report each *outermost* model call of a thread
 (a PyTorch ``nn.Module`` call not nested in another, a Keras model call or
 ``predict``/``evaluate``/``..._on_batch``, a ``tf.function`` call) to ``ModelLoop.enter`` and
-``leave``; with the backward and optimizer spans (``spans``) they are the step's compute, and
-the rest of the step on that thread is its host time (sent as the step's input wait; the
-stacks say what it was).
+``leave``; with the backward and optimizer spans (``spans``) they are the step's compute. The
+step's host time is the loop thread's time between the end of the last compute span (a model
+call, a backward, an optimizer step) and the lead model's first call of this step, less the
+spans in it (``zero_grad``): it prepares that call's input; it is sent as the step's input
+wait, and the stacks say what it was. What the loop does between its compute spans (a loss or
+a metric in plain tensor ops, between the forward and the backward) is the step's compute.
 
 Boundaries: a step ends where its compute ends, and the next one's host time begins: at the
 return of a call of the *lead* model (the first model called; another one leads once it is
@@ -106,6 +109,7 @@ class ModelLoop:
         self._fed_at = 0
         self._called = False  # a lead call since the last boundary
         self._call_bs: int | None = None  # the last lead call's batch size
+        self._host: float | None = None  # the step's host time, known at its first lead call
         # the running step: its start, number, batch size, and the spans/collectives at start
         self._running = False
         self._step = 0
@@ -120,10 +124,17 @@ class ModelLoop:
     # -- the rare path: once per outermost model call ---------------------------------------
 
     def enter(
-        self, model: object, source: str, kind: int, flags: int, args: tuple[Any, ...]
+        self,
+        model: object,
+        source: str,
+        kind: int,
+        flags: int,
+        args: tuple[Any, ...],
+        t0: float | None = None,
     ) -> Token | None:
-        """An outermost model call starts on this thread; a token for ``leave``, or None when
-        the call is not the loop's (another thread, inside a fetch, the clock stopped)."""
+        """An outermost model call starts on this thread (at ``t0``, perf_counter: before the
+        hook's own work); a token for ``leave``, or None when the call is not the loop's
+        (another thread, inside a fetch, the clock stopped)."""
         if self.off is not None or self.agent.tls.fetching:
             return None
         ident = threading.get_ident()
@@ -136,6 +147,8 @@ class ModelLoop:
         torch = self.torch
         lead = not (torch is not None and torch.in_step) and self._leads(model, source)
         if lead:
+            if self._host is None:
+                self._host = self._host_before(time.perf_counter() if t0 is None else t0)
             self._called = True
             self._call_bs = batch_of(args)
         self.inside = True
@@ -157,6 +170,7 @@ class ModelLoop:
             self._passing = False
             self._running = False  # a loop inside the call marked its steps: restart
             self._called = False
+            self._host = None
             return
         torch = self.torch
         training = torch is not None and (torch.lead_steps or torch.backwards)
@@ -240,10 +254,20 @@ class ModelLoop:
             self._running = False
         return True
 
+    def _host_before(self, t0: float) -> float:
+        """The host time before a call at ``t0``: since the end of the last compute span (or
+        the step's start), less the spans and collectives in between (``zero_grad``)."""
+        spans, agent = self.agent.spans, self.agent
+        end, total, coll = spans.last
+        if end < self._last:  # no compute since the step began
+            end, total, coll = self._last, self._compute_at, self._collective_at
+        return max(0.0, t0 - end - (spans.total - total) - (agent.collective_s - coll))
+
     def _boundary(self, t: float, ident: int) -> bool:
         """The step's compute ended at ``t``; False when a clock that sees input marks the loop."""
         agent = self.agent
         self._called = False
+        host, self._host = self._host, None
         if agent.fed != self._fed_at:
             self._fed_at = agent.fed
             if agent.fed_thread == ident:
@@ -252,12 +276,16 @@ class ModelLoop:
         spans = agent.spans
         coll = agent.collective_s
         if self._running:
-            compute = spans.total - self._compute_at + coll - self._collective_at
-            host = max(0.0, t - self._last - compute)
+            if host is None:  # no lead call seen: all of the step but its spans
+                host = t - self._last - (spans.total - self._compute_at)
+                host = max(0.0, host - (coll - self._collective_at))
             agent.push((self._source, self._step, self._last, t, host, self._call_bs, -1.0))
             self._step += 1
         self._running = True
         self._last = t
+        # this bookkeeping is the agent's, not the loop's host time: counted with the spans
+        # (in no kind of the split), it stays out of the next step's host time
+        spans.total += max(0.0, time.perf_counter() - t)
         self._compute_at = spans.total
         self._collective_at = coll
         return True

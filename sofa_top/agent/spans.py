@@ -38,7 +38,7 @@ class CallDepth(threading.local):
 class ComputeSpans:
     """Cumulative exclusive span time per kind; the hooks add, ``take`` hands out deltas."""
 
-    __slots__ = ("_at", "flags", "kinds", "sticky", "total")
+    __slots__ = ("_at", "flags", "kinds", "last", "sticky", "total")
 
     def __init__(self) -> None:
         self.total = 0.0  # all spans, exclusive: inner spans are taken out of outer ones
@@ -48,22 +48,33 @@ class ComputeSpans:
         # steps another clock marks inside a Keras predict are inference steps)
         self.sticky = 0
         self._at = [0.0, 0.0, 0.0]
+        # when the last compute span ended, and the spans and collectives then: what follows
+        # it up to the next model call is host time (``model_loop``)
+        self.last = (0.0, 0.0, 0.0)
 
     def start(self, collective_s: float) -> tuple[float, float, float]:
         """A span begins: (perf_counter, spans so far, collectives so far)."""
         return (time.perf_counter(), self.total, collective_s)
 
     def end(
-        self, kind: int, start: tuple[float, float, float], collective_s: float, flags: int = 0
+        self,
+        kind: int,
+        start: tuple[float, float, float],
+        collective_s: float,
+        flags: int = 0,
+        ends_compute: bool = True,
     ) -> float:
         """A span ends: its own time (less inner spans and collectives) is added to ``kind``
-        (``FORWARD``..``OPTIMIZER``, or 3: opaque); returns that time."""
+        (``FORWARD``..``OPTIMIZER``, or 3: opaque); returns that time. ``ends_compute``:
+        False for work that prepares the next step rather than ending one (``zero_grad``)."""
         t0, inner0, coll0 = start
-        own = time.perf_counter() - t0 - (self.total - inner0) - (collective_s - coll0)
-        own = max(0.0, own)
+        now = time.perf_counter()
+        own = max(0.0, now - t0 - (self.total - inner0) - (collective_s - coll0))
         self.total += own
         self.kinds[kind] += own
         self.flags |= flags | SEEN | (OPAQUE if kind == 3 else 0)
+        if ends_compute:
+            self.last = (now, self.total, collective_s)
         return own
 
     def take(self) -> tuple[float, float, float, int]:

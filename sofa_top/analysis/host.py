@@ -7,9 +7,11 @@ samples of that thread taken outside those calls say what it was:
 - ``sync``: a ``.item()``, ``.cpu()``, ``.numpy()``, ``.tolist()`` or ``synchronize()`` on the
   sampled line (the device's work is waited for; read from the source line, since the call
   itself is native and has no frame);
-- ``python``: logging, ``print``, progress bars, checkpoints, metrics writers;
-- ``compute``: a loss function called outside the model (``F.cross_entropy``), the model's
-  work all the same;
+- ``python``: logging, ``print``, progress bars, checkpoints, metrics writers, and the loop's
+  own statements (Python running in the function that calls the model: its ``for``, its
+  counters; the work it calls, or native work on its lines, is preparation);
+- ``compute``: a loss function called outside the model (``F.cross_entropy``), a weight update
+  written by hand (a line that reads ``.grad``): the model's work all the same;
 - ``input``: the rest: decoding, resizing, tokenising, collating, reading and waiting for the
   next request or file (idle samples of the loop's thread between model calls are a wait for
   input), the user's own code building the next sample.
@@ -32,6 +34,8 @@ from sofa_top.model.samples import Frame, StackCount
 HOST_CLASSES = ("input", "python", "sync", "compute")
 _SYNC = re.compile(r"\.(item|cpu|numpy|tolist)\(\s*\)|\.to\(\s*['\"]cpu['\"]|synchronize\(")
 _PRINT = re.compile(r"(^|[^\w.])print\(")
+_GRAD = re.compile(r"\.grad\b")
+_LIBRARIES = ("/torch/", "/tensorflow/", "/keras/", "/site-packages/", "/dist-packages/", "<frozen")
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -42,10 +46,25 @@ def _line(filename: str, line: int) -> str:
         return ""
 
 
-def host_class(frames: tuple[Frame, ...]) -> str | None:
-    """The host class of one stack of the loop's thread; None inside the step's compute."""
+def loop_frame(frames: tuple[Frame, ...]) -> tuple[str, str] | None:
+    """(function, file) of the code that calls the model in a stack inside a model call: the
+    last frame outside the frameworks before the call."""
+    found: tuple[str, str] | None = None
+    for f in frames:
+        if in_model_call((f,)):
+            return found
+        if not any(lib in "/" + f.filename for lib in _LIBRARIES):
+            found = (f.function, f.filename)
+    return None
+
+
+def host_class(
+    frames: tuple[Frame, ...], klass: str = "input", loops: frozenset[tuple[str, str]] = frozenset()
+) -> str | None:
+    """The host class of one stack of the loop's thread; None inside the step's compute.
+    ``klass``: the stack's class; ``loops``: the functions that call the model."""
     if not frames:
-        return "input"
+        return None  # no Python frame to tell what the thread did: left out
     leaf = frames[-1]
     text = _line(leaf.filename, leaf.line)
     if _SYNC.search(text) or (leaf.function.endswith("synchronize") and "/cuda/" in leaf.filename):
@@ -54,16 +73,22 @@ def host_class(frames: tuple[Frame, ...]) -> str | None:
         return None
     if is_host_python(frames) or _PRINT.search(text):
         return "python"
-    if is_loss(frames):
+    if klass == "python" and (leaf.function, leaf.filename) in loops:
+        return "python"  # the loop's own statements, holding the GIL
+    if is_loss(frames) or _GRAD.search(text):
         return "compute"
     return "input"
 
 
 def host_counts(stacks: Iterable[StackCount]) -> Counter[str]:
     """Samples per host class over ``stacks`` (one thread's)."""
+    stacks = list(stacks)
+    loops = frozenset(
+        f for f in (loop_frame(s.frames) for s in stacks if in_model_call(s.frames)) if f
+    )
     counts: Counter[str] = Counter()
     for s in stacks:
-        klass = host_class(s.frames)
+        klass = host_class(s.frames, s.klass, loops)
         if klass is not None:
             counts[klass] += s.count
     return counts

@@ -134,7 +134,7 @@ def summarize(
     total = sum(s.count for s in stacks)
     if total <= 0:
         return None
-    host, host_n = _host_split(stacks)
+    host, host_n = _host_split(windows, stacks)
 
     own: Counter[tuple[str, str]] = Counter()
     anywhere: Counter[tuple[str, str]] = Counter()
@@ -204,16 +204,24 @@ def summarize(
     )
 
 
-def _host_split(stacks: list[StackCount]) -> tuple[dict[str, float] | None, int]:
-    """The host split of the thread with the most samples inside model calls (the loop's);
-    (None, 0) when no thread was seen in one."""
+def _host_split(
+    windows: Sequence[StackWindow], stacks: list[StackCount]
+) -> tuple[dict[str, float] | None, int]:
+    """The host split of the thread with the most samples inside model calls (the loop's),
+    over the windows in which it called its model (not its imports, nor its setup before the
+    loop); (None, 0) when no thread was seen in one."""
     per: dict[tuple[int, int], list[StackCount]] = defaultdict(list)
     for s in stacks:
         per[(s.pid, s.tid)].append(s)
-    best = max(per.values(), key=model_samples, default=[])
+    key, best = max(per.items(), key=lambda kv: model_samples(kv[1]), default=((0, 0), []))
     if not best or model_samples(best) == 0:
         return None, 0
-    counts = host_counts(best)
+    looping: list[StackCount] = []
+    for w in windows:
+        mine = [_without_agent(c) for c in w.stacks if (c.pid, c.tid) == key and c.count > 0]
+        if model_samples(mine):
+            looping += (c for c in mine if not is_agent_stack(c))
+    counts = host_counts(looping)
     n = sum(counts.values())
     if n == 0:
         return {k: 0.0 for k in HOST_CLASSES}, 0

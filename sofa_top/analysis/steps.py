@@ -158,10 +158,13 @@ def main_phase(phases: Mapping[Phase, Sequence[StepSample]], least: int = 1) -> 
 
 
 def input_share(host_split: Mapping[str, float] | None, host_samples: int) -> float:
-    """The input share of the host time (all of it when the stacks cannot split it)."""
+    """The input share of the host time: input over input, python and syncs (the compute
+    class, a loss between the forward and the backward, is not in the clock's host time);
+    all of it when the stacks cannot split it."""
     if host_split is None or host_samples < MIN_HOST_SAMPLES:
         return 1.0
-    return float(host_split.get("input", 0.0))
+    known = sum(float(host_split.get(k, 0.0)) for k in ("input", "python", "sync"))
+    return float(host_split.get("input", 0.0)) / known if known > 0 else 1.0
 
 
 def input_fraction(

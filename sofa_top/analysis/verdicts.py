@@ -377,7 +377,10 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "t
     in_body = evidence["step_source"] in step_facts.MODEL_CALL_SOURCES
     if measured is None:
         return _judge_unmeasured(ev, fw, evidence, conf)
-    if frac >= MODERATE_INPUT_FRACTION:
+    # a little host time the stacks could not split may be the loop's own Python: only a
+    # share past the high bar is called input without them
+    unsplit = in_body and (stacks is None or stacks.host_samples < step_facts.MIN_HOST_SAMPLES)
+    if frac >= (HIGH_INPUT_FRACTION if unsplit else MODERATE_INPUT_FRACTION):
         high = frac >= HIGH_INPUT_FRACTION
         where = f" in stage {evidence['bottleneck_stage']}" if evidence["bottleneck_stage"] else ""
         headline = f"input-bound: {frac:.0%} of each {noun} waits for input{where}"
