@@ -30,7 +30,7 @@ def record(tmp_path: Path, *cmd: str) -> tuple[dict[str, Any], list[str]]:
     [
         ("lying-length", "IndexError: index 1024 is out of bounds", "torch-dataloader"),
         ("worker-raises", "ValueError: corrupt sample 700", "torch-dataloader"),
-        ("generator-ends", "StopIteration", "torch-optimizer"),
+        ("generator-ends", "StopIteration", "torch-model-call"),
     ],
 )
 def test_a_loop_that_fails_keeps_its_steps_and_says_why(

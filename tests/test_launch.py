@@ -73,13 +73,13 @@ def test_input_fraction_matches_the_workloads_own(
 
 
 @pytest.mark.slow
-def test_torch_optimizer_only_loop_gets_step_times(recordings: Recordings) -> None:
-    """No DataLoader: the steps come from optimizer.step, and their times are the loop's."""
+def test_torch_loop_without_a_dataloader_gets_step_times(recordings: Recordings) -> None:
+    """No DataLoader: the steps come from the model's calls, and their times are the loop's."""
     rec = recordings.get("torch optimizer")
     steps = rec.steps()
-    assert len(steps) >= 20 and {s.source for s in steps} == {"torch-optimizer"}
+    assert len(steps) >= 20 and {s.source for s in steps} == {"torch-model-call"}
     assert rec.summary["steps"]["count"] == len(steps)
-    # agent step n runs from optimizer step n to n + 1: steps WARMUP-1.. cover the iterations
+    # agent step n runs from the end of iteration n to n + 1: steps WARMUP-1.. cover those
     # the workload timed (WARMUP..); compare the same statistic over the same steps
     own_ms = rec.value("SELF_STEP_MS")
     agent_ms = statistics.fmean(s.duration_s for s in steps[rec.warmup - 1 :]) * 1e3

@@ -56,6 +56,7 @@ MODEL_SOURCES = ("torch-model-call", "keras-model-call", "tf-function-call")
 _SWITCHES_MAX = 6  # caller changes without a long run of one thread: several threads
 _LONG_RUN = 4  # calls of one thread in a row that forgive two earlier switches
 _HANDOFF = 3  # calls in a row of a new thread: the loop moved there
+_MAX_OTHERS = 16  # other models counted between two calls of the lead
 _OVERLAPS = 3  # calls of other threads while the loop's thread is inside its own: at once
 SEVERAL_THREADS = (
     "the model is called from several threads: no one loop's steps to time (mark the "
@@ -102,8 +103,8 @@ class ModelLoop:
         self._switches = 0
         self._lead: Callable[[], object] | None = None
         self._source = ""
-        self._other: Callable[[], object] | None = None
-        self._other_calls = 0
+        # the other models called since the lead's last call: id -> (weakref, calls)
+        self._others: dict[int, tuple[Callable[[], object], int]] = {}
         self._torch_seen = False
         self._overlaps = 0
         self._fed_at = 0
@@ -234,21 +235,24 @@ class ModelLoop:
 
     def _leads(self, model: object, source: str) -> bool:
         lead = self._lead() if self._lead is not None else None
+        others = self._others
         if lead is model:
-            self._other = None
+            others.clear()
             return True
         if lead is not None:
-            other = self._other() if self._other is not None else None
-            if other is not model:
-                self._other = _ref(model)
-                self._other_calls = 1
+            ref, calls = others.get(id(model), (None, 0))
+            if ref is None or ref() is not model:
+                if len(others) >= _MAX_OTHERS:
+                    others.clear()
+                others[id(model)] = (_ref(model), 1)
                 return False
-            self._other_calls += 1
-            if self._other_calls < 2:
+            if calls < 1:
+                others[id(model)] = (ref, calls + 1)
                 return False
-        # the first model, or another one called twice while the lead was not: it leads
+        # the first model, or another one called twice while the lead was not (a criterion
+        # called between them keeps its own count): it leads
         self._lead = _ref(model)
-        self._other = None
+        others.clear()
         if source != self._source:
             self._source = source
             self._running = False

@@ -129,6 +129,10 @@ MODEL_CALL_RULES: tuple[_Rule, ...] = _rules(
 
 # Training and distributed work outside the model's call: compute wherever it runs.
 TRAINING_RULES: tuple[_Rule, ...] = _rules(
+    (
+        "/torch/nn/modules/module.py",
+        ("zero_grad", "parameters", "named_parameters", "_named_members", "train", "eval"),
+    ),
     ("/torch/autograd/", None),
     ("/torch/optim/", None),
     ("/torch/_tensor.py", ("backward",)),
@@ -338,6 +342,11 @@ def in_model_call(frames: Sequence[Frame]) -> bool:
 def is_host_python(frames: Sequence[Frame]) -> bool:
     """Whether a stack logs, prints progress or saves a checkpoint (``analysis.host``)."""
     return bool(_seen(tuple(frames)) & _HOST_PY)
+
+
+def is_importing(frames: Sequence[Frame]) -> bool:
+    """Whether a stack is importing a module (a framework's lazy import in the loop)."""
+    return bool(_seen(tuple(frames)) & _IMPORT)
 
 
 def is_loss(frames: Sequence[Frame]) -> bool:

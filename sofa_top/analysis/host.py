@@ -7,9 +7,9 @@ samples of that thread taken outside those calls say what it was:
 - ``sync``: a ``.item()``, ``.cpu()``, ``.numpy()``, ``.tolist()`` or ``synchronize()`` on the
   sampled line (the device's work is waited for; read from the source line, since the call
   itself is native and has no frame);
-- ``python``: logging, ``print``, progress bars, checkpoints, metrics writers, and the loop's
-  own statements (Python running in the function that calls the model: its ``for``, its
-  counters; the work it calls, or native work on its lines, is preparation);
+- ``python``: logging, ``print``, progress bars, checkpoints, metrics writers, imports, and the
+  loop's own statements (Python running in the function that calls the model: its ``for``,
+  its counters; the work it calls, or native work on its lines, is preparation);
 - ``compute``: a loss function called outside the model (``F.cross_entropy``), a weight update
   written by hand (a line that reads ``.grad``): the model's work all the same;
 - ``input``: the rest: decoding, resizing, tokenising, collating, reading and waiting for the
@@ -28,7 +28,13 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-from sofa_top.analysis.classify import in_model_call, is_host_python, is_loss, model_side
+from sofa_top.analysis.classify import (
+    in_model_call,
+    is_host_python,
+    is_importing,
+    is_loss,
+    model_side,
+)
 from sofa_top.model.samples import Frame, StackCount
 
 HOST_CLASSES = ("input", "python", "sync", "compute")
@@ -71,12 +77,12 @@ def host_class(
         return "sync"
     if model_side(frames):
         return None
-    if is_host_python(frames) or _PRINT.search(text):
+    if is_host_python(frames) or is_importing(frames) or _PRINT.search(text):
         return "python"
-    if klass == "python" and (leaf.function, leaf.filename) in loops:
-        return "python"  # the loop's own statements, holding the GIL
     if is_loss(frames) or _GRAD.search(text):
         return "compute"
+    if klass == "python" and (leaf.function, leaf.filename) in loops:
+        return "python"  # the loop's own statements, holding the GIL
     return "input"
 
 

@@ -274,7 +274,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
     verdict = judge(
         Evidence(
             steps=r.steps,
-            stacks=summary,
+            stacks=_during_steps(r.windows, r.steps) or summary,
             tree_cpu=tree_mean,
             cpu_count=int(meta.get("cpu_count") or 1),
             pipeline=r.pipeline,
@@ -318,6 +318,16 @@ def session_summary(path: str | Path) -> dict[str, Any]:
         "straggler": straggler_json(rank_verdict),
         "rank_verdict": None if rank_verdict is None else rank_verdict.as_json(),
     }
+
+
+def _during_steps(windows: list[StackWindow], steps: list[StepSample]) -> StackSummary | None:
+    """The stacks of the windows the steps ran in (the verdict judges the loop, not the
+    imports before it); None without steps or such windows."""
+    if not steps:
+        return None
+    first, last = min(s.start for s in steps), max(s.ts for s in steps)
+    during = [w for w in windows if w.ts_end >= first and w.ts_start <= last]
+    return summarize(during) if during else None
 
 
 def _agent_dropped(reader: SessionReader) -> int:
