@@ -24,7 +24,7 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 def _torch_model() -> Any:
@@ -79,7 +79,7 @@ def recursion(seconds: float, depth: int) -> float:
         while time.monotonic() < end:
             x2 = x + float(np.sin(out))  # a little work in the loop body
             out = float(model(x2, depth).sum())
-    return out
+        return float(model(x, depth).sum())  # the same whatever the loop's length
 
 
 class Features:
