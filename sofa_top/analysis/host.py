@@ -7,8 +7,8 @@ samples of that thread taken outside those calls say what it was:
 - ``sync``: a ``.item()``, ``.cpu()``, ``.numpy()``, ``.tolist()`` or ``synchronize()`` on the
   sampled line (the device's work is waited for; read from the source line, since the call
   itself is native and has no frame);
-- ``python``: logging, ``print``, progress bars, checkpoints, metrics writers, imports, and the
-  loop's own statements (Python running in the function that calls the model: its ``for``,
+- ``python``: logging, ``print``, progress bars, checkpoints, metrics writers, and the loop's
+  own statements (Python running in the function that calls the model: its ``for``,
   its counters; the work it calls, or native work on its lines, is preparation);
 - ``compute``: a loss function called outside the model (``F.cross_entropy``), a weight update
   written by hand (a line that reads ``.grad``): the model's work all the same;
@@ -16,8 +16,9 @@ samples of that thread taken outside those calls say what it was:
   next request or file (idle samples of the loop's thread between model calls are a wait for
   input), the user's own code building the next sample.
 
-Source lines are read with ``linecache`` (the workload's files, on this machine); a line that
-cannot be read leaves the frames to decide.
+Imports are left out: in the windows a loop runs in they are nearly all its setup, just
+before its first step. Source lines are read with ``linecache`` (the workload's files, on
+this machine); a line that cannot be read leaves the frames to decide.
 """
 
 from __future__ import annotations
@@ -75,9 +76,9 @@ def host_class(
     text = _line(leaf.filename, leaf.line)
     if _SYNC.search(text) or (leaf.function.endswith("synchronize") and "/cuda/" in leaf.filename):
         return "sync"
-    if model_side(frames):
-        return None
-    if is_host_python(frames) or is_importing(frames) or _PRINT.search(text):
+    if model_side(frames) or is_importing(frames):
+        return None  # the step's compute; an import (mostly the loop's setup, just before it)
+    if is_host_python(frames) or _PRINT.search(text):
         return "python"
     if is_loss(frames) or _GRAD.search(text):
         return "compute"
