@@ -52,16 +52,20 @@ def say_injection(run: Run) -> None:
 
 def launch(args: argparse.Namespace) -> int:
     """``sofa-top launch -- CMD``."""
+    return dashboard(open_launch(launch_request(args)))
+
+
+def launch_request(args: argparse.Namespace) -> LaunchRequest:
+    """What ``sofa-top launch`` asks for (in a terminal or, with ``--web``, in a browser)."""
     if not args.cmd:
         raise UserError("launch needs a command: sofa-top launch -- python train.py")
-    req = LaunchRequest(
+    return LaunchRequest(
         cmd=tuple(args.cmd),
         name=args.name,
         output=args.output,
         sampling=sampling_of(args),
         metrics=metrics_of(args),
     )
-    return dashboard(open_launch(req))
 
 
 def demo(args: argparse.Namespace) -> int:
