@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -129,20 +129,39 @@ class Page:
     async def wait_text(self, needle: str, timeout: float) -> str:
         """Wait until the terminal shows ``needle``; the screen then (TimeoutError says what
         it showed last)."""
+        return await self.wait_screen(lambda s: needle in s, timeout, repr(needle))
+
+    async def wait_screen(self, ready: Callable[[str], bool], timeout: float, what: str) -> str:
+        """Wait until ``ready(screen)``; the screen then."""
         deadline = time.monotonic() + timeout
         last: str | None = None
         while time.monotonic() < deadline:
             last = await self.screen_text()
-            if last is not None and needle in last:
+            if last is not None and ready(last):
                 return last
             await asyncio.sleep(0.25)
-        raise TimeoutError(f"{needle!r} not on the page after {timeout:g} s; it showed:\n{last}")
+        raise TimeoutError(f"{what} not on the page after {timeout:g} s; it showed:\n{last}")
 
     async def press(self, key: str) -> None:
         """Type one printable key into the terminal (its hidden textarea has the focus)."""
         await self.evaluate("document.querySelector('.xterm-helper-textarea')?.focus(), true")
         await self.send("Input.dispatchKeyEvent", type="keyDown", key=key, text=key)
         await self.send("Input.dispatchKeyEvent", type="keyUp", key=key)
+
+    async def type_text(self, text: str) -> None:
+        """Type ``text`` into the terminal."""
+        await self.evaluate("document.querySelector('.xterm-helper-textarea')?.focus(), true")
+        await self.send("Input.insertText", text=text)
+
+    async def enter(self) -> None:
+        """Press Enter."""
+        enter = {"key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13}
+        await self.send("Input.dispatchKeyEvent", type="keyDown", text="\r", **enter)
+        await self.send("Input.dispatchKeyEvent", type="keyUp", **enter)
+
+    async def location(self) -> str:
+        """The page's current URL."""
+        return str(await self.evaluate("window.location.href"))
 
     async def screenshot(self, path: Path) -> int:
         """Save a PNG of the page; its size in bytes."""

@@ -243,3 +243,50 @@ def test_launch_web_in_chromium(served: tuple[Owner, Path], tmp_path: Path) -> N
     assert owner.proc.returncode == 0, "".join(owner.err)
     assert wait_until(lambda: not job.is_running() or job.status() == "zombie", 30)
     assert any("session saved" in line for line in owner.out)
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_serve_home_launches_a_run_the_page_does_not_own(tmp_path: Path) -> None:
+    """``sofa-top serve``: the home screen in Chromium launches a command typed into it; the
+    page moves to that run's dashboard; closing it leaves the run going; SIGTERM on the server
+    stops it and finalizes its session."""
+    assert CHROMIUM is not None
+    pytest.importorskip("torch")
+    owner = Owner([SOFA_TOP, "serve", "--port", "0"], {**os.environ})
+    try:
+        url = owner.wait_url()
+        command = " ".join(workload("torch_input_bound", 300))
+
+        async def page() -> str:
+            async with browser_page(CHROMIUM) as page:
+                await page.open(url)
+                # the scan and the session list done: the home screen takes keys
+                await page.wait_screen(
+                    lambda s: "no saved session" in s and "scanning" not in s, 60, "the home"
+                )
+                # "/" focuses the command line; what is typed must show there before Enter
+                # (a key that arrived before the page had focus would leave it elsewhere)
+                for _ in range(5):
+                    await page.press("/")
+                    await page.type_text(command)
+                    try:
+                        await page.wait_text("torch_input_bound.py 300", 5)
+                        break
+                    except TimeoutError:
+                        continue
+                await page.enter()
+                screen = await page.wait_text("INPUT-BOUND", 180)
+                assert "/view/" in await page.location()
+                return screen
+
+        screen = asyncio.run(page())
+        assert "torch_input_bound.py" in screen
+        assert wait_until(lambda: not viewers(owner), 60)
+        (job,) = workload_procs(owner)
+        assert job.is_running()
+        os.kill(owner.proc.pid, signal.SIGTERM)
+        assert owner.proc.wait(120) == 0, "".join(owner.err)
+        assert wait_until(lambda: not job.is_running() or job.status() == "zombie", 30)
+    finally:
+        owner.stop()
