@@ -63,6 +63,10 @@ def _dispatch(command: str | None, args: argparse.Namespace) -> int:
         from sofa_top.cli.cluster import cluster_main
 
         return cluster_main(args)
+    if command == "diff":
+        from sofa_top.cli.diff import diff_main
+
+        return diff_main(args)
     if command == "serve":
         from sofa_top.cli.web import serve
 

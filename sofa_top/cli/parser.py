@@ -7,6 +7,7 @@ from typing import NoReturn
 
 from sofa_top import __version__
 from sofa_top.cli.compare import add_compare_parser
+from sofa_top.cli.diff import add_diff_parser
 from sofa_top.launch import (
     DEFAULT_INJECT_TIMEOUT_S,
     DEFAULT_INTERVAL_S,
@@ -260,4 +261,5 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("doctor", help="check what sofa-top can see on this machine")
     add_compare_parser(sub)
+    add_diff_parser(sub)
     return p
