@@ -57,9 +57,9 @@ def test_input_bound_against_compute_bound(recordings: Recordings, tmp_path: Pat
     main_b = b.summary["steps"].get("phase") or "all"
     if main_a == main_b:
         wait = got[(f"phase {main_a}", "input_wait_fraction")]
-        expect = b.summary["steps"]["input_wait_fraction"] - a.summary["steps"][
-            "input_wait_fraction"
-        ]
+        expect = (
+            b.summary["steps"]["input_wait_fraction"] - a.summary["steps"]["input_wait_fraction"]
+        )
         assert wait["change"] == pytest.approx(expect)
         assert wait["regressed"] is (expect > 0.10)
         assert expect > 0.10

@@ -110,6 +110,13 @@ PHASE_FIGURES: tuple[tuple[str, Better], ...] = (
 )
 
 
+CPU_FIGURES: tuple[tuple[str, Better], ...] = (
+    ("tree_mean_percent", "none"),
+    ("rss_max_bytes", "lower"),
+    ("threads_max", "none"),
+)
+
+
 def _phases(summary: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     steps = summary.get("steps") or {}
     phases = steps.get("phases")
@@ -139,11 +146,8 @@ def _session_rows(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Row]:
     ra, rb = va.get("recommendations") or [], vb.get("recommendations") or []
     rows.append(Row("verdict", "first fix", _first(ra), _first(rb)))
     ca, cb = a.get("cpu") or {}, b.get("cpu") or {}
-    rows += [
-        Row("cpu", "tree_mean_percent", _get(ca, "tree_mean_percent"), _get(cb, "tree_mean_percent")),
-        Row("cpu", "rss_max_bytes", _get(ca, "rss_max_bytes"), _get(cb, "rss_max_bytes"), "lower"),
-        Row("cpu", "threads_max", _get(ca, "threads_max"), _get(cb, "threads_max")),
-    ]  # fmt: skip
+    for name, better in CPU_FIGURES:
+        rows.append(Row("cpu", name, _get(ca, name), _get(cb, name), better))
     sa, sb = (a.get("stacks") or {}).get("split") or {}, (b.get("stacks") or {}).get("split") or {}
     for name in _union(sa, sb):
         rows.append(Row("stacks split", name, sa.get(name), sb.get(name)))
