@@ -72,6 +72,7 @@ def demo(args: argparse.Namespace) -> int:
     """``sofa-top demo [tf|torch]``: a bundled input-bound workload under the dashboard."""
     from sofa_top.demos import DEMOS
 
+    need_framework(args.framework)
     cmd = [sys.executable, str(DEMOS[args.framework])]
     if args.seconds:
         cmd += ["--seconds", str(args.seconds)]
@@ -89,6 +90,18 @@ def demo(args: argparse.Namespace) -> int:
         sampling=sampling_of(args),
     )
     return dashboard(open_launch(req))
+
+
+def need_framework(framework: str) -> None:
+    """A demo needs its framework in sofa-top's own environment (its extra)."""
+    import importlib.util
+
+    module, name = {"tf": ("tensorflow", "TensorFlow"), "torch": ("torch", "PyTorch")}[framework]
+    if importlib.util.find_spec(module) is None:
+        raise UserError(
+            f"the {framework} demo needs {name} beside sofa-top: "
+            f"pip install 'sofa-top[{framework}]'"
+        )
 
 
 def dashboard(run: Run) -> int:

@@ -8,6 +8,8 @@ and nothing else.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import sys
 import threading
@@ -15,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
 from rich.text import Text
 from textual import work
 
@@ -169,6 +172,19 @@ class WebHome(HomeApp):
             self.notify(str(reply.get("error")), severity="error", timeout=8)
 
 
+def stop_own_children(grace_s: float = 5.0) -> None:
+    """Stop what this page's process started itself: an optimizer comparison's runs (each in
+    a session of its own, so their process groups), so that closing the page orphans nothing."""
+    children = psutil.Process().children()
+    for child in children:
+        with contextlib.suppress(OSError):
+            os.killpg(child.pid, signal.SIGTERM)
+    _gone, alive = psutil.wait_procs(children, timeout=grace_s)
+    for child in alive:
+        with contextlib.suppress(OSError):
+            os.killpg(child.pid, signal.SIGKILL)
+
+
 def run_view(channel: str, kind: str, arg: str) -> int:
     """Draw one view until the page closes or the user leaves it."""
     hello = ask(channel, {"op": "hello"})
@@ -208,10 +224,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("usage: python -m sofa_top.web.viewer CHANNEL run|replay|home ARG", file=sys.stderr)
         return 2
     try:
-        return run_view(*args)
+        code = run_view(*args)
     except ChannelClosed as exc:
         print(f"sofa-top: {exc}", file=sys.stderr)
-        return 1
+        code = 1
+    stop_own_children()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # A comparison's thread may still be in the executor: nothing of it is left to wait for.
+    os._exit(code)
 
 
 if __name__ == "__main__":
