@@ -56,7 +56,7 @@ RANKS = 4
 STEPS = {"dataloader-cpu": 250, "storage": 100, "compute": 130, "inference": 330, "ddp": 150}
 TORCH_PIN = "torch==2.13.0"
 INPUT_FUNCTIONS = ("__getitem__", "burn")  # the workloads' input code, by name
-LOOP_FUNCTIONS = ("train", "infer")
+LOOP_FUNCTIONS = ("timed_loop", "infer_loop")  # the timed loops; warm_up is left out
 # the code change each tool needs on these workloads (plain PyTorch loops)
 CHANGES = {
     "sofa-top": "none (`sofa-top record -- python train.py`)",
@@ -214,13 +214,16 @@ def read_diagnosis(res: Result, stdout: str, out: Path) -> None:
 
 def pyspy_input_shares(raw: str) -> dict[int, float]:
     """Per process (0: the one process of a run without ``--subprocesses``): of py-spy's
-    samples in the workload's loop (``train`` / ``infer``, start-up and imports left out, as a
-    reader zooms in), the share with an input function on the stack."""
+    samples in the workload's timed loop (``timed_loop`` / ``infer_loop``: start-up, imports
+    and warm-up left out, as a reader zooms in), the share with an input function on the
+    stack."""
     total: dict[int, int] = {}
     inputs: dict[int, int] = {}
     for line in raw.splitlines():
         stack, _, count = line.rpartition(" ")
-        if not count.isdigit() or not any(f"{fn} (" in stack for fn in LOOP_FUNCTIONS):
+        if not count.isdigit() or "warm_up (" in stack:
+            continue
+        if not any(f"{fn} (" in stack for fn in LOOP_FUNCTIONS):
             continue
         m = re.match(r"process (\d+)", stack)
         pid = int(m.group(1)) if m else 0
@@ -234,6 +237,12 @@ def pyspy_input_shares(raw: str) -> dict[int, float]:
 # -- setup ----------------------------------------------------------------------------------------
 
 
+def torches_to_install(dry_run_output: str) -> list[tuple[str, str]]:
+    """The torch packages (torch, torchvision, ...) a ``pip install --dry-run`` would install."""
+    would = next((ln for ln in dry_run_output.splitlines() if ln.startswith("Would install")), "")
+    return re.findall(r"\b(torch[a-z_]*)-(\d\S*)", would)
+
+
 def ensure_traceml(venv: Path) -> Path:
     """TraceML's own virtualenv, torch pinned; refuses when pip would pull another torch."""
     if (venv / "bin" / "traceml").exists():
@@ -242,8 +251,7 @@ def ensure_traceml(venv: Path) -> Path:
     pip = [str(venv / "bin" / "python"), "-m", "pip"]
     dry = subprocess.run([*pip, "install", "--dry-run", "traceml-ai", TORCH_PIN],
                          capture_output=True, text=True, check=True)  # fmt: skip
-    would = next((ln for ln in dry.stdout.splitlines() if ln.startswith("Would install")), "")
-    torches = re.findall(r"\b(torch[a-z_-]*)-(\S+)", would)
+    torches = torches_to_install(dry.stdout)
     if [(n, v.split("+")[0]) for n, v in torches] != [("torch", "2.13.0")]:
         shutil.rmtree(venv, ignore_errors=True)
         sys.exit(f"traceml-ai would install {torches}, not torch 2.13.0 alone: stopped")

@@ -30,7 +30,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -39,6 +39,7 @@ from torch.utils.data import DataLoader, Dataset
 
 SHAPES = ("dataloader-cpu", "storage", "compute", "inference", "ddp")
 STRAGGLER_RANK = 2
+WARMUP = 3
 
 
 def burn(n: int, seed: int) -> float:
@@ -126,28 +127,47 @@ class Instrument:
 def train(
     loader: DataLoader[Any], model: nn.Module, steps: int, inst: Instrument
 ) -> tuple[float, float, int]:
-    """The training loop: its input time, its total time, its steps."""
+    """Training: a few untimed warm-up steps (lazy imports, first allocations), then the timed
+    loop; its input time, its total time, its steps."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+
+    batches = iter(loader)
+    warm_up(lambda: step(*next(batches)))
+    return timed_loop(batches, step, steps, inst)
+
+
+def warm_up(one_step: Callable[[], object], n: int = WARMUP) -> None:
+    """Steps before the clock starts (``peers.py`` leaves their py-spy samples out too)."""
+    for _ in range(n):
+        one_step()
+
+
+def timed_loop(
+    batches: Iterator[Any], step: Callable[..., None], steps: int, inst: Instrument
+) -> tuple[float, float, int]:
+    """The measured loop: the loop's own clock on each fetch (outside the peer's step wrapper,
+    where its documentation puts it: ``for batch in loader: with trace_step(model):``)."""
     waited = [0.0]
 
-    def timed(batches: Iterator[Any]) -> Iterator[Any]:
-        # the loop's own clock on each fetch; the fetch stays outside the peer's step wrapper,
-        # where its documentation puts it (``for batch in loader: with trace_step(model):``)
+    def timed(source: Iterator[Any]) -> Iterator[Any]:
         while True:
             a = time.perf_counter()
-            batch = next(batches)
+            batch = next(source)
             waited[0] += time.perf_counter() - a
             yield batch
 
     done = 0
     t0 = time.perf_counter()
     with inst.loop():
-        for x, y in timed(iter(loader)):
+        for x, y in timed(batches):
             with inst.step():
-                opt.zero_grad()
-                loss_fn(model(x), y).backward()
-                opt.step()
+                step(x, y)
             done += 1
             if done >= steps:
                 break
@@ -155,8 +175,14 @@ def train(
 
 
 def infer(model: nn.Module, steps: int, inst: Instrument) -> tuple[float, float, int]:
-    """Inference with the preprocessing in the loop (no DataLoader)."""
+    """Inference with the preprocessing in the loop (no DataLoader), after a warm-up."""
     model.eval()
+    warm_up(lambda: infer_loop(model, 1, Instrument("none", model)))
+    return infer_loop(model, steps, inst)
+
+
+def infer_loop(model: nn.Module, steps: int, inst: Instrument) -> tuple[float, float, int]:
+    """The measured inference loop: preprocess each request, then the model under no_grad."""
     prep = 0.0
     t0 = time.perf_counter()
     with inst.loop(), torch.no_grad():
