@@ -112,6 +112,12 @@ def dashboard(run: Run) -> int:
         path = run_dashboard(run)
     finally:
         run.finish("user quit")
+    return finished(run, path)
+
+
+def finished(run: Run, path: str | None = None) -> int:
+    """After a run ends (in the terminal or a browser): say where its session is; the exit
+    status."""
     print(f"session saved: {path or run.session.session_path}")
     if failed(run.session):
         print(

@@ -12,8 +12,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from sofa_top.cli.failures import failed, thread_failures
-from sofa_top.cli.watch import launch_request, opened_attach
+from sofa_top.cli.watch import finished, launch_request, opened_attach
 from sofa_top.launch import AttachRequest, LaunchRequest, Run, Sampling, open_launch
 from sofa_top.model.errors import UserError
 
@@ -103,13 +102,7 @@ def launch_web(args: argparse.Namespace) -> int:
     rid = owner.add(run)
     owner.default_view = View("run", rid)
     asyncio.run(_serve(owner, server, url, single=True))
-    print(f"session saved: {run.session.session_path}")
-    if failed(run.session):
-        print(
-            f"sofa-top: recording stopped early ({thread_failures(run.session)})", file=sys.stderr
-        )
-        return 1
-    return 0
+    return finished(run)
 
 
 async def _serve(owner: Owner, server: TokenServer, url: str, *, single: bool) -> None:
