@@ -290,3 +290,18 @@ def test_serve_home_launches_a_run_the_page_does_not_own(tmp_path: Path) -> None
         assert wait_until(lambda: not job.is_running() or job.status() == "zombie", 30)
     finally:
         owner.stop()
+
+
+def test_serve_wider_host_warns() -> None:
+    """``--host 0.0.0.0`` serves beyond this machine: a warning, the URL still printed (as
+    this machine's), 403 without the token, and SIGTERM ends it with status 0."""
+    owner = Owner([SOFA_TOP, "serve", "--host", "0.0.0.0"], {**os.environ})
+    try:
+        url = owner.wait_url()
+        assert any("warning: serving on 0.0.0.0" in line for line in owner.err)
+        assert get(url) == 200
+        assert get(url.rsplit("/", 2)[0] + "/") == 403
+        os.kill(owner.proc.pid, signal.SIGTERM)
+        assert owner.proc.wait(60) == 0, "".join(owner.err)
+    finally:
+        owner.stop()
