@@ -202,6 +202,7 @@ def test_launch_web_token_and_one_owner(served: tuple[Owner, Path]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @needs_chromium
 def test_launch_web_in_chromium(served: tuple[Owner, Path], tmp_path: Path) -> None:
     """Headless Chromium loads the page, finds the verdict of the running workload, presses
@@ -246,6 +247,7 @@ def test_launch_web_in_chromium(served: tuple[Owner, Path], tmp_path: Path) -> N
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @needs_chromium
 def test_serve_home_launches_a_run_the_page_does_not_own(tmp_path: Path) -> None:
     """``sofa-top serve``: the home screen in Chromium launches a command typed into it; the
