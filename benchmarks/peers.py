@@ -170,7 +170,10 @@ def read_diagnosis(res: Result, stdout: str, out: Path) -> None:
     """Fill in the tool's label, input fraction and straggler."""
     if res.tool == "sofa-top":
         s = json.loads(stdout)
-        res.kind = (s.get("verdict") or {}).get("kind")
+        v = s.get("verdict") or {}
+        res.kind = v.get("kind")
+        if v.get("severity") == "moderate":
+            res.note = "moderate"  # input-bound past XProf's 5% bar, short of its 20%
         res.input_fraction = (s.get("steps") or {}).get("input_wait_fraction")
         st = s.get("straggler")
         if res.shape == "ddp":
