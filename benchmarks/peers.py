@@ -189,9 +189,9 @@ def read_diagnosis(res: Result, stdout: str, out: Path) -> None:
         ev = pd.get("evidence") or {}
         if ev.get("input_wait_ms") is not None and ev.get("step_time_ms"):
             res.input_fraction = ev["input_wait_ms"] / ev["step_time_ms"]
-        m = re.search(r"\bR(\d+)\b", json.dumps(pd))
-        if res.shape == "ddp" and m:
-            res.straggler = int(m.group(1))
+        worst = ev.get("worst")
+        if res.shape == "ddp" and isinstance(worst, dict) and "rank" in worst:
+            res.straggler = int(worst["rank"])  # the rank its rank comparison names
     elif res.tool == "py-spy":
         shares = pyspy_input_shares(Path(f"{out}.txt").read_text())
         pid_rank = {t["pid"]: t.get("rank", 0) for t in res.truth}
@@ -228,8 +228,10 @@ def pyspy_input_shares(raw: str) -> dict[int, float]:
             continue
         if not any(f"{fn} (" in stack for fn in LOOP_FUNCTIONS):
             continue
-        m = re.match(r"process (\d+)", stack)
-        pid = int(m.group(1)) if m else 0
+        # --subprocesses: "process ROOT:...;process CHILD:...;frames": the last one is the
+        # process the frames are of
+        procs = re.findall(r"process (\d+):", stack)
+        pid = int(procs[-1]) if procs else 0
         n = int(count)
         total[pid] = total.get(pid, 0) + n
         if any(f"{fn} (" in stack for fn in INPUT_FUNCTIONS):

@@ -28,6 +28,9 @@ def test_pyspy_shares_count_the_loop_only() -> None:
     assert peers.pyspy_input_shares(raw) == {0: 0.75}
     sub = 'process 42:"python w.py";<module> (w.py:9);infer_loop (w.py:90);burn (w.py:30) 4'
     assert peers.pyspy_input_shares(sub) == {42: 1.0}
+    # --subprocesses under torchrun: the root process first, then the rank's
+    ranks = 'process 7:"torchrun";process 9:"python w.py";timed_loop (w.py:80);burn (w.py:30) 2'
+    assert peers.pyspy_input_shares(ranks) == {9: 1.0}
 
 
 def test_dry_run_torch_check() -> None:
