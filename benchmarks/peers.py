@@ -60,8 +60,8 @@ LOOP_FUNCTIONS = ("timed_loop", "infer_loop")  # the timed loops; warm_up is lef
 # the code change each tool needs on these workloads (plain PyTorch loops)
 CHANGES = {
     "sofa-top": "none (`sofa-top record -- python train.py`)",
-    "traceml": "`traceml.init()` + `with traceml.trace_step(model):` around each step; "
-    "`traceml run train.py`",
+    "traceml": "`traceml.init()` + `with traceml.trace_step(model):` around each step (and "
+    "`traceml.wrap_dataloader_fetch(it)` on an input that is no DataLoader); `traceml run`",
     "py-spy": "none (`py-spy record -- python train.py`)",
     "torch.profiler": "`with profile(schedule=...) as prof:` around the loop, `prof.step()` "
     "per step, then reading `key_averages()`",
@@ -205,12 +205,12 @@ def read_diagnosis(res: Result, stdout: str, out: Path) -> None:
             res.input_fraction = f
             res.kind = None if f is None else "input" if f >= 0.5 else "compute"
     elif res.tool == "torch.profiler":
+        if res.shape == "ddp":
+            res.kind = "no cross-rank view"  # one table per rank, read side by side by hand
+            return
         peers = [json.loads(line[5:]) for line in stdout.splitlines() if line.startswith("PEER ")]
         fr = [p["input_fraction"] for p in peers if p.get("input_fraction") is not None]
-        if res.shape == "ddp" and len(fr) == len(res.truth) and fr:
-            # ranks print in any order: each PEER line follows its own TRUTH line's rank
-            res.kind = "no cross-rank view"
-        elif fr:
+        if fr:
             res.input_fraction = fr[0]
             res.kind = "input" if fr[0] >= 0.5 else "compute"
 

@@ -18,8 +18,9 @@ time over loop time), ``steps``, ``elapsed_s`` (the timed loop, start-up exclude
 
 ``--instrument`` is the code change each peer needs, and only that: ``traceml`` wraps each step
 in ``traceml.trace_step(model)`` after ``traceml.init()`` (its plain-PyTorch integration; run it
-with ``traceml run``); ``torch-profiler`` wraps the loop in ``torch.profiler.profile`` with
-``prof.step()`` per step, then prints ``PEER {json}``: the share of each profiled step spent in
+with ``traceml run``), and for inference also the request iterator in
+``traceml.wrap_dataloader_fetch`` (it hooks DataLoaders only); ``torch-profiler`` wraps the loop
+in ``torch.profiler.profile`` with ``prof.step()`` per step, then prints ``PEER {json}``: the share of each profiled step spent in
 the DataLoader's ``__next__`` event, the input share a reader of its table gets.
 """
 
@@ -100,6 +101,13 @@ class Instrument:
         ) as prof:
             self.prof = prof
             yield
+
+    def fetches(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """TraceML times a fetch it does not hook itself (no DataLoader) when told to."""
+        if self.kind == "traceml":
+            wrapped: Iterator[Any] = self._traceml.wrap_dataloader_fetch(batches)
+            return wrapped
+        return batches
 
     @contextlib.contextmanager
     def step(self) -> Iterator[None]:
@@ -182,18 +190,24 @@ def infer(model: nn.Module, steps: int, inst: Instrument) -> tuple[float, float,
 
 
 def infer_loop(model: nn.Module, steps: int, inst: Instrument) -> tuple[float, float, int]:
-    """The measured inference loop: preprocess each request, then the model under no_grad."""
-    prep = 0.0
+    """The measured inference loop: each request preprocessed in the loop's thread (a
+    generator the loop pulls from), then the model under no_grad."""
+    prep = [0.0]
+
+    def requests() -> Iterator[torch.Tensor]:
+        for i in range(steps):
+            a = time.perf_counter()
+            rows = [[burn(1500, i * 31 + j) / 9973.0] * 256 for j in range(16)]
+            x = torch.tensor(rows)
+            prep[0] += time.perf_counter() - a
+            yield x
+
     t0 = time.perf_counter()
     with inst.loop(), torch.no_grad():
-        for i in range(steps):
+        for x in inst.fetches(requests()):
             with inst.step():
-                a = time.perf_counter()
-                rows = [[burn(1500, i * 31 + j) / 9973.0] * 256 for j in range(16)]
-                x = torch.tensor(rows)
-                prep += time.perf_counter() - a
                 model(x)
-    return prep, time.perf_counter() - t0, steps
+    return prep[0], time.perf_counter() - t0, steps
 
 
 def run(shape: str, steps: int, instrument: str) -> dict[str, Any]:
