@@ -20,8 +20,9 @@ time over loop time), ``steps``, ``elapsed_s`` (the timed loop, start-up exclude
 in ``traceml.trace_step(model)`` after ``traceml.init()`` (its plain-PyTorch integration; run it
 with ``traceml run``), and for inference also the request iterator in
 ``traceml.wrap_dataloader_fetch`` (it hooks DataLoaders only); ``torch-profiler`` wraps the loop
-in ``torch.profiler.profile`` with ``prof.step()`` per step, then prints ``PEER {json}``: the share of each profiled step spent in
-the DataLoader's ``__next__`` event, the input share a reader of its table gets.
+in ``torch.profiler.profile`` with ``prof.step()`` per step, then prints ``PEER {json}``: the
+share of each profiled step spent in the DataLoader's ``__next__`` event, the input share a
+reader of its table gets.
 """
 
 from __future__ import annotations
