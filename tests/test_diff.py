@@ -128,12 +128,12 @@ for i, _ in enumerate(api.iterate(batches(), batch_size=4)):
 
 @pytest.mark.slow
 def test_two_compare_results(tmp_path: Path) -> None:
-    """Two real ``compare --json`` runs of one loop, the second with 4x slower input: its
+    """Two real ``compare --json`` runs of one loop, the second with 8x slower input: its
     baseline throughput fell past the threshold with the ranges apart (exit 1)."""
     script = tmp_path / "synth.py"
     script.write_text(SYNTH)
     out = {}
-    for name, input_s in (("fast", "0.004"), ("slow", "0.016")):
+    for name, input_s in (("fast", "0.004"), ("slow", "0.032")):
         r = sofa("compare", "--configs", "baseline", "--repeats", "2", "--steps", "20",
                  "--warmup-steps", "2", "--json", "-o", str(tmp_path / name), "--",
                  sys.executable, str(script), input_s)  # fmt: skip
@@ -147,4 +147,4 @@ def test_two_compare_results(tmp_path: Path) -> None:
     row = next(x for x in rows(r.stdout).values() if x["name"].startswith("throughput median"))
     assert row["section"] == "config baseline" and row["regressed"]
     assert row["change"] == pytest.approx(row["b"] / row["a"] - 1)
-    assert row["change"] < -0.5
+    assert row["change"] < -0.4  # 8 ms steps against 36 ms, sleeps overshooting on a busy machine
