@@ -284,34 +284,29 @@ def _matches(frame: Frame, rules: Sequence[_Rule]) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _flags(frame: Frame) -> int:
-    """The frame's rule matches as bit flags; cached, since the same frames recur every window."""
-    flags = 0
-    if _matches(frame, INPUT_RULES):
-        flags |= _INPUT
-    if _matches(frame, COMPUTE_RULES):
-        flags |= _COMPUTE
-    if _matches(frame, IDLE_LEAF_RULES):
-        flags |= _IDLE_LEAF
-    if _matches(frame, WORKER_LOOP_RULES):
-        flags |= _WORKER
-    if frame.filename.startswith("<frozen importlib"):
-        flags |= _IMPORT
-    if _matches(frame, MODEL_CALL_RULES):
-        flags |= _MODEL
-    if _matches(frame, TRAINING_RULES):
-        flags |= _TRAIN
-    if _matches(frame, HOST_PYTHON_RULES):
-        flags |= _HOST_PY
-    if _matches(frame, LOSS_RULES):
-        flags |= _LOSS
-    return flags
-
-
 _INPUT, _COMPUTE, _IDLE_LEAF, _WORKER, _IMPORT, _MODEL, _TRAIN, _HOST_PY, _LOSS = (
     1, 2, 4, 8, 16, 32, 64, 128, 256,
 )  # fmt: skip
+_FLAG_RULES = (
+    (_INPUT, INPUT_RULES),
+    (_COMPUTE, COMPUTE_RULES),
+    (_IDLE_LEAF, IDLE_LEAF_RULES),
+    (_WORKER, WORKER_LOOP_RULES),
+    (_MODEL, MODEL_CALL_RULES),
+    (_TRAIN, TRAINING_RULES),
+    (_HOST_PY, HOST_PYTHON_RULES),
+    (_LOSS, LOSS_RULES),
+)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _flags(frame: Frame) -> int:
+    """The frame's rule matches as bit flags; cached, since the same frames recur every window."""
+    flags = _IMPORT if frame.filename.startswith("<frozen importlib") else 0
+    for flag, rules in _FLAG_RULES:
+        if _matches(frame, rules):
+            flags |= flag
+    return flags
 
 
 def is_input_frame(frame: Frame) -> bool:

@@ -159,8 +159,11 @@ def keras_cnn(width: int, channels_first: bool = False) -> Any:
     return model
 
 
-def timed_loop(truth: Truth, step: Callable[[int], float]) -> None:
-    """Run ``step(i)`` (it returns its model time) until done; the loop measures the rest."""
+def timed_loop(
+    truth: Truth, step: Callable[[int], float], after: Callable[[int], None] | None = None
+) -> None:
+    """Run ``step(i)`` (it returns its model time) until done, then ``after(i + 1)`` (its time
+    not the loop's step); the loop measures the rest."""
     truth.started()
     i = 0
     while truth.more():
@@ -168,6 +171,8 @@ def timed_loop(truth: Truth, step: Callable[[int], float]) -> None:
         model_s = step(i)
         truth.add(time.perf_counter() - t0, model_s)
         i += 1
+        if after is not None:
+            after(i)
 
 
 def run_tf_eager(truth: Truth, files: list[bytes]) -> None:
@@ -305,15 +310,11 @@ def run_train(args: argparse.Namespace, truth: Truth, files: list[bytes]) -> Non
                 t1 = time.perf_counter()
                 evals.add(t1 - t0, t1 - t)
 
-    truth.started()
-    i = 0
-    while truth.more():
-        t0 = time.perf_counter()
-        model_s = train(i)
-        truth.add(time.perf_counter() - t0, model_s)
-        i += 1
+    def maybe_evaluate(i: int) -> None:
         if evals is not None and i % args.eval_every == 0:
             evaluate(i)
+
+    timed_loop(truth, train, maybe_evaluate)
     if evals is not None:
         evals.report("EVAL_")
 
