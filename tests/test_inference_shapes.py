@@ -47,7 +47,8 @@ CASES: dict[str, tuple[str, str, str]] = {
     "torch-compute": ("torch-model-call", "compute-bound", "torch"),
 }
 SHAPES = {
-    name: (SCRIPT, ("--shape", name, "--seconds", SECONDS), 3) for name in [*CASES, "torch-eval"]
+    name: (SCRIPT, ("--shape", name, "--seconds", SECONDS), 3)
+    for name in [*CASES, "torch-eval", "keras-fit-val"]
 }
 # the advice of one framework that must never reach a model of the other
 TF_ONLY = re.compile(r"tf\.data|tf\.function|jit_compile|XLA|tf\.stack")
@@ -159,6 +160,22 @@ def test_an_evaluation_pass_is_its_own_phase(shapes: Recordings) -> None:
     assert int(run.value("EVAL_STEPS")) - 1 <= phases["eval"]["count"], phases
     assert phases["eval"]["median_step_s"] != phases["train"]["median_step_s"]
     assert run.summary["verdict"]["evidence"]["phase"] == "train"
+
+
+def test_keras_validation_is_its_own_phase(shapes: Recordings) -> None:
+    """``fit`` with ``validation_data``, then ``evaluate``: each evaluation batch is a step of
+    the eval phase (from Keras' callbacks: its wait, fetched in the compiled test function,
+    is not seen, so its fraction is null, not zero); training's numbers are fit's alone."""
+    run = shapes.get("keras-fit-val")
+    assert run.exit_code == 0, run.describe()
+    steps = run.summary["steps"]
+    phases = {p["phase"]: p for p in steps["phases"]}
+    assert set(phases) == {"train", "eval"}, steps
+    assert steps["phase"] == "train" and steps["count"] == phases["train"]["count"] == 120
+    # 2 validations of 20 batches and an evaluation of 30, each one's first batch starting it
+    assert phases["eval"]["count"] == 19 + 19 + 29, phases
+    assert phases["eval"]["input_wait_fraction"] is None
+    assert steps["sources"] == {"keras-fit": 120, "keras-evaluate": 67}, steps
 
 
 def test_a_serving_loop_reads_tails_and_is_told_to_batch(shapes: Recordings) -> None:

@@ -47,7 +47,10 @@ def installers() -> dict[str, Sequence[tuple[str, Installer]]]:
             ("keras-fit", hooks_keras.install_keras),
             ("keras-model-call", hooks_model.install_keras_trainer),
         ],
-        "keras.src.callbacks.callback_list": [("keras-fit", hooks_keras.install_keras_epochs)],
+        "keras.src.callbacks.callback_list": [
+            ("keras-fit", hooks_keras.install_keras_epochs),
+            ("keras-evaluate", hooks_model.install_keras_test_batches),
+        ],
         "torch.utils.data.dataloader": [("torch-dataloader", hooks_torch.install_dataloader)],
         "torch.optim.optimizer": [("torch-optimizer", hooks_torch.install_optimizer)],
         "torch.distributed.distributed_c10d": [

@@ -19,6 +19,11 @@ tf-function-call
     ``tf.function`` calls (opaque compute: forward, backward and update in one graph); ignored
     on a thread that calls torch modules (TensorFlow preprocessing for a torch model).
 
+keras-evaluate
+    A step per evaluation batch (``evaluate``, ``fit``'s validation), from Keras' callbacks:
+    the evaluation phase apart from training; its input wait is not seen (the batch is fetched
+    inside the compiled test function).
+
 The compute split of TensorFlow's eager training loops: ``GradientTape.gradient`` is a backward
 span, a Keras optimizer's ``apply_gradients`` an optimizer span.
 """
@@ -274,3 +279,39 @@ def install_keras_optimizer(agent: Agent, module: ModuleType) -> None:
     cls = getattr(module, "BaseOptimizer", None)
     if isinstance(cls, type) and callable(getattr(cls, "apply_gradients", None)):
         _span(agent, cls, "apply_gradients", OPTIMIZER)
+
+
+def install_keras_test_batches(agent: Agent, module: ModuleType) -> None:
+    """keras-evaluate: a step per batch of a Keras evaluation (``evaluate``, and ``fit``'s
+    validation), from its callbacks' batch ends (keras.src.callbacks.callback_list). The batch
+    is fetched inside the compiled test function, so the wait is not seen: the steps say the
+    evaluation's phase and step times, not its input wait."""
+    cls = getattr(module, "CallbackList", None)
+    begin = getattr(cls, "on_test_begin", None)
+    batch_end = getattr(cls, "on_test_batch_end", None)
+    if not isinstance(cls, type) or begin is None or batch_end is None:
+        return
+    clock = agent.clock("keras-evaluate")
+    clock.feeds = False  # it sees no input: the model-call clock keeps a loop it marks
+    spans = agent.spans
+    perf = time.perf_counter
+
+    def on_test_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if agent.enabled:
+            clock.reset()
+        return begin(self, *args, **kwargs)
+
+    def on_test_batch_end(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if agent.enabled:
+            try:
+                spans.flags |= EVAL
+                clock.tick(perf())
+            except Exception as e:
+                agent.fail("the keras-evaluate hook", e)
+        return batch_end(self, *args, **kwargs)
+
+    on_test_begin.__wrapped__ = begin  # type: ignore[attr-defined]
+    on_test_batch_end.__wrapped__ = batch_end  # type: ignore[attr-defined]
+    agent.patches.set(cls, "on_test_begin", on_test_begin)
+    agent.patches.set(cls, "on_test_batch_end", on_test_batch_end)
+    agent.hook_applied("keras-evaluate")

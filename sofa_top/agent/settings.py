@@ -24,6 +24,7 @@ HOOK_NAMES = (
     "torch-model-call",
     "keras-model-call",
     "tf-function-call",
+    "keras-evaluate",
 )
 
 

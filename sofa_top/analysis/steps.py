@@ -18,7 +18,7 @@ from sofa_top.model.samples import AgentInfo, StepSample
 
 # Clocks that see step boundaries but not the fetch of a batch: their input wait is not
 # measured (None, never 0).
-UNTIMED_SOURCES = frozenset({"torch-optimizer", "torch-backward"})
+UNTIMED_SOURCES = frozenset({"torch-optimizer", "torch-backward", "keras-evaluate"})
 # The model-call clocks: a step's input wait is its host time (outside the model call, the
 # backward and the optimizer step), which the stacks split into input, python and syncs.
 MODEL_CALL_SOURCES = frozenset({"torch-model-call", "keras-model-call", "tf-function-call"})
@@ -36,6 +36,7 @@ SOURCE_TEXT = {
     "torch-model-call": "the model's calls (nn.Module)",
     "keras-model-call": "the Keras model's calls",
     "tf-function-call": "tf.function calls",
+    "keras-evaluate": "Keras evaluation batches",
 }
 
 # The framework each of the agent's own clocks belongs to (``api.iterate``/``mark_step`` clocks
@@ -49,6 +50,7 @@ SOURCE_FRAMEWORK = {
     "torch-model-call": "torch",
     "keras-model-call": "tensorflow",
     "tf-function-call": "tensorflow",
+    "keras-evaluate": "tensorflow",
 }
 
 # What the agent can time, for the reason a launched loop showed no step.

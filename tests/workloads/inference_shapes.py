@@ -18,6 +18,8 @@
   preprocess, a PyTorch CNN on a batch of one under ``torch.inference_mode()``.
 * ``torch-compute``: the ``torch-nograd`` model, much wider, on a batch decoded once (the loop
   body only flips it): compute-bound.
+* ``keras-fit-val``: Keras ``fit`` with ``validation_data`` (its validation runs inside
+  ``fit``), then one ``evaluate``: the evaluation batches are a phase of their own.
 * ``torch-eval``: ``train-inloop`` with an evaluation pass (``model.eval()``, ``no_grad``)
   of ``--eval-batches`` batches after every ``--eval-every`` training steps.
 
@@ -276,6 +278,22 @@ def run_keras_predict_ds(truth: Truth, files: list[bytes]) -> None:
     truth.model = spent[0]
 
 
+def run_keras_fit_val(truth: Truth) -> None:
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(1024, SIZE, SIZE, 3)).astype(np.float32)
+    y = (np.arange(1024) % 10).astype(np.int32)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+    model = keras_cnn(8)
+    model.compile(
+        optimizer="sgd", loss=__import__("keras").losses.SparseCategoricalCrossentropy(True)
+    )
+    truth.started()
+    model.fit(ds.take(60), validation_data=ds.take(20), epochs=2, verbose=0)
+    model.evaluate(ds.take(30), verbose=0)
+
+
 def run_train(args: argparse.Namespace, truth: Truth, files: list[bytes]) -> None:
     import torch
 
@@ -374,6 +392,8 @@ def main() -> None:
         run_keras(truth, files, args.shape)
     elif args.shape == "keras-predict-ds":
         run_keras_predict_ds(truth, files)
+    elif args.shape == "keras-fit-val":
+        run_keras_fit_val(truth)
     elif args.shape in ("train-inloop", "torch-eval"):
         run_train(args, truth, files)
     elif args.shape == "serving":
