@@ -111,11 +111,10 @@ class ModelLoop:
         self._called = False  # a lead call since the last boundary
         self._call_bs: int | None = None  # the last lead call's batch size
         self._host: float | None = None  # the step's host time, known at its first lead call
-        # the running step: its start, number, batch size, and the spans/collectives at start
+        # the running step: its start, number, and the spans and collectives at its start
         self._running = False
         self._step = 0
         self._last = 0.0
-        self._bs: int | None = None
         self._compute_at = 0.0
         self._collective_at = 0.0
         self._held: StepRecord | None = None
