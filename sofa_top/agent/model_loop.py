@@ -294,10 +294,15 @@ class ModelLoop:
         return True
 
     def _gate(self, record: StepRecord) -> bool:
-        """``Agent.step_gate``: hold a step another clock marks inside a counted call."""
-        if not self.inside or self._passing or record[0] == self._source:
+        """``Agent.step_gate``: hold a step another clock marks inside a counted call; a step
+        another clock marks outside one (Keras ``fit`` between two ``predict`` loops, a
+        DataLoader's) ends this clock's run: no step of its spans the other's time."""
+        if record[0] == self._source or self._passing:
             return False
         if threading.get_ident() != self._owner:
+            return False
+        if not self.inside:
+            self._running = False
             return False
         held = self._held
         if held is None:

@@ -192,3 +192,23 @@ def test_calls_from_several_threads_at_once_stop_the_clock() -> None:
     assert loop.off is not None and "several threads" in loop.off
     call(loop, net)
     assert loop.enter(net, SRC, FORWARD, 0, ()) is None  # stopped for good
+
+
+def test_another_clocks_steps_between_the_calls_restart_it() -> None:
+    """Keras ``fit`` (its own clock) between two generation loops of ``predict`` calls: no
+    model-call step spans the fit."""
+    agent, loop = setup()
+    net = Model()
+    fit = agent.clock("keras-fit")
+    for _ in range(3):
+        call(loop, net, EVAL)
+    agent.tls.depth = 1  # inside fit (the hook nests its calls)
+    for _ in range(3):
+        t = time.perf_counter()
+        fit.span(fit, t, t, t + 0.5)  # half a second of training each
+    agent.tls.depth = 0
+    for _ in range(3):
+        call(loop, net, EVAL)
+    model_steps = [r for r in agent._steps if r[0] == SRC]
+    assert len(model_steps) == 2 + 2  # each run's first call starts the clock again
+    assert all(r[3] - r[2] < 0.5 for r in model_steps), model_steps
