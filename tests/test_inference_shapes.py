@@ -234,3 +234,31 @@ def test_attached_loop_has_steps_its_fraction_and_verdict(tmp_path: Path, shape:
     steps = check_steps(summary, source, own)
     check_verdict(summary, kind, framework)
     print(f"{shape} attached: sofa-top {steps['input_wait_fraction']:.3f}, own {own:.3f}")
+
+
+def test_attached_from_outside_the_stacks_see_preprocessing(tmp_path: Path) -> None:
+    """No agent (``--no-inject``): the verdict comes from the stacks alone, classified in the
+    model-call context (TensorFlow's image ops in the loop body are input, the torch model's
+    calls compute), and its advice is for the torch model."""
+    stop = tmp_path / "stop"
+    argv = [
+        sys.executable, str(WORKLOAD), "--shape", "torch-nograd", "--seconds", "300",
+        "--stop", str(stop),
+    ]  # fmt: skip
+    with running(argv, stderr=-1) as proc:
+        rec = sofa(
+            "record", "--pid", str(proc.pid), "--no-inject", "--duration", "10", "--json",
+            "-o", str(tmp_path / "o.sofa"), timeout=240,
+        )  # fmt: skip
+        stop.touch()
+        assert proc.wait(timeout=120) == 0
+    assert rec.returncode == 0, rec.stderr
+    no_traceback(rec.stderr)
+    summary = json.loads(rec.stdout)
+    validate_record_json(summary)
+    assert summary["injected"] is False and summary["steps"]["count"] == 0
+    verdict = summary["verdict"]
+    assert verdict["kind"] == "input-bound", verdict
+    assert verdict["evidence"]["source"] == "stacks"
+    recs = " | ".join(verdict["recommendations"])
+    assert not TF_ONLY.search(recs), recs

@@ -524,7 +524,8 @@ def keras_used(
     """Whether the workload itself uses Keras: TensorFlow imports Keras on its own, so a hook
     installed (or a ``keras`` module loaded) says nothing; a Keras fit step, a fit the hook
     saw and could not measure, or a Keras model run by torch does."""
-    if any(s.source == "keras-fit" for s in steps) or (model is not None and model.keras_model):
+    keras_clocks = ("keras-fit", "keras-model-call", "keras-evaluate")
+    if any(s.source in keras_clocks for s in steps) or (model is not None and model.keras_model):
         return True
     if agent is None:
         return False
@@ -544,8 +545,13 @@ def agent_text(agent: AgentInfo | None, launched: bool, keras: bool = True) -> T
     for name, version in agent.frameworks:
         if keras or name != "keras":
             text.append(f" · {name} {version}")
-    applied = [h for h in agent.hooks_applied if keras or h != "keras-fit"]
-    skipped = [(h, why) for h, why in agent.hooks_skipped if keras or h != "keras-fit"]
+    # (a hook of a library the workload never imported says nothing: left out)
+    applied = [h for h in agent.hooks_applied if keras or not h.startswith("keras-")]
+    skipped = [
+        (h, why)
+        for h, why in agent.hooks_skipped
+        if (keras or not h.startswith("keras-")) and why != NOT_IMPORTED
+    ]
     if applied:
         text.append(" · hooks ")
         text.append(" ".join(f"✓{h}" for h in applied), Style(color="green"))
