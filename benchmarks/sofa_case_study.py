@@ -70,10 +70,12 @@ METHOD_TEXT = {
 # what each step of the ladder changes: the lever sofa-top's advice should pull there
 NEXT_LEVER = {"loop": "pipeline", "serial": "pipeline", "parallel": "compile"}
 LEVERS = (
+    ("none", r"cannot help|nothing left to win"),
     ("compile", r"jit_compile|\bxla\b|torch\.compile|\.compile\(\)"),
-    ("pipeline", r"tf\.data|num_parallel_calls|prefetch|dataloader|num_workers|interleave"),
     ("threads", r"set_num_threads|omp_num_threads|intra_op|omp_wait_policy"),
     ("mark-steps", r"api\.iterate|mark_step"),
+    ("cache", r"\.cache\(|preprocess offline"),
+    ("pipeline", r"tf\.data|num_parallel_calls|prefetch|dataloader|num_workers|interleave"),
     ("batching", r"batch"),
 )
 QUICK = {
@@ -133,7 +135,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="a smoke run (see the docstring)")
     ap.add_argument("--no-record", action="store_true", help="no sofa-top runs")
     ap.add_argument("--reuse", type=Path, help="keep the throughput runs of this OUT.json")
-    ap.add_argument("--render", type=Path, help="print the markdown table of this OUT.json")
+    ap.add_argument(
+        "--render", type=Path, help="print the markdown table of this OUT.json (re-judged)"
+    )
     ap.add_argument("--timeout", type=float, default=900.0, help="s per run (default 900)")
     a = ap.parse_args(argv)
     defaults = {
@@ -379,7 +383,13 @@ def markdown(doc: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render:
-        print(markdown(json.loads(args.render.read_text())), end="")
+        doc = json.loads(args.render.read_text())
+        for c in doc["cells"]:  # judged again with this version's rules
+            sofa = (c.get("record") or {}).get("sofa")
+            if sofa:
+                sofa["lever"] = lever(sofa.get("top_recommendation"))
+        summarize(doc["cells"])
+        print(markdown(doc), end="")
         return 0
     frameworks = args.frameworks
     if args.device == "cuda":
