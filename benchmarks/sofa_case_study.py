@@ -127,6 +127,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--size", type=int, default=64, help="model input size (default 64)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="the models' intra-op threads (default: the framework's, as a user runs it)",
+    )
+    ap.add_argument(
         "--out",
         type=Path,
         default=ROOT / "benchmarks" / "results" / "sofa_case_study",
@@ -199,7 +205,7 @@ class Study:
                 k: getattr(args, k)
                 for k in ("repeats", "seconds", "record_seconds", "images", "batch", "size")
             }
-            | {"device": args.device, "quick": args.quick},
+            | {"device": args.device, "quick": args.quick, "threads": args.threads},
             "cells": cells,
         }
 
@@ -236,6 +242,8 @@ def run_workload(
         "--batch", str(args.batch), "--size", str(args.size), "--device", args.device,
         "--result", str(result),
     ]  # fmt: skip
+    if args.threads:
+        workload += ["--threads", str(args.threads)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
                os.environ.get("PYTHONPATH")])))  # fmt: skip
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -339,15 +347,32 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.0%}"
 
 
+def _threads(settings: dict[str, Any]) -> str:
+    n = settings.get("threads")
+    return f", models on {n} intra-op thread{'s' if n != 1 else ''}" if n else ""
+
+
+def _load_line(doc: dict[str, Any]) -> str:
+    loads = [r["load1"] for c in doc["cells"] for r in [*c["runs"], c.get("record") or {}]
+             if "load1" in r]  # fmt: skip
+    if not loads:
+        return ""
+    return (
+        f" Load average (1 min) at the runs' starts: median {statistics.median(loads):.1f} "
+        f"({min(loads):.1f}-{max(loads):.1f}) on {doc['machine']['usable_cores']} cores."
+    )
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The results table (README format)."""
     s = doc["settings"]
     lines = [
         f"SOFA case study, {doc['started']}, {doc['machine']['usable_cores']} cores, device "
-        f"{s['device']}: {s['repeats']} interleaved repeats of {s['seconds']:g} s per cell "
+        f"{s['device']}{_threads(s)}: {s['repeats']} interleaved repeats of {s['seconds']:g} s "
+        "per cell "
         f"(batch {s['batch']}, {s['size']}x{s['size']} inputs, {s['images']} synthetic "
         f"320x240 JPEGs), then one `sofa-top record` run of {s['record_seconds']:g} s. "
-        "Medians (min-max).",
+        "Medians (min-max)." + _load_line(doc),
         "",
         "| framework | model | method | images/s | next step | vs loop | own input share "
         "| sofa-top verdict | sofa-top input wait (own, same run) | steps (sources) "

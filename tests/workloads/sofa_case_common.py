@@ -68,10 +68,16 @@ def parse_args(framework: str, argv: list[str] | None = None) -> argparse.Namesp
         "--workers", type=int, default=None, help="parallel producers (default: usable cores)"
     )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="the model's intra-op threads (default: the framework's own choice)",
+    )
     p.add_argument("--result", type=Path, help="also write the result JSON to this file")
     a = p.parse_args(argv)
-    if a.batch < 1 or a.size < 32 or a.seconds <= 0:
-        p.error("--batch must be >= 1, --size >= 32 and --seconds > 0")
+    if a.batch < 1 or a.size < 32 or a.seconds <= 0 or (a.threads is not None and a.threads < 1):
+        p.error("--batch and --threads must be >= 1, --size >= 32 and --seconds > 0")
     if a.warmup is None:
         # pipelines that buffer get their buffers drained before the clock starts
         a.warmup = 2 if a.method in ("loop", "serial") else 8

@@ -84,6 +84,9 @@ def main() -> int:
     a = parse_args("tf")
     import tensorflow as tf
 
+    if a.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(a.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(a.threads)
     if a.device == "cuda" and not tf.config.list_physical_devices("GPU"):
         fail("--device cuda: this TensorFlow sees no GPU (tensorflow-cpu, or no CUDA device)")
     files, tmp = image_files(a.images)
@@ -144,6 +147,7 @@ def main() -> int:
                 files=len(files),
                 params=int(model.count_params()),
                 workers=None,
+                threads=a.threads,
             ),
             a.result,
         )

@@ -135,6 +135,8 @@ def main() -> int:
         import PIL  # noqa: F401
     except ImportError:
         fail("this workload decodes JPEGs with Pillow: pip install pillow")
+    if a.threads:
+        torch.set_num_threads(a.threads)
     if a.device == "cuda" and not torch.cuda.is_available():
         fail("--device cuda: torch.cuda.is_available() is False (no CUDA device or CPU build)")
     files, tmp = image_files(a.images)
@@ -192,6 +194,7 @@ def main() -> int:
                 files=len(files),
                 params=sum(p.numel() for p in model.parameters()),
                 workers=a.workers if a.method in ("parallel", "compiled") else 0,
+                threads=a.threads,
             ),
             a.result,
         )
