@@ -5,7 +5,7 @@ CNNs x TensorFlow and PyTorch, each cell measured by its own loop and judged by 
         [--models alexnet,vgg11,googlenet] [--methods loop,serial,parallel,compiled]
         [--repeats 3] [--seconds 6] [--record-seconds 12] [--device cpu|cuda]
         [--out benchmarks/results/sofa_case_study] [--quick] [--no-record] [--reuse FILE]
-    .venv/bin/python benchmarks/sofa_case_study.py --render FILE.json   # the table again
+    .venv/bin/python benchmarks/sofa_case_study.py --render FILE.json [--compact]  # the table
 
 The workloads are ``tests/workloads/sofa_case_{tf,torch}.py`` (one script per framework,
 ``--model/--method/--images/--seconds``; the methods and their own measure are described in
@@ -144,6 +144,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--render", type=Path, help="print the markdown table of this OUT.json (re-judged)"
     )
+    ap.add_argument("--compact", action="store_true", help="with --render: the advice's lever")
     ap.add_argument("--timeout", type=float, default=900.0, help="s per run (default 900)")
     a = ap.parse_args(argv)
     defaults = {
@@ -363,8 +364,8 @@ def _load_line(doc: dict[str, Any]) -> str:
     )
 
 
-def markdown(doc: dict[str, Any]) -> str:
-    """The results table (README format)."""
+def markdown(doc: dict[str, Any], compact: bool = False) -> str:
+    """The results table (README format; ``compact``: the advice as its lever only)."""
     s = doc["settings"]
     lines = [
         f"SOFA case study, {doc['started']}, {doc['machine']['usable_cores']} cores, device "
@@ -374,11 +375,20 @@ def markdown(doc: dict[str, Any]) -> str:
         f"320x240 JPEGs), then one `sofa-top record` run of {s['record_seconds']:g} s. "
         "Medians (min-max)." + _load_line(doc),
         "",
-        "| framework | model | method | images/s | next step | vs loop | own input share "
-        "| sofa-top verdict | sofa-top input wait (own, same run) | steps (sources) "
-        "| top recommendation [lever] | advice = next step? |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    if compact:
+        lines += [
+            "| framework | model | method | images/s | next step | own input share "
+            "| sofa-top verdict | input wait (own) | steps | advice's lever |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+    else:
+        lines += [
+            "| framework | model | method | images/s | next step | vs loop | own input share "
+            "| sofa-top verdict | sofa-top input wait (own, same run) | steps (sources) "
+            "| top recommendation [lever] | advice = next step? |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
     for c in doc["cells"]:
         rec = c.get("record") or {}
         sofa = rec.get("sofa") or {}
@@ -392,6 +402,15 @@ def markdown(doc: dict[str, Any]) -> str:
             verdict += f" ({sofa['confidence']:.2f})"
         advice = {True: "yes", False: "no", None: "-"}[c.get("advice_is_next_step")]
         errors = sorted({r["error"] for r in c["runs"] if r.get("error")})
+        if compact:
+            lines.append(
+                f"| {c['framework']} | {c['model']} | {c['method']} "
+                f"| {_s(c.get('images_per_s'), '.0f')} | {_s(c.get('next_speedup'), '.2f', 'x')} "
+                f"| {_s(c.get('input_fraction'), '.0%')} | {verdict} "
+                f"| {_pct(sofa.get('input_wait_fraction'))} ({_pct(rec.get('input_fraction'))}) "
+                f"| {sofa.get('steps_count', '-')} | {sofa.get('lever', '-')} |"
+            )
+            continue
         lines.append(
             f"| {c['framework']} | {c['model']} | {c['method']}: "
             f"{METHOD_TEXT[c['framework']][c['method']]} "
@@ -414,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
             if sofa:
                 sofa["lever"] = lever(sofa.get("top_recommendation"))
         summarize(doc["cells"])
-        print(markdown(doc), end="")
+        print(markdown(doc, compact=args.compact), end="")
         return 0
     frameworks = args.frameworks
     if args.device == "cuda":
