@@ -344,6 +344,12 @@ def _s(sp: dict[str, Any] | None, fmt: str, unit: str = "") -> str:
     return f"{sp['median']:{fmt}}{unit} ({sp['min']:{fmt}}-{sp['max']:{fmt}})"
 
 
+def _tail(sofa: dict[str, Any]) -> str:
+    """sofa-top's p50 / p99 step time (issue 20's fields; '-' from a sofa-top without them)."""
+    p50, p99 = sofa.get("p50_s"), sofa.get("p99_s")
+    return "-" if p50 is None or p99 is None else f"{p50 * 1e3:.0f} / {p99 * 1e3:.0f} ms"
+
+
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.0%}"
 
@@ -386,8 +392,8 @@ def markdown(doc: dict[str, Any], compact: bool = False) -> str:
         lines += [
             "| framework | model | method | images/s | next step | vs loop | own input share "
             "| sofa-top verdict | sofa-top input wait (own, same run) | steps (sources) "
-            "| top recommendation [lever] | advice = next step? |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| step p50 / p99 | top recommendation [lever] | advice = next step? |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
     for c in doc["cells"]:
         rec = c.get("record") or {}
@@ -418,7 +424,7 @@ def markdown(doc: dict[str, Any], compact: bool = False) -> str:
             f"| {_s(c.get('next_speedup'), '.2f', 'x')} | {_s(c.get('vs_loop'), '.2f', 'x')} "
             f"| {_s(c.get('input_fraction'), '.0%')} | {verdict} "
             f"| {_pct(sofa.get('input_wait_fraction'))} ({_pct(rec.get('input_fraction'))}) "
-            f"| {sofa.get('steps_count', '-')} ({srcs or 'none'}) "
+            f"| {sofa.get('steps_count', '-')} ({srcs or 'none'}) | {_tail(sofa)} "
             f"| {top} [{sofa.get('lever', '-')}] | {advice} |"
         )
     return "\n".join(lines) + "\n"
