@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -141,27 +142,24 @@ def _jpeg_encoder() -> Callable[[Any], bytes]:
         return lambda img: bytes(tf.io.encode_jpeg(img, quality=90).numpy())
 
 
-def image_files(spec: str) -> tuple[list[Path], tempfile.TemporaryDirectory[str] | None]:
-    """The JPEG files of ``--images``: a folder's, or N made in a temporary folder."""
+@contextmanager
+def image_files(spec: str) -> Iterator[list[Path]]:
+    """The JPEG files of ``--images``: a folder's, or N made in a temporary folder (removed
+    when the block ends)."""
     if spec.isdigit():
         n = int(spec)
         if n < 1:
             fail("--images: need at least one image")
-        tmp = tempfile.TemporaryDirectory(prefix="sofa-case-jpegs-")
-        return synthetic_jpegs(Path(tmp.name), n), tmp
+        with tempfile.TemporaryDirectory(prefix="sofa-case-jpegs-") as tmp:
+            yield synthetic_jpegs(Path(tmp), n)
+        return
     folder = Path(spec)
     if not folder.is_dir():
         fail(f"--images: {spec} is neither a folder nor a number of images")
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".jpg", ".jpeg"))
     if not files:
         fail(f"--images: no .jpg files in {folder}")
-    return files, None
-
-
-def cycle(files: list[T]) -> Iterator[T]:
-    """The files over and over (the measured time may pass several epochs)."""
-    while True:
-        yield from files
+    yield files
 
 
 @dataclass
@@ -216,6 +214,28 @@ class Meter:
             "input_fraction": round(self.input_s / busy, 4) if busy > 0 else None,
             "median_step_s": round(steps[len(steps) // 2], 5) if steps else None,
         }
+
+
+def measure(
+    a: argparse.Namespace,
+    framework: str,
+    get_batch: Callable[[], T],
+    predict: Callable[[T], object],
+    **info: Any,
+) -> None:
+    """Run the loop for ``--seconds`` after its warm-up, then print (and write) the result."""
+    meter = Meter(a.batch)
+    meter.run(get_batch, predict, a.seconds, a.warmup)
+    result = meter.result(
+        framework=framework,
+        model=a.model,
+        method=a.method,
+        device=a.device,
+        size=a.size,
+        threads=a.threads,
+        **info,
+    )
+    emit(result, a.result)
 
 
 def emit(result: dict[str, Any], path: Path | None) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sofa_case_common import CLASSES, Meter, emit, fail, image_files, parse_args
+from sofa_case_common import CLASSES, fail, image_files, measure, parse_args
 
 
 def build_model(name: str, size: int) -> Any:
@@ -89,8 +89,7 @@ def main() -> int:
         tf.config.threading.set_inter_op_parallelism_threads(a.threads)
     if a.device == "cuda" and not tf.config.list_physical_devices("GPU"):
         fail("--device cuda: this TensorFlow sees no GPU (tensorflow-cpu, or no CUDA device)")
-    files, tmp = image_files(a.images)
-    try:
+    with image_files(a.images) as files:
         device = "/GPU:0" if a.device == "cuda" else "/CPU:0"
         size = a.size
 
@@ -135,25 +134,15 @@ def main() -> int:
             def get_batch() -> Any:
                 return next(it)
 
-        meter = Meter(a.batch)
-        meter.run(get_batch, predict, a.seconds, a.warmup)
-        emit(
-            meter.result(
-                framework="tf",
-                model=a.model,
-                method=a.method,
-                device=a.device,
-                size=a.size,
-                files=len(files),
-                params=int(model.count_params()),
-                workers=None,
-                threads=a.threads,
-            ),
-            a.result,
+        measure(
+            a,
+            "tf",
+            get_batch,
+            predict,
+            files=len(files),
+            params=int(model.count_params()),
+            workers=None,
         )
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
     return 0
 
 

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
 import torch
-from sofa_case_common import CLASSES, Meter, emit, fail, image_files, parse_args
+from sofa_case_common import CLASSES, fail, image_files, measure, parse_args
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
@@ -35,15 +35,13 @@ def conv(cin: int, cout: int, k: int, s: int = 1) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(cin, cout, k, stride=s, padding=k // 2), nn.ReLU())
 
 
-class AlexNet(nn.Module):
-    def __init__(self, size: int) -> None:
+class ConvNet(nn.Module):
+    """A convolutional stack, then the fully connected head (256, 256, classes)."""
+
+    def __init__(self, features: nn.Sequential, size: int) -> None:
         super().__init__()
-        self.features = nn.Sequential(
-            conv(3, 32, 5, 2), nn.MaxPool2d(3, 2),
-            conv(32, 64, 5), nn.MaxPool2d(3, 2),
-            conv(64, 96, 3), conv(96, 96, 3), conv(96, 64, 3), nn.MaxPool2d(3, 2),
-        )  # fmt: skip
-        n = self.features(torch.zeros(1, 3, size, size)).numel()
+        self.features = features
+        n = features(torch.zeros(1, 3, size, size)).numel()
         self.classifier = nn.Sequential(
             nn.Flatten(), nn.Linear(n, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
             nn.Linear(256, CLASSES),
@@ -53,26 +51,25 @@ class AlexNet(nn.Module):
         return self.classifier(self.features(x))  # type: ignore[no-any-return]
 
 
-class VGG11(nn.Module):
-    def __init__(self, size: int) -> None:
-        super().__init__()
-        layers: list[nn.Module] = []
-        cin = 3
-        for c in (16, "M", 32, "M", 64, 64, "M", 128, 128, "M", 128, 128, "M"):
-            if c == "M":
-                layers.append(nn.MaxPool2d(2, 2))
-            else:
-                layers.append(conv(cin, int(c), 3))
-                cin = int(c)
-        self.features = nn.Sequential(*layers)
-        n = self.features(torch.zeros(1, 3, size, size)).numel()
-        self.classifier = nn.Sequential(
-            nn.Flatten(), nn.Linear(n, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-            nn.Linear(256, CLASSES),
-        )  # fmt: skip
+def alexnet(size: int) -> nn.Module:
+    features = nn.Sequential(
+        conv(3, 32, 5, 2), nn.MaxPool2d(3, 2),
+        conv(32, 64, 5), nn.MaxPool2d(3, 2),
+        conv(64, 96, 3), conv(96, 96, 3), conv(96, 64, 3), nn.MaxPool2d(3, 2),
+    )  # fmt: skip
+    return ConvNet(features, size)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))  # type: ignore[no-any-return]
+
+def vgg11(size: int) -> nn.Module:
+    layers: list[nn.Module] = []
+    cin = 3
+    for c in (16, "M", 32, "M", 64, 64, "M", 128, 128, "M", 128, 128, "M"):
+        if c == "M":
+            layers.append(nn.MaxPool2d(2, 2))
+        else:
+            layers.append(conv(cin, int(c), 3))
+            cin = int(c)
+    return ConvNet(nn.Sequential(*layers), size)
 
 
 class Inception(nn.Module):
@@ -105,7 +102,11 @@ class GoogLeNet(nn.Module):
         return self.net(x)  # type: ignore[no-any-return]
 
 
-MODELS: dict[str, type[nn.Module]] = {"alexnet": AlexNet, "vgg11": VGG11, "googlenet": GoogLeNet}
+MODELS: dict[str, Callable[[int], nn.Module]] = {
+    "alexnet": alexnet,
+    "vgg11": vgg11,
+    "googlenet": GoogLeNet,
+}
 
 
 def load(path: str, size: int) -> torch.Tensor:
@@ -139,10 +140,9 @@ def main() -> int:
         torch.set_num_threads(a.threads)
     if a.device == "cuda" and not torch.cuda.is_available():
         fail("--device cuda: torch.cuda.is_available() is False (no CUDA device or CPU build)")
-    files, tmp = image_files(a.images)
-    if a.method != "loop" and len(files) < a.batch:
-        fail(f"--images: {len(files)} files make no full batch of {a.batch}")
-    try:
+    with image_files(a.images) as files:
+        if a.method != "loop" and len(files) < a.batch:
+            fail(f"--images: {len(files)} files make no full batch of {a.batch}")
         device = torch.device(a.device)
         model = MODELS[a.model](a.size).eval().to(device)
         call = torch.compile(model) if a.method == "compiled" else model
@@ -182,25 +182,15 @@ def main() -> int:
             def get_batch() -> torch.Tensor:
                 return next(it)
 
-        meter = Meter(a.batch)
-        meter.run(get_batch, predict, a.seconds, a.warmup)
-        emit(
-            meter.result(
-                framework="torch",
-                model=a.model,
-                method=a.method,
-                device=a.device,
-                size=a.size,
-                files=len(files),
-                params=sum(p.numel() for p in model.parameters()),
-                workers=a.workers if a.method in ("parallel", "compiled") else 0,
-                threads=a.threads,
-            ),
-            a.result,
+        measure(
+            a,
+            "torch",
+            get_batch,
+            predict,
+            files=len(files),
+            params=sum(p.numel() for p in model.parameters()),
+            workers=a.workers if a.method in ("parallel", "compiled") else 0,
         )
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
     return 0
 
 
