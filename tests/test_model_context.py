@@ -116,3 +116,84 @@ def test_the_host_split_is_the_loop_threads_in_the_windows_it_runs() -> None:
     assert all(f.thread != "feeder" for f in s.functions)
     counts = host_counts([count(TF_RESIZE, 4, "input"), count(TORCH_MODEL, 2, "compute")])
     assert dict(counts) == {"input": 4}
+
+
+PNG_SAVE = (
+    Frame("<module>", "super_resolve.py", 38),
+    Frame("Image.save", "PIL/Image.py", 2581),
+    Frame("_save", "PIL/PngImagePlugin.py", 1460),
+    Frame("_save", "PIL/ImageFile.py", 650),
+    Frame("_encode_tile", "PIL/ImageFile.py", 679),
+)
+# Keras predict on one sample: building its data adapter and iterator, inside the call
+PREDICT_SETUP = (
+    Frame("<module>", "gen.py", 90),
+    Frame("TensorFlowTrainer.predict", "keras/src/backend/tensorflow/trainer.py", 560),
+    Frame("TFEpochIterator.__next__", "keras/src/trainers/epoch_iterator.py", 141),
+    Frame("EpochIterator._enumerate_iterator", "keras/src/trainers/epoch_iterator.py", 110),
+    Frame("DatasetV2.__iter__", "tensorflow/python/data/ops/dataset_ops.py", 501),
+    Frame("OwnedIterator.__init__", "tensorflow/python/data/ops/iterator_ops.py", 709),
+    Frame("OwnedIterator._create_iterator", "tensorflow/python/data/ops/iterator_ops.py", 748),
+    Frame("make_iterator", "tensorflow/python/ops/gen_dataset_ops.py", 3476),
+)
+PREDICT_FETCH = (
+    *PREDICT_SETUP[:4],
+    Frame("OwnedIterator.__next__", "tensorflow/python/data/ops/iterator_ops.py", 826),
+    Frame("iterator_get_next", "tensorflow/python/ops/gen_dataset_ops.py", 3086),
+)
+
+
+def test_writing_a_result_is_host_work_neither_input_nor_compute() -> None:
+    """PIL encodes the result (its codec releases the GIL): ``python`` in the stacks, with or
+    without a model around; ``output`` in the host split."""
+    assert classify_stack(PNG_SAVE) == "python"
+    assert classify_stack(PNG_SAVE, model_context=True) == "python"
+    stacks = [count(PNG_SAVE, 10, "python"), count(TORCH_MODEL, 10, "compute")]
+    assert {s.klass for s in reconcile_gil(stacks, 0.0, True) if s.frames == PNG_SAVE} == {
+        "python"
+    }
+    assert host_class(PNG_SAVE, "python") == "output"
+
+
+def test_a_keras_calls_own_setup_is_not_input_its_fetch_is() -> None:
+    assert classify_stack(PREDICT_SETUP, model_context=True) == "python"
+    assert classify_stack(PREDICT_FETCH, model_context=True) == "input"
+    window = StackWindow(
+        0.0,
+        1.0,
+        100.0,
+        40,
+        (
+            count(PREDICT_SETUP, 30, "python"),
+            count(PREDICT_FETCH, 10, "input"),
+            count((Frame("<module>", "gen.py", 86),), 2, "python"),
+        ),
+    )
+    s = summarize([window])
+    assert s is not None and s.call_setup_share == 0.75
+
+
+def test_sampling_from_the_output_is_output_work(tmp_path: Path) -> None:
+    """A module-level generation loop: the native ``multinomial`` on its line is the host's
+    work on the output, not the next input; the file is found from the workload's command
+    line (py-spy names it relative to the script's folder)."""
+    from sofa_top.analysis.sources import add_source_dirs
+
+    src = tmp_path / "generate_words.py"
+    src.write_text(
+        "with torch.no_grad():\n"
+        "    for i in range(n):\n"
+        "        output, hidden = model(inp, hidden)\n"
+        "        word_idx = torch.multinomial(output.exp(), 1)[0]\n"
+        "        inp.fill_(word_idx)\n"
+    )
+    add_source_dirs(["python", str(src)], str(tmp_path))
+    call = (Frame("<module>", src.name, 3), *TORCH_MODEL[2:])
+    sample = (Frame("<module>", src.name, 4),)
+    fill = (Frame("<module>", src.name, 5),)
+    loops = frozenset({("<module>", src.name)})
+    assert host_class(sample, "python", loops) == "output"
+    assert host_class(fill, "input", loops) == "input"
+    stacks = [count(sample, 10, "python"), count(fill, 10, "python"), count(call, 10, "compute")]
+    native = {s.frames: s.klass for s in reconcile_gil(stacks, 0.0, True)}
+    assert native[sample] == "python" and native[fill] == "input"

@@ -91,8 +91,17 @@ def gpu_recommendations() -> tuple[Recommendation, ...]:
     return (Recommendation("move the model and batches to the GPU, raise the batch size"),)
 
 
-def python_recommendations() -> tuple[Recommendation, ...]:
-    """Plain Python holds the training thread."""
+def python_recommendations(writer: str | None = None) -> tuple[Recommendation, ...]:
+    """Plain Python holds the loop's thread; ``writer``: the hot function writes a result out
+    (an image encoder), the host's work after the model."""
+    if writer is not None:
+        return (
+            Recommendation(
+                f"the time is writing results ({writer}: encoding, after the model): encode "
+                "less (a faster format or compression level, smaller outputs), or write them "
+                "from a background thread or process while the next input is handled"
+            ),
+        )
     return (Recommendation("move the hot Python function into vectorized framework ops"),)
 
 

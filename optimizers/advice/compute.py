@@ -58,10 +58,22 @@ def depth_first_text(model: ModelReport | None) -> str | None:
     )
 
 
+CALL_SETUP_SHARE = 0.3  # a Keras call spending this share of itself on its own setup
+
+
 def compute_recommendations(
-    fw: str, model: ModelReport | None = None, keras: bool = False
+    fw: str, model: ModelReport | None = None, keras: bool = False, call_setup: float | None = None
 ) -> tuple[Recommendation, ...]:
-    """What to try on a compute-bound loop of framework ``fw``."""
+    """What to try on a compute-bound loop of framework ``fw``; ``call_setup``: the share of
+    the loop's Keras calls spent building their own data adapter (``predict`` per sample)."""
+    if fw == "tensorflow" and keras and call_setup is not None and call_setup >= CALL_SETUP_SHARE:
+        return (
+            Recommendation(
+                "call the model without predict's per-call setup: `model.predict_on_batch(x)` "
+                f"(or `model(x, training=False)`) in the loop: {call_setup:.0%} of each "
+                "`predict` builds a data adapter and an iterator for the arrays it is given"
+            ),
+        )
     if fw == "tensorflow":
         return (Recommendation(xla_text(keras), "xla"),)
     if fw == "torch":

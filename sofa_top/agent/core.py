@@ -135,12 +135,26 @@ class StepClock:
 
     Step ``n`` runs from the return of fetch ``n`` to the return of fetch ``n + 1``: the compute
     on batch ``n`` followed by the wait for batch ``n + 1`` (its ``input_wait_s``). Switching to
-    another iterator restarts the clock, so no step spans two iterators. ``cpu`` is the CPU time
-    the whole process used during the wait (all its threads: tf.data's pool, a DataLoader
+    another iterator restarts the clock, so no step spans two iterators. An iterator that ends
+    and is fetched from again (a DataLoader with ``persistent_workers``: each epoch resumes the
+    same iterator) carries its first fetch into its next step: that wait is the loop's, and a
+    step from the epoch's end would span whatever the loop did between epochs. ``cpu`` is the
+    CPU time the whole process used during the wait (all its threads: tf.data's pool, a DataLoader
     running in the loop's thread); it tells input work from waiting on I/O. Negative: unknown.
     """
 
-    __slots__ = ("_agent", "_bs", "_cur", "_last", "feeds", "resolve_batch_size", "source", "step")
+    __slots__ = (
+        "_agent",
+        "_bs",
+        "_carry",
+        "_cur",
+        "_ended",
+        "_last",
+        "feeds",
+        "resolve_batch_size",
+        "source",
+        "step",
+    )
 
     def __init__(self, agent: Agent, source: str) -> None:
         self._agent = agent
@@ -150,6 +164,8 @@ class StepClock:
         # the clocks that only see compute (optimizer, backward, model calls) say False
         self.feeds = True
         self._cur: Callable[[], object] | None = None
+        self._ended: Callable[[], object] | None = None  # the iterator that ran out last
+        self._carry: tuple[float, float] | None = None  # a resumed iterator's first (wait, cpu)
         self._last = 0.0
         self._bs: int | None = None
         # called once per new iterator, never per step
@@ -173,10 +189,19 @@ class StepClock:
             self._agent.fed_now()
         cur = self._cur
         if cur is None or cur() is not it:
+            ended = self._ended
+            resumed = cur is None and ended is not None and ended() is it
             self._switch(it)
-            self._last = t1
-            return True
-        self._agent.push((self.source, self.step, self._last, t1, t1 - t0, self._bs, cpu))
+            self._last = t0 if resumed else t1
+            self._carry = (t1 - t0, cpu) if resumed else None
+            return not resumed
+        wait = t1 - t0
+        carry = self._carry
+        if carry is not None:
+            self._carry = None
+            wait += carry[0]
+            cpu = cpu + carry[1] if cpu >= 0 and carry[1] >= 0 else -1.0
+        self._agent.push((self.source, self.step, self._last, t1, wait, self._bs, cpu))
         self.step += 1
         self._last = t1
         return False
@@ -187,8 +212,12 @@ class StepClock:
             self._agent.fed_now()
         cur = self._cur
         if cur is not None and cur() is it:
-            self._agent.push((self.source, self.step, self._last, t1, t1 - t0, self._bs, cpu))
-            self.step += 1
+            if self._carry is None:  # (a resumed iterator that ended at once: no step)
+                push = (self.source, self.step, self._last, t1, t1 - t0, self._bs, cpu)
+                self._agent.push(push)
+                self.step += 1
+            self._ended = cur
+        self._carry = None
         self._cur = None
 
     def span(self, it: object, t0: float, t1: float, t2: float, cpu: float = -1.0) -> None:
@@ -240,6 +269,8 @@ class StepClock:
     def reset(self) -> None:
         """Forget the last boundary (the next fetch or tick starts a new run of steps)."""
         self._cur = None
+        self._ended = None
+        self._carry = None
 
 
 def _uncaught_error() -> str:

@@ -24,7 +24,9 @@ before call ``n`` (preparing its input) then its compute, and the first call (wh
 traces, allocates) only starts the clock.
 
 One clock at a time: a clock that sees input (a fetch, a user's mark) on the loop's thread
-since the previous boundary takes the loop (this clock restarts); the optimizer and backward
+since the previous boundary takes the loop (this clock restarts), and keeps it while it
+marks (a second or three of its steps since its last mark: a model called several times per
+fetch makes no steps of its own); the optimizer and backward
 clocks yield to this one when it marks the iteration (``mark``). A call that another clock's step
 falls inside (a Keras ``predict`` fetching its own batch) holds that step: a second one shows a
 loop inside the call (``predict`` over a data set: those steps stand, this clock restarts);
@@ -57,7 +59,9 @@ _SWITCHES_MAX = 6  # caller changes without a long run of one thread: several th
 _LONG_RUN = 4  # calls of one thread in a row that forgive two earlier switches
 _HANDOFF = 3  # calls in a row of a new thread: the loop moved there
 _MAX_OTHERS = 16  # other models counted between two calls of the lead
+_FED_HOLD_S = 1.0  # a feeding clock holds the loop this long (or 3 of its steps, <= 10 s)
 _OVERLAPS = 3  # calls of other threads while the loop's thread is inside its own: at once
+FIRST_CALL = "a step runs from one model call's end to the next's: the first call starts the clock"
 SEVERAL_THREADS = (
     "the model is called from several threads: no one loop's steps to time (mark the "
     "loop's steps with sofa_top.agent.api.mark_step)"
@@ -108,6 +112,8 @@ class ModelLoop:
         self._torch_seen = False
         self._overlaps = 0
         self._fed_at = 0
+        self._fed_t: float | None = None  # when a feeding clock last marked this loop
+        self._fed_gap = 0.0  # its longest time between two marks
         self._called = False  # a lead call since the last boundary
         self._call_bs: int | None = None  # the last lead call's batch size
         self._host: float | None = None  # the step's host time, known at its first lead call
@@ -274,8 +280,18 @@ class ModelLoop:
         if agent.fed != self._fed_at:
             self._fed_at = agent.fed
             if agent.fed_thread == ident:
+                if self._fed_t is not None:
+                    self._fed_gap = max(self._fed_gap, t - self._fed_t)
+                self._fed_t = t
                 self._running = False  # a clock that sees input marks this loop
                 return False
+        if self._fed_t is not None:
+            # the model called several times a fetch (a model per batch item, a GAN's two
+            # networks): the feeding clock keeps the loop until it stops feeding
+            if t - self._fed_t <= max(_FED_HOLD_S, min(3.0 * self._fed_gap, 10.0)):
+                self._running = False
+                return False
+            self._fed_t, self._fed_gap = None, 0.0
         spans = agent.spans
         coll = agent.collective_s
         if self._running:
@@ -284,6 +300,8 @@ class ModelLoop:
                 host = max(0.0, host - (coll - self._collective_at))
             agent.push((self._source, self._step, self._last, t, host, self._call_bs, -1.0))
             self._step += 1
+        else:
+            agent.note_steps(self._source, FIRST_CALL)
         self._running = True
         self._last = t
         # this bookkeeping is the agent's, not the loop's host time: counted with the spans

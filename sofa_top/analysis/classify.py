@@ -10,6 +10,10 @@ Rules, first match wins:
    collate, workers), Keras epoch iterators and data adapters, ``tf.py_function`` bodies. This wins
    over everything else, so a main thread blocked in ``DataLoader.__next__`` waiting for workers
    (or in ``iterator_get_next`` waiting for tf.data's threads) is ``input``, not idle.
+   A stack writing a result out (PIL's ``Image.save``, imageio's writers: encoding, not
+   decoding) is ``python``: the host's work after the model, not its input.
+   So is a Keras ``predict``/``evaluate`` call building its data adapter and iterator (once
+   per call, for the arrays it was given): the call's overhead, not the loop's input.
 3. ``python`` while importing (a frame of ``<frozen importlib...>``): module bodies of a framework
    being imported are not compute.
 4. ``compute``: any frame of framework execution: torch ``nn`` modules/functional, autograd
@@ -63,6 +67,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
+from sofa_top.analysis.sources import OUTPUT_LINE, source_line
 from sofa_top.model.samples import Frame, StackClass, StackCount
 
 # (path fragment, function names or None for any function in that file/folder).
@@ -241,6 +246,28 @@ HOST_PYTHON_RULES: tuple[_Rule, ...] = _rules(
     ("/tensorflow/python/checkpoint/", None),
 )
 
+# Writing a result out (encoding an image, a video frame): the host's work after the model,
+# not its input, though the same libraries decode (``analysis.host``: ``output``)
+OUTPUT_RULES: tuple[_Rule, ...] = _rules(
+    ("/PIL/Image.py", ("save",)),
+    ("/PIL/ImageFile.py", ("_save", "_encode_tile")),
+    ("/imageio/", ("imwrite", "imsave", "mimwrite", "mimsave", "volwrite", "write")),
+    ("/skimage/io/", ("imsave",)),
+    ("/torchvision/utils.py", ("save_image",)),
+    ("/torchvision/io/", ("write_png", "write_jpeg", "write_file", "write_video")),
+)
+
+# What a Keras ``predict``/``evaluate``/``fit`` call builds before its first batch: a data
+# adapter and a tf.data iterator over the arrays it was given. Inside the call, once per call:
+# the call's own overhead (``python``), not the loop's input; a loop that calls ``predict`` on
+# one sample pays it every step (``call_setup_share``).
+CALL_SETUP_RULES: tuple[_Rule, ...] = _rules(
+    ("/keras/src/trainers/data_adapters/", ("__init__", "get_data_adapter", "get_tf_dataset")),
+    ("/keras/src/trainers/epoch_iterator.py", ("__init__", "_get_iterator", "reset")),
+    ("/tensorflow/python/data/ops/iterator_ops.py", ("__init__", "_create_iterator")),
+    ("/tensorflow/python/ops/gen_dataset_ops.py", ("make_iterator", "anonymous_iterator_v3")),
+)
+
 # Loss functions called outside the model: the step's compute, not its input
 LOSS_RULES: tuple[_Rule, ...] = _rules(
     (
@@ -284,9 +311,11 @@ def _matches(frame: Frame, rules: Sequence[_Rule]) -> bool:
     return False
 
 
-_INPUT, _COMPUTE, _IDLE_LEAF, _WORKER, _IMPORT, _MODEL, _TRAIN, _HOST_PY, _LOSS = (
-    1, 2, 4, 8, 16, 32, 64, 128, 256,
+_INPUT, _COMPUTE, _IDLE_LEAF, _WORKER, _IMPORT, _MODEL, _TRAIN, _HOST_PY, _LOSS, _OUTPUT = (
+    1, 2, 4, 8, 16, 32, 64, 128, 256, 512,
 )  # fmt: skip
+_SETUP = 1024
+_KEEP_PYTHON = _OUTPUT | _SETUP
 _FLAG_RULES = (
     (_INPUT, INPUT_RULES),
     (_COMPUTE, COMPUTE_RULES),
@@ -296,6 +325,8 @@ _FLAG_RULES = (
     (_TRAIN, TRAINING_RULES),
     (_HOST_PY, HOST_PYTHON_RULES),
     (_LOSS, LOSS_RULES),
+    (_OUTPUT, OUTPUT_RULES),
+    (_SETUP, CALL_SETUP_RULES),
 )
 
 
@@ -334,9 +365,26 @@ def in_model_call(frames: Sequence[Frame]) -> bool:
     return bool(_seen(tuple(frames)) & _MODEL)
 
 
+def writes_output(function: str, filename: str) -> bool:
+    """Whether a function writes a result out (an image encoder: ``OUTPUT_RULES``)."""
+    return bool(_flags(Frame(function, filename, 0)) & _OUTPUT)
+
+
+def is_call_setup(frames: Sequence[Frame]) -> bool:
+    """Whether a stack is a model call's own setup (a Keras ``predict`` building its data
+    adapter and iterator for the arrays it was given)."""
+    seen = _seen(tuple(frames))
+    return bool(seen & _SETUP and seen & _MODEL)
+
+
 def is_host_python(frames: Sequence[Frame]) -> bool:
     """Whether a stack logs, prints progress or saves a checkpoint (``analysis.host``)."""
     return bool(_seen(tuple(frames)) & _HOST_PY)
+
+
+def writes_result(frames: Sequence[Frame]) -> bool:
+    """Whether a stack writes a result out (encodes an image: ``OUTPUT_RULES``)."""
+    return bool(_seen(tuple(frames)) & _OUTPUT)
 
 
 def is_importing(frames: Sequence[Frame]) -> bool:
@@ -380,6 +428,10 @@ def _classify(frames: tuple[Frame, ...], model_context: bool = False) -> StackCl
     leaf_idle = bool(_flags(frames[-1]) & _IDLE_LEAF)
     if leaf_idle and seen & _WORKER:
         return "idle"
+    if seen & _OUTPUT and not seen & _MODEL:
+        return "python"  # encoding a result: the host's work, neither input nor the model's
+    if seen & _SETUP and seen & _MODEL:
+        return "python"  # a Keras call building its data adapter: the call's overhead
     if seen & _INPUT:
         return "input"
     if seen & _IMPORT:
@@ -461,24 +513,31 @@ def reconcile_gil(
     GIL (None when unknown: nothing changes). Python runs only under the GIL, so at most that
     share of the thread's samples are ``python``; the rest ran without it, inside a call.
     With the model-call context, native calls outside the model's call (NumPy, OpenCV, a
-    tensor built from a sample) are preprocessing: ``input``.
+    tensor built from a sample) are preprocessing: ``input``; on a line that samples from the
+    model's output (``sources.OUTPUT_LINE``) they are the host's work: ``python``.
     """
     if gil_fraction is None or not stacks:
         return tuple(stacks)
     total = sum(s.count for s in stacks)
     holding = round(max(0.0, min(1.0, gil_fraction)) * total)
-    python = [s for s in stacks if s.klass == "python"]
+    # (a result being encoded, a Keras call's setup: native code, still host or call overhead)
+    python = [s for s in stacks if s.klass == "python" and not _seen(s.frames) & _KEEP_PYTHON]
     excess = sum(s.count for s in python) - holding
     if excess <= 0:
         return tuple(stacks)
-    others = [s for s in stacks if s.klass != "python"]
+    others = [s for s in stacks if s.klass != "python" or _seen(s.frames) & _KEEP_PYTHON]
     if not model_context:
         return tuple(others + _reclass(python, "compute", excess))
     return tuple(others + _reclass(python, _native_class, excess))
 
 
 def _native_class(stack: StackCount) -> StackClass:
-    return "compute" if model_side(stack.frames) else "input"
+    if model_side(stack.frames):
+        return "compute"
+    leaf = stack.frames[-1] if stack.frames else None
+    if leaf is not None and OUTPUT_LINE.search(source_line(leaf.filename, leaf.line)):
+        return "python"  # sampling from the model's output: the host's work, not its input
+    return "input"
 
 
 def has_model_calls(stacks: Iterable[StackCount]) -> bool:

@@ -10,6 +10,9 @@ samples of that thread taken outside those calls say what it was:
 - ``python``: logging, ``print``, progress bars, checkpoints, metrics writers, and the loop's
   own statements (Python running in the function that calls the model: its ``for``,
   its counters; the work it calls, or native work on its lines, is preparation);
+- ``output``: the work on the model's output: sampling or picking from it (``multinomial``,
+  ``argmax``, ``topk``, ``softmax`` on the sampled line: the call is native, so read from the
+  source line), decoding it (``batch_decode``), writing the result out (encoding an image);
 - ``compute``: a loss function called outside the model (``F.cross_entropy``), a weight update
   written by hand (a line that reads ``.grad``): the model's work all the same;
 - ``input``: the rest: decoding, resizing, tokenising, collating, reading and waiting for the
@@ -23,34 +26,27 @@ this machine); a line that cannot be read leaves the frames to decide.
 
 from __future__ import annotations
 
-import functools
-import linecache
 import re
 from collections import Counter
 from collections.abc import Iterable
 
 from sofa_top.analysis.classify import (
     in_model_call,
+    is_call_setup,
     is_host_python,
     is_importing,
     is_loss,
     model_side,
+    writes_result,
 )
+from sofa_top.analysis.sources import OUTPUT_LINE, source_line
 from sofa_top.model.samples import Frame, StackCount
 
-HOST_CLASSES = ("input", "python", "sync", "compute")
+HOST_CLASSES = ("input", "python", "sync", "output", "compute")
 _SYNC = re.compile(r"\.(item|cpu|numpy|tolist)\(\s*\)|\.to\(\s*['\"]cpu['\"]|synchronize\(")
 _PRINT = re.compile(r"(^|[^\w.])print\(")
 _GRAD = re.compile(r"\.grad\b")
 _LIBRARIES = ("/torch/", "/tensorflow/", "/keras/", "/site-packages/", "/dist-packages/", "<frozen")
-
-
-@functools.lru_cache(maxsize=1 << 14)
-def _line(filename: str, line: int) -> str:
-    try:
-        return linecache.getline(filename, line)
-    except (OSError, UnicodeDecodeError, ValueError):
-        return ""
 
 
 def loop_frame(frames: tuple[Frame, ...]) -> tuple[str, str] | None:
@@ -73,11 +69,13 @@ def host_class(
     if not frames:
         return None  # no Python frame to tell what the thread did: left out
     leaf = frames[-1]
-    text = _line(leaf.filename, leaf.line)
+    text = source_line(leaf.filename, leaf.line)
     if _SYNC.search(text) or (leaf.function.endswith("synchronize") and "/cuda/" in leaf.filename):
         return "sync"
     if model_side(frames) or is_importing(frames):
         return None  # the step's compute; an import (mostly the loop's setup, just before it)
+    if writes_result(frames) or OUTPUT_LINE.search(text):
+        return "output"
     if is_host_python(frames) or _PRINT.search(text):
         return "python"
     if is_loss(frames) or _GRAD.search(text):
@@ -104,3 +102,8 @@ def host_counts(stacks: Iterable[StackCount]) -> Counter[str]:
 def model_samples(stacks: Iterable[StackCount]) -> int:
     """Samples inside a model call."""
     return sum(s.count for s in stacks if in_model_call(s.frames))
+
+
+def setup_samples(stacks: Iterable[StackCount]) -> int:
+    """Samples inside a model call spent on its own setup (``classify.is_call_setup``)."""
+    return sum(s.count for s in stacks if is_call_setup(s.frames))

@@ -160,12 +160,12 @@ def main_phase(phases: Mapping[Phase, Sequence[StepSample]], least: int = 1) -> 
 
 
 def input_share(host_split: Mapping[str, float] | None, host_samples: int) -> float:
-    """The input share of the host time: input over input, python and syncs (the compute
-    class, a loss between the forward and the backward, is not in the clock's host time);
-    all of it when the stacks cannot split it."""
+    """The input share of the host time: input over input, python, syncs and output work (the
+    compute class, a loss between the forward and the backward, is not in the clock's host
+    time); all of it when the stacks cannot split it."""
     if host_split is None or host_samples < MIN_HOST_SAMPLES:
         return 1.0
-    known = sum(float(host_split.get(k, 0.0)) for k in ("input", "python", "sync"))
+    known = sum(float(host_split.get(k, 0.0)) for k in ("input", "python", "sync", "output"))
     return float(host_split.get("input", 0.0)) / known if known > 0 else 1.0
 
 
@@ -247,6 +247,12 @@ def no_steps_reason(facts: RunFacts) -> str:
     ]
     if skipped:
         return "no step measured: " + "; ".join(skipped)
+    called = [source for source, _note in agent.step_notes if source in MODEL_CALL_SOURCES]
+    if called:
+        return (
+            f"no step measured: the model was called once ({called[0]}); a step runs from one "
+            "model call to the next, and a run that calls its model once has no loop to time"
+        )
     imported = {name for name, _version in agent.frameworks}
     if not imported & {"tensorflow", "torch", "keras"}:
         return "no step measured: the workload imported neither TensorFlow nor PyTorch"

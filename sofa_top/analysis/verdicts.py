@@ -57,6 +57,7 @@ from typing import Literal
 
 from sofa_top.analysis import gpu as gpu_loop
 from sofa_top.analysis import steps as step_facts
+from sofa_top.analysis.classify import writes_output
 from sofa_top.analysis.steps import RunFacts
 from sofa_top.model.samples import CudaSample, GpuSample, PipelineSample, StepSample, SystemSample
 from sofa_top.model.snapshot import StackSummary
@@ -221,7 +222,8 @@ def _oversubscribed(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict |
 
 
 def _keras(ev: Evidence) -> bool:
-    return any(s.source == "keras-fit" for s in ev.steps[-50:]) or bool(
+    keras = ("keras-fit", "keras-model-call", "keras-evaluate")
+    return any(s.source in keras for s in ev.steps[-50:]) or bool(
         ev.model is not None and ev.model.keras_model
     )
 
@@ -357,6 +359,7 @@ def _step_evidence(ev: Evidence) -> dict[str, object]:
 def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "train") -> Verdict:
     stacks = ev.stacks
     host = stacks.host_split if stacks is not None else None
+    setup = stacks.call_setup_share if stacks is not None else None
     measured = step_facts.input_fraction(ev.steps, host, stacks.host_samples if stacks else 0)
     frac = measured or 0.0
     durations = [s.duration_s for s in ev.steps]
@@ -370,6 +373,7 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "t
         "bottleneck_stage": _bottleneck(ev.pipeline),
         "compute_split": step_facts.compute_split(ev.steps),
         "host_split": None if host is None else {k: round(v, 3) for k, v in host.items()},
+        "call_setup_share": _round(setup),
         **_step_evidence(ev),
     }
     conf = min(0.95, 0.5 + 0.05 * len(ev.steps))
@@ -421,7 +425,7 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "t
         conf,
         headline,
         evidence,
-        advice.compute_recommendations(fw, ev.model, _keras(ev)),
+        advice.compute_recommendations(fw, ev.model, _keras(ev), setup),
     )
 
 
@@ -570,12 +574,14 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
             advice.compute_recommendations(fw, ev.model, "keras" in files),
         )
     if py >= STACK_DOMINANT:
+        hot = next((f for f in s.functions if f.klass == "python"), None)
+        writer = hot.function if hot and writes_output(hot.function, hot.filename) else None
         return Verdict(
             "python-overhead",
             0.6,
             f"python-overhead: {py:.0%} of samples in plain Python code",
             evidence,
-            advice.python_recommendations(),
+            advice.python_recommendations(writer),
         )
     return Verdict(
         "unknown",

@@ -80,6 +80,9 @@ class StackSummary:
     # input / python / sync -> fraction); None when no thread was seen calling a model
     host_split: Mapping[str, float] | None = None
     host_samples: int = 0
+    # the share of the loop thread's model-call samples spent building the call's own data
+    # adapter and iterator (a Keras ``predict`` per sample); None without model calls
+    call_setup_share: float | None = None
 
     @property
     def agent_fraction(self) -> float:

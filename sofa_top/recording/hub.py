@@ -24,6 +24,7 @@ from typing import Any
 from sofa_top import __version__
 from sofa_top.analysis import steps as step_facts
 from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats
+from sofa_top.analysis.sources import add_source_dirs
 from sofa_top.analysis.stackstats import summarize, summarize_by_thread
 from sofa_top.analysis.steps import RunFacts
 from sofa_top.analysis.verdicts import MIN_STEPS, WINDOW_S, Evidence, judge, others_cores
@@ -78,6 +79,10 @@ class Session:
         extra_meta: dict[str, Any] | None = None,
     ) -> None:
         self.target = target
+        try:  # the workload's files, for the lines its host time ran (``analysis.host``)
+            add_source_dirs(target.cmdline, os.readlink(f"/proc/{target.pid}/cwd"))
+        except OSError:
+            add_source_dirs(target.cmdline)
         self.mode = mode
         self.collectors = list(collectors)
         self.store = store

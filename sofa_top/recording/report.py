@@ -14,7 +14,8 @@ The JSON schema is ``record.schema.json`` beside this file (tests validate again
                "phases": [{"phase": "train"|"eval"|"inference", "count", "input_wait_fraction",
                            "median_step_s", "p50_s", "p90_s", "p99_s"}],
                "compute_split": {"forward", "backward", "optimizer", "collective"} | null,
-               "host_split": {"input", "python", "sync"} of the loop's host time | null,
+               "host_split": {"input", "python", "sync", "output", "compute"} of the loop's host
+               time | null,
                "dropped": steps the agent counted but could not send (its queue was full),
                "sources": {clock: steps} (all phases), "reason": why there are none | null,
                "note": how the main clock's steps are measured | null},
@@ -46,6 +47,7 @@ from typing import Any
 
 from sofa_top.analysis import steps as step_facts
 from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats, straggler_json
+from sofa_top.analysis.sources import add_source_dirs
 from sofa_top.analysis.stackstats import summarize
 from sofa_top.analysis.steps import RunFacts
 from sofa_top.analysis.verdicts import Evidence, judge, others_cores
@@ -258,6 +260,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
     tree_mean, tree_max = _stats(pts.get("tree.cpu", []))
     target_mean, _ = _stats(r.target_cpu)
     sys_mean, _ = _stats(pts.get("sys.cpu", []))
+    add_source_dirs((meta.get("target") or {}).get("cmdline") or ())
     summary = summarize(r.windows) if r.windows else None
     exit_code = meta.get("exit_code")
     facts = RunFacts(
