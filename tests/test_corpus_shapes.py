@@ -104,6 +104,6 @@ def test_persistent_workers_keep_each_epochs_first_fetch(shapes: Recordings) -> 
     # every batch is a step but the very first (it starts the clock), epoch after epoch
     batches = int(run.value("STEPS"))
     assert batches - 1 <= steps["count"] <= batches + 4, (steps["count"], batches)
-    assert not any(re.search(r"torch\.compile|jit_compile", r) for r in summary["verdict"][
-        "recommendations"
-    ]), summary["verdict"]
+    assert not any(
+        re.search(r"torch\.compile|jit_compile", r) for r in summary["verdict"]["recommendations"]
+    ), summary["verdict"]

@@ -149,9 +149,7 @@ def test_writing_a_result_is_host_work_neither_input_nor_compute() -> None:
     assert classify_stack(PNG_SAVE) == "python"
     assert classify_stack(PNG_SAVE, model_context=True) == "python"
     stacks = [count(PNG_SAVE, 10, "python"), count(TORCH_MODEL, 10, "compute")]
-    assert {s.klass for s in reconcile_gil(stacks, 0.0, True) if s.frames == PNG_SAVE} == {
-        "python"
-    }
+    assert {s.klass for s in reconcile_gil(stacks, 0.0, True) if s.frames == PNG_SAVE} == {"python"}
     assert host_class(PNG_SAVE, "python") == "output"
 
 
