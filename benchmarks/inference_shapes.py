@@ -1,6 +1,7 @@
 """sofa-top's input fraction against each loop's own measure, per shape of issue 20, over
 repeated runs (``tests/workloads/inference_shapes.py``: each loop times its model call against
-its whole step with ``perf_counter``).
+its whole step with ``perf_counter``; ``tests/workloads/corpus_shapes.py``: the shapes of the
+corpus' public inference scripts, each timing its input apart from its host work).
 
     python benchmarks/inference_shapes.py [--repeats 3] [--seconds 6] [--only SHAPE,...]
 
@@ -21,17 +22,19 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKLOAD = ROOT / "tests" / "workloads" / "inference_shapes.py"
+WORKLOADS = ROOT / "tests" / "workloads"
 SOFA_TOP = str(Path(sys.executable).with_name("sofa-top"))
 SHAPES = (
     "tf-eager", "pil", "torch-nograd", "keras-predict", "keras-evaluate", "keras-predict-ds",
     "train-inloop", "serving", "torch-compute",
 )  # fmt: skip
+CORPUS_SHAPES = ("generate", "keras-predict-loop", "persistent")
 
 
 def run(shape: str, seconds: str, out: Path) -> tuple[dict[str, object], float]:
     """One ``record --json`` of ``shape``: the summary and the loop's own measure."""
-    cmd = [sys.executable, str(WORKLOAD), "--shape", shape, "--seconds", seconds]
+    script = "corpus_shapes.py" if shape in CORPUS_SHAPES else "inference_shapes.py"
+    cmd = [sys.executable, str(WORKLOADS / script), "--shape", shape, "--seconds", seconds]
     proc = subprocess.run(
         [SOFA_TOP, "record", "--json", "-o", str(out), "--", *cmd],
         capture_output=True, text=True, timeout=600, check=True,
@@ -56,7 +59,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seconds", default="6")
-    p.add_argument("--only", default=",".join(SHAPES))
+    p.add_argument("--only", default=",".join((*SHAPES, *CORPUS_SHAPES)))
     a = p.parse_args()
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory() as tmp:
