@@ -15,11 +15,12 @@ caught sofa-top out, small and timed (``tests/workloads/corpus_shapes.py``), und
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from conftest import validate_record_json
 from faults.conftest import no_traceback
-from recordings import Recordings
+from recordings import Recording, Recordings
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -37,12 +38,17 @@ def shapes(tmp_path_factory: pytest.TempPathFactory) -> Recordings:
     return Recordings(tmp_path_factory.mktemp("corpus-shapes"), SHAPES)
 
 
-def test_sampling_the_output_at_module_level_is_not_input(shapes: Recordings) -> None:
-    run = shapes.get("generate")
+def recorded(shapes: Recordings, name: str) -> tuple[Recording, dict[str, Any]]:
+    """The shape's recording, checked to have run cleanly, and its ``record --json``."""
+    run = shapes.get(name)
     assert run.exit_code == 0, run.describe()
     no_traceback(run.stderr)
-    summary = run.summary
-    validate_record_json(summary)
+    validate_record_json(run.summary)
+    return run, run.summary
+
+
+def test_sampling_the_output_at_module_level_is_not_input(shapes: Recordings) -> None:
+    run, summary = recorded(shapes, "generate")
     steps = summary["steps"]
     assert steps["sources"].get("torch-model-call", 0) > 100, steps
     own, host = run.value("PREP_FRACTION"), run.value("HOST_FRACTION")
@@ -56,11 +62,7 @@ def test_sampling_the_output_at_module_level_is_not_input(shapes: Recordings) ->
 
 
 def test_one_request_has_no_loop_and_its_encoding_is_host_work(shapes: Recordings) -> None:
-    run = shapes.get("request")
-    assert run.exit_code == 0, run.describe()
-    no_traceback(run.stderr)
-    summary = run.summary
-    validate_record_json(summary)
+    _run, summary = recorded(shapes, "request")
     steps = summary["steps"]
     assert steps["count"] == 0 and "called once" in steps["reason"], steps
     assert "cuda" not in steps["reason"].lower(), steps
@@ -72,11 +74,7 @@ def test_one_request_has_no_loop_and_its_encoding_is_host_work(shapes: Recording
 
 def test_keras_predict_per_sample_is_told_predict_on_batch(shapes: Recordings) -> None:
     pytest.importorskip("tensorflow")
-    run = shapes.get("keras-predict-loop")
-    assert run.exit_code == 0, run.describe()
-    no_traceback(run.stderr)
-    summary = run.summary
-    validate_record_json(summary)
+    run, summary = recorded(shapes, "keras-predict-loop")
     steps = summary["steps"]
     assert set(steps["sources"]) == {"keras-model-call"} and steps["count"] >= 10, steps
     own = run.value("PREP_FRACTION")
@@ -91,11 +89,7 @@ def test_keras_predict_per_sample_is_told_predict_on_batch(shapes: Recordings) -
 
 
 def test_persistent_workers_keep_each_epochs_first_fetch(shapes: Recordings) -> None:
-    run = shapes.get("persistent")
-    assert run.exit_code == 0, run.describe()
-    no_traceback(run.stderr)
-    summary = run.summary
-    validate_record_json(summary)
+    run, summary = recorded(shapes, "persistent")
     steps = summary["steps"]
     # the DataLoader's clock alone: the model's 20 calls per batch are no steps
     assert set(steps["sources"]) == {"torch-dataloader"}, steps
