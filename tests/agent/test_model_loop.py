@@ -212,3 +212,44 @@ def test_another_clocks_steps_between_the_calls_restart_it() -> None:
     model_steps = [r for r in agent._steps if r[0] == SRC]
     assert len(model_steps) == 2 + 2  # each run's first call starts the clock again
     assert all(r[3] - r[2] < 0.5 for r in model_steps), model_steps
+
+
+def test_a_model_called_several_times_per_fetch_makes_no_steps_of_its_own() -> None:
+    """A DataLoader-style fetch, then the model four times on the batch: the fetching clock's
+    steps alone; once the fetches stop for good, the model's calls are steps again."""
+    agent, loop = setup()
+    fetch = agent.clock("torch-dataloader")
+    net, it = Model(), object()
+    for _ in range(6):
+        t0 = time.perf_counter()
+        fetch.fetched(it, t0, time.perf_counter())
+        for _ in range(4):
+            call(loop, net, EVAL)
+    assert set(sources(agent)) == {"torch-dataloader"}, sources(agent)
+    time.sleep(1.05)  # no fetch for longer than the feeding clock's hold
+    for _ in range(5):
+        call(loop, net, EVAL)
+    assert sources(agent)[SRC] >= 3, sources(agent)
+
+
+def test_a_resumed_iterator_carries_its_first_fetch_into_a_step() -> None:
+    """``persistent_workers``: each epoch fetches from the same iterator again after it ran
+    out; that first fetch's wait is in the epoch's first step, which starts at the fetch."""
+    agent = Agent(AgentSettings(), None)
+    clock = agent.clock("torch-dataloader")
+    it = object()
+    t, starts = 100.0, []
+    for _epoch in range(2):
+        starts.append(t)
+        for k in range(3):
+            clock.fetched(it, t, t + (0.2 if k == 0 else 0.01))
+            t += 0.3
+        clock.exhausted(it, t, t + 0.001)
+        t += 0.1
+    rows = list(agent._steps)
+    # epoch 1: 2 steps between fetches and one to the end; epoch 2: the same, its first
+    # step from its first fetch's start, carrying that fetch's 0.2 s and the next one's
+    assert len(rows) == 6, rows
+    resumed = rows[3]
+    assert abs(resumed[2] - starts[1]) < 1e-9 and abs(resumed[4] - 0.21) < 1e-9, resumed
+    assert abs(rows[0][4] - 0.01) < 1e-9, rows[0]  # a new iterator's first fetch: no step
