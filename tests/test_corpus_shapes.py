@@ -56,6 +56,9 @@ def test_sampling_the_output_at_module_level_is_not_input(shapes: Recordings) ->
     assert abs(steps["input_wait_fraction"] - own) <= 0.10, (steps, own)
     split = steps["host_split"]
     assert split["output"] > split["input"], split
+    # the advice names that host work before the model's compiler, which does not touch it
+    recs = summary["verdict"]["recommendations"]
+    assert any("work on the model's output" in r for r in recs[:1]), recs
     # the module-level loop's native sampling calls are not input in the stacks either
     module = [f for f in summary["stacks"]["top"] if f["function"] == "<module>"]
     assert all(f["class"] != "input" or f["own_pct"] < 5 for f in module), module

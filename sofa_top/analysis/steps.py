@@ -184,6 +184,20 @@ def input_fraction(
     return min(1.0, wait / total)
 
 
+def output_fraction(
+    steps: Sequence[StepSample],
+    host_split: Mapping[str, float] | None,
+    host_samples: int = 0,
+) -> float | None:
+    """The share of the model-call steps' time the loop spends on the model's output outside
+    the model (the host split's ``output``: sampling, argmax, writing); None unsplit."""
+    total = sum(s.duration_s for s in steps)
+    if total <= 0 or host_split is None or host_samples < MIN_HOST_SAMPLES:
+        return None
+    host = sum(s.input_wait_s for s in steps if s.source in MODEL_CALL_SOURCES)
+    return min(1.0, host / total) * float(host_split.get("output", 0.0))
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The ``q`` quantile (0..1) by linear interpolation between ranks; None when empty."""
     if not values:

@@ -360,7 +360,8 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "t
     stacks = ev.stacks
     host = stacks.host_split if stacks is not None else None
     setup = stacks.call_setup_share if stacks is not None else None
-    measured = step_facts.input_fraction(ev.steps, host, stacks.host_samples if stacks else 0)
+    n_host = stacks.host_samples if stacks else 0
+    measured = step_facts.input_fraction(ev.steps, host, n_host)
     frac = measured or 0.0
     durations = [s.duration_s for s in ev.steps]
     evidence = {
@@ -425,7 +426,9 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "t
         conf,
         headline,
         evidence,
-        advice.compute_recommendations(fw, ev.model, _keras(ev), setup),
+        advice.compute_recommendations(
+            fw, ev.model, _keras(ev), setup, step_facts.output_fraction(ev.steps, host, n_host)
+        ),
     )
 
 
