@@ -94,13 +94,16 @@ def test_keras_predict_per_sample_is_told_predict_on_batch(shapes: Recordings) -
 def test_persistent_workers_keep_each_epochs_first_fetch(shapes: Recordings) -> None:
     run, summary = recorded(shapes, "persistent")
     steps = summary["steps"]
-    # the DataLoader's clock alone: the model's 20 calls per batch are no steps
-    assert set(steps["sources"]) == {"torch-dataloader"}, steps
+    # the DataLoader's clock: the model's 20 calls per batch are no steps (but in the first
+    # batch, before a second fetch shows the pattern)
+    assert steps["sources"].get("torch-model-call", 0) <= 20, steps
+    assert steps["sources"]["torch-dataloader"] > 40, steps
     own = run.value("PREP_FRACTION")
     assert abs(steps["input_wait_fraction"] - own) <= 0.10, (steps, own)
     # every batch is a step but the very first (it starts the clock), epoch after epoch
     batches = int(run.value("STEPS"))
-    assert batches - 1 <= steps["count"] <= batches + 4, (steps["count"], batches)
+    loader = steps["sources"]["torch-dataloader"]
+    assert batches - 1 <= loader <= batches + 4, (loader, batches)
     assert not any(
         re.search(r"torch\.compile|jit_compile", r) for r in summary["verdict"]["recommendations"]
     ), summary["verdict"]

@@ -24,9 +24,10 @@ before call ``n`` (preparing its input) then its compute, and the first call (wh
 traces, allocates) only starts the clock.
 
 One clock at a time: a clock that sees input (a fetch, a user's mark) on the loop's thread
-since the previous boundary takes the loop (this clock restarts), and keeps it while it
-marks (a second or three of its steps since its last mark: a model called several times per
-fetch makes no steps of its own); the optimizer and backward
+since the previous boundary takes the loop (this clock restarts), and once it has marked the
+loop twice around this clock's calls keeps it while it marks (a second or three of its steps
+since its last mark: a model called several times per fetch makes no steps of its own past
+the first fetch); the optimizer and backward
 clocks yield to this one when it marks the iteration (``mark``). A call that another clock's step
 falls inside (a Keras ``predict`` fetching its own batch) holds that step: a second one shows a
 loop inside the call (``predict`` over a data set: those steps stand, this clock restarts);
@@ -285,9 +286,10 @@ class ModelLoop:
                 self._fed_t = t
                 self._running = False  # a clock that sees input marks this loop
                 return False
-        if self._fed_t is not None:
+        if self._fed_t is not None and self._fed_gap > 0:
             # the model called several times a fetch (a model per batch item, a GAN's two
-            # networks): the feeding clock keeps the loop until it stops feeding
+            # networks), seen between two fetches: the feeding clock keeps the loop until it
+            # stops feeding (a fetch before the loop, all batches fetched up front: no hold)
             if t - self._fed_t <= max(_FED_HOLD_S, min(3.0 * self._fed_gap, 10.0)):
                 self._running = False
                 return False
