@@ -195,3 +195,17 @@ def test_sampling_from_the_output_is_output_work(tmp_path: Path) -> None:
     stacks = [count(sample, 10, "python"), count(fill, 10, "python"), count(call, 10, "compute")]
     native = {s.frames: s.klass for s in reconcile_gil(stacks, 0.0, True)}
     assert native[sample] == "python" and native[fill] == "input"
+
+
+def test_copying_the_output_out_is_not_input(tmp_path: Path) -> None:
+    """word_language_model's ``output.squeeze().div(t).exp().cpu()`` at module level: a sync
+    in the host split, host work (not input) in the stacks."""
+    from sofa_top.analysis.sources import add_source_dirs
+
+    src = tmp_path / "generate_cpu.py"
+    src.write_text("output = model(inp)\nweights = output.squeeze().div(0.7).exp().cpu()\n")
+    add_source_dirs(["python", str(src)], str(tmp_path))
+    line = (Frame("<module>", src.name, 2),)
+    assert host_class(line, "input", frozenset({("<module>", src.name)})) == "sync"
+    stacks = [count(line, 10, "python"), count(TORCH_MODEL, 10, "compute")]
+    assert {s.klass for s in reconcile_gil(stacks, 0.0, True) if s.frames == line} == {"python"}

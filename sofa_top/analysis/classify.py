@@ -67,7 +67,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
-from sofa_top.analysis.sources import OUTPUT_LINE, source_line
+from sofa_top.analysis.sources import OUTPUT_LINE, SYNC_LINE, source_line
 from sofa_top.model.samples import Frame, StackClass, StackCount
 
 # (path fragment, function names or None for any function in that file/folder).
@@ -514,7 +514,8 @@ def reconcile_gil(
     share of the thread's samples are ``python``; the rest ran without it, inside a call.
     With the model-call context, native calls outside the model's call (NumPy, OpenCV, a
     tensor built from a sample) are preprocessing: ``input``; on a line that samples from the
-    model's output (``sources.OUTPUT_LINE``) they are the host's work: ``python``.
+    model's output or copies it out (``sources.OUTPUT_LINE``, ``SYNC_LINE``) they are the
+    host's work: ``python``.
     """
     if gil_fraction is None or not stacks:
         return tuple(stacks)
@@ -535,8 +536,9 @@ def _native_class(stack: StackCount) -> StackClass:
     if model_side(stack.frames):
         return "compute"
     leaf = stack.frames[-1] if stack.frames else None
-    if leaf is not None and OUTPUT_LINE.search(source_line(leaf.filename, leaf.line)):
-        return "python"  # sampling from the model's output: the host's work, not its input
+    line = source_line(leaf.filename, leaf.line) if leaf is not None else ""
+    if OUTPUT_LINE.search(line) or SYNC_LINE.search(line):
+        return "python"  # sampling from the output, copying it out: host work, not input
     return "input"
 
 

@@ -39,11 +39,10 @@ from sofa_top.analysis.classify import (
     model_side,
     writes_result,
 )
-from sofa_top.analysis.sources import OUTPUT_LINE, source_line
+from sofa_top.analysis.sources import OUTPUT_LINE, SYNC_LINE, source_line
 from sofa_top.model.samples import Frame, StackCount
 
 HOST_CLASSES = ("input", "python", "sync", "output", "compute")
-_SYNC = re.compile(r"\.(item|cpu|numpy|tolist)\(\s*\)|\.to\(\s*['\"]cpu['\"]|synchronize\(")
 _PRINT = re.compile(r"(^|[^\w.])print\(")
 _GRAD = re.compile(r"\.grad\b")
 _LIBRARIES = ("/torch/", "/tensorflow/", "/keras/", "/site-packages/", "/dist-packages/", "<frozen")
@@ -70,7 +69,8 @@ def host_class(
         return None  # no Python frame to tell what the thread did: left out
     leaf = frames[-1]
     text = source_line(leaf.filename, leaf.line)
-    if _SYNC.search(text) or (leaf.function.endswith("synchronize") and "/cuda/" in leaf.filename):
+    cuda_sync = leaf.function.endswith("synchronize") and "/cuda/" in leaf.filename
+    if SYNC_LINE.search(text) or cuda_sync:
         return "sync"
     if model_side(frames) or is_importing(frames):
         return None  # the step's compute; an import (mostly the loop's setup, just before it)

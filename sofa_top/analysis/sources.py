@@ -18,6 +18,9 @@ OUTPUT_LINE = re.compile(
     r"\b(multinomial|argmax|argmin|topk|top_k|argsort|softmax|log_softmax|batch_decode)\("
 )
 
+# a line that waits for the device or copies a tensor out: the loop syncs with the model
+SYNC_LINE = re.compile(r"\.(item|cpu|numpy|tolist)\(\s*\)|\.to\(\s*['\"]cpu['\"]|synchronize\(")
+
 # Where the workload's own files are: py-spy names a file relative to the workload's
 # ``sys.path`` (a script as ``train.py``: its folder is ``sys.path[0]``), not to sofa-top's
 _SOURCE_DIRS: list[str] = []
@@ -29,7 +32,7 @@ def add_source_dirs(cmdline: Sequence[str], cwd: str | None = None) -> None:
     base = cwd or os.getcwd()
     script = next((a for a in cmdline[1:] if a.endswith(".py")), None)
     dirs = [os.path.dirname(os.path.join(base, script))] if script else []
-    new = [d for d in (*dirs, base) if d not in _SOURCE_DIRS]
+    new = [d for d in dict.fromkeys((*dirs, base)) if d not in _SOURCE_DIRS]
     if new:
         _SOURCE_DIRS.extend(new)
         source_line.cache_clear()
