@@ -140,9 +140,18 @@ def inner(path: str, rounds: int, steps: int) -> None:
     print(
         f"{path:17s} step off {statistics.median(wall[False]) * 1e3:7.3f} ms"
         f"  on {statistics.median(wall[True]) * 1e3:7.3f} ms"
-        f"  median paired ratio on/off: time {statistics.median(ratios):.4f}"
-        f"  cpu {statistics.median(cpu_ratios):.4f}  ({rounds} rounds x {steps} steps)",
+        f"  median paired ratio on/off: time {_spread(ratios)}"
+        f"  cpu {_spread(cpu_ratios)}  ({rounds} rounds x {steps} steps)",
         flush=True,
+    )
+
+
+def _spread(values: list[float]) -> str:
+    """The median, with the quartiles and the extremes."""
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return (
+        f"{statistics.median(values):.4f} (IQR {q1:.3f}..{q3:.3f},"
+        f" min-max {min(values):.3f}..{max(values):.3f})"
     )
 
 
