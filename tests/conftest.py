@@ -122,6 +122,9 @@ def run_cli(
     )
 
 
+CTRL_C = 130  # record's exit status when Ctrl-C (SIGINT) stops it, as a shell reports it
+
+
 def judged_from_stacks(r: SessionReader) -> bool:
     """The session holds a verdict marker its stacks decided: enough samples to judge (py-spy's
     rate is what its CPU budget buys, so a slow or busy machine takes longer to get there)."""
@@ -132,8 +135,8 @@ def record_until(
     out: Path, done: Callable[[SessionReader], bool], what: str, *args: str, timeout: float = 180
 ) -> subprocess.CompletedProcess[str]:
     """``sofa-top record --json -o OUT ARGS`` until ``done`` holds of its session file (``what``
-    names it for the timeout's message), then SIGINT, as a user's Ctrl-C: its exit, summary
-    and errors."""
+    names it for the timeout's message), then SIGINT, as a user's Ctrl-C: its exit (``CTRL_C``),
+    summary and errors."""
     rec = subprocess.Popen(
         [SOFA_TOP, "record", "--json", "-o", str(out), *args],
         stdout=subprocess.PIPE,

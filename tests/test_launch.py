@@ -17,7 +17,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SOFA_TOP, WORKLOADS, record_until_judged, run_cli, validate_record_json
+from conftest import (
+    CTRL_C,
+    SOFA_TOP,
+    WORKLOADS,
+    record_until_judged,
+    run_cli,
+    validate_record_json,
+)
 from procs import spawned
 from recordings import Recordings
 
@@ -97,7 +104,7 @@ def test_attach_mode_verdict_from_stacks(tmp_path: Path, script: str) -> None:
         # --no-inject: from outside, what an attach that could not inject gets
         proc = record_until_judged(tmp_path / "a.sofa", "--pid", str(work.pid), "--no-inject")
         assert work.poll() is None  # attaching never stops the target
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == CTRL_C, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["end_reason"] == "SIGINT"
     verdict = summary["verdict"]

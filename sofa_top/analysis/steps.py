@@ -8,6 +8,7 @@ reported about its hooks, and how the workload ended.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ class RunFacts:
     agent: AgentInfo | None = None  # the agent's last report (None: it never connected)
     exit_code: int | None = None
     workload_error: str | None = None  # the last line of its stderr, when it failed
+    stopped: bool | None = None  # sofa-top stopped the workload (None: not known, older files)
 
     def mode_text(self) -> str:
         """The session's mode as people read it."""
@@ -78,10 +80,34 @@ def wait_measured(source: str | None) -> bool:
     return source is not None and source not in UNTIMED_SOURCES
 
 
+# the last line of a Python traceback: "ValueError: ...", "torch.OutOfMemoryError", ...
+RAISED = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit))\b")
+ERROR_LINE_MAX = 300
+
+
+def error_line(stderr: Iterable[str]) -> str | None:
+    """The line that names a failed workload's error: the last exception line of its stderr
+    (libraries log on after a traceback: TensorFlow's "Local rendezvous is aborting"), else its
+    last non-empty line."""
+    last: str | None = None
+    raised: str | None = None
+    for line in stderr:
+        text = line.strip()
+        if text:
+            last = text
+            if RAISED.match(text):
+                raised = text
+    out = raised or last
+    return None if out is None else out[:ERROR_LINE_MAX]
+
+
 def failed(facts: RunFacts) -> bool:
     """Whether the workload ended with an error of its own (not stopped by sofa-top)."""
     code = facts.exit_code
-    return code is not None and code not in (0, -15, 143)
+    if code is None or code == 0 or facts.stopped:
+        return False
+    # a file that does not say whether sofa-top stopped the job: its SIGTERM did
+    return facts.stopped is not None or code not in (-15, 143)
 
 
 def no_steps_reason(facts: RunFacts) -> str:
@@ -111,6 +137,12 @@ def no_steps_reason(facts: RunFacts) -> str:
     if not imported & {"tensorflow", "torch", "keras"}:
         return "no step measured: the workload imported neither TensorFlow nor PyTorch"
     return f"no step measured: the loop used none of {HOOKED}"
+
+
+def failure_text(facts: RunFacts) -> str:
+    """How a failed workload ended, in one line: its exit code and its error line."""
+    why = f": {facts.workload_error}" if facts.workload_error else ""
+    return f"the workload failed (exit code {facts.exit_code}){why}"
 
 
 def next_step(facts: RunFacts) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sofa_top.cli import exits
 from sofa_top.cli.failures import failed, thread_failures
 from sofa_top.cli.parser import metrics_of, sampling_of
 from sofa_top.launch import AttachRequest, LaunchRequest, Run, Sampling, open_attach, open_launch
@@ -61,7 +62,7 @@ def launch(args: argparse.Namespace) -> int:
         sampling=sampling_of(args),
         metrics=metrics_of(args),
     )
-    return dashboard(open_launch(req))
+    return dashboard(open_launch(req), args.keep_running)
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -84,24 +85,43 @@ def demo(args: argparse.Namespace) -> int:
         output=args.output,
         sampling=sampling_of(args),
     )
-    return dashboard(open_launch(req))
+    return dashboard(open_launch(req), args.keep_running)
 
 
-def dashboard(run: Run) -> int:
-    """Show ``run`` in the dashboard until the user quits; then stop it and say where it is."""
+def dashboard(run: Run, keep_running: bool = False) -> int:
+    """Show ``run`` in the dashboard until the user quits (or a signal ends it); then stop it
+    and say where it is. The exit status is the workload's when it ended by itself with an
+    error, 128 + N when signal N ended sofa-top, 1 when sofa-top itself failed, else 0."""
     from sofa_top.tui.app import run_dashboard
 
+    run.keep_running = keep_running
     try:
         path = run_dashboard(run)
     finally:
         run.finish("user quit")
     print(f"session saved: {path or run.session.session_path}")
+    running = left_running(run)
+    if running:
+        print(f"sofa-top: {running}", file=sys.stderr)
     if failed(run.session):
         print(
             f"sofa-top: recording stopped early ({thread_failures(run.session)})", file=sys.stderr
         )
-        return 1
+        return exits.RECORDING_FAILED
+    if run.ended_by is not None:
+        return exits.signal_status(run.ended_by) or 1
+    session = run.session
+    if session.target_exited and not session.job_stopped:
+        return exits.workload_status(session.exit_code)
     return 0
+
+
+def left_running(run: Run) -> str:
+    """What to say of a launched workload that sofa-top left running ("" when none is)."""
+    if run.left_running is None:
+        return ""
+    where = f"; its output goes on to {run.output_dir}" if run.output_dir is not None else ""
+    return f"the workload (PID {run.left_running}) keeps running{where}"
 
 
 def home() -> int:

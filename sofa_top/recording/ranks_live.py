@@ -43,7 +43,7 @@ def rank_event(ts: float, pid: Pid, ident: RankId) -> Event:
     )
 
 
-STOPPED = "stopped by sofa-top (SIGTERM to the job)"
+STOPPED = "stopped by sofa-top (it signalled the job to end)"
 
 
 def exit_text(code: int | None, error: str, stopping: bool = False) -> str:

@@ -33,7 +33,8 @@ The JSON schema is ``record.schema.json`` beside this file (tests validate again
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,16 @@ from sofa_top.analysis.stackstats import summarize
 from sofa_top.analysis.steps import RunFacts
 from sofa_top.analysis.verdicts import Evidence, judge, others_cores
 from sofa_top.model.ranks import RankStat
-from sofa_top.model.samples import AgentInfo, CudaSample, PipelineSample, StackWindow, StepSample
+from sofa_top.model.samples import (
+    AgentInfo,
+    CudaSample,
+    Event,
+    PipelineSample,
+    StackWindow,
+    StepSample,
+)
 from sofa_top.model.snapshot import StackSummary
+from sofa_top.model.verdict import Verdict
 from sofa_top.model.workload import ModelReport, merge, model_report
 from sofa_top.recording.ranks_live import session_ranks
 from sofa_top.recording.reader import SessionReader
@@ -79,6 +88,7 @@ class _Read:
     errors: dict[str, list[str]]  # series name -> the reasons its readings failed
     agent: AgentInfo | None  # the target's agent's last report
     stderr_tail: str | None  # the workload's last non-empty stderr line
+    final_verdict: Verdict | None = None  # the one the hub judged at the session's end
     model: ModelReport | None = None
     injected: bool = False  # attach mode: the agent was injected into the running target
 
@@ -130,6 +140,7 @@ def _read(path: Path) -> _Read:
             cuda_errors=[e.message for e in reader.events("cuda-error")],
             agent=_last_agent(reader, target_pid),
             stderr_tail=_stderr_tail(reader),
+            final_verdict=final_verdict(reader.events("verdict")),
             model=_model(reader),
             injected=any(e.data.get("mode") == "attach" for e in reader.events("agent-connected")),
         )
@@ -210,16 +221,11 @@ def _steps_json(steps: list[StepSample], dropped: int, facts: RunFacts) -> dict[
     }
 
 
-def session_summary(path: str | Path) -> dict[str, Any]:
-    """Summarize a finished (or still running) session file: ``record --json``."""
-    r = _read(Path(path))
-    meta, pts = r.meta, r.points
-    started, ended = meta.get("started"), meta.get("ended")
-    tree_mean, tree_max = _stats(pts.get("tree.cpu", []))
-    target_mean, _ = _stats(r.target_cpu)
-    sys_mean, _ = _stats(pts.get("sys.cpu", []))
-    summary = summarize(r.windows) if r.windows else None
+def _facts(r: _Read) -> RunFacts:
+    """What the session file knows of the run besides its samples."""
+    meta = r.meta
     exit_code = meta.get("exit_code")
+    stopped = meta.get("stopped_job")
     facts = RunFacts(
         mode=meta.get("mode"),
         # older files have no "launched": only a launch recorded agent settings
@@ -227,10 +233,17 @@ def session_summary(path: str | Path) -> dict[str, Any]:
         agent=r.agent,
         exit_code=exit_code if isinstance(exit_code, int) else None,
         workload_error=r.stderr_tail,
+        stopped=stopped if isinstance(stopped, bool) else None,
     )
-    if not step_facts.failed(facts):
-        facts = RunFacts(facts.mode, facts.launched, facts.agent, facts.exit_code, None)
-    verdict = judge(
+    return facts if step_facts.failed(facts) else replace(facts, workload_error=None)
+
+
+def _judge_read(r: _Read, facts: RunFacts, summary: StackSummary | None) -> Verdict:
+    """The verdict over the whole session."""
+    meta, pts = r.meta, r.points
+    tree_mean, _ = _stats(pts.get("tree.cpu", []))
+    target_mean, _ = _stats(r.target_cpu)
+    return judge(
         Evidence(
             steps=r.steps,
             stacks=summary,
@@ -245,6 +258,27 @@ def session_summary(path: str | Path) -> dict[str, Any]:
             facts=facts,
         )
     )
+
+
+def session_verdict(path: str | Path) -> Verdict:
+    """The verdict over the whole session (what ``record --json`` says), judged from the file:
+    the hub stores it as the session's final verdict when the session ends."""
+    r = _read(Path(path))
+    summary = summarize(r.windows) if r.windows else None
+    return _judge_read(r, _facts(r), summary)
+
+
+def session_summary(path: str | Path) -> dict[str, Any]:
+    """Summarize a finished (or still running) session file: ``record --json``. Its verdict is
+    the session's final one when the hub stored it (replay shows the same at the end)."""
+    r = _read(Path(path))
+    meta, pts = r.meta, r.points
+    started, ended = meta.get("started"), meta.get("ended")
+    tree_mean, tree_max = _stats(pts.get("tree.cpu", []))
+    sys_mean, _ = _stats(pts.get("sys.cpu", []))
+    summary = summarize(r.windows) if r.windows else None
+    facts = _facts(r)
+    verdict = r.final_verdict or _judge_read(r, facts, summary)
     rank_verdict = cross_rank_verdict(r.ranks)
     return {
         "schema": SCHEMA_VERSION,
@@ -322,9 +356,15 @@ def _last_agent(reader: SessionReader, pid: object) -> AgentInfo | None:
 
 
 def _stderr_tail(reader: SessionReader) -> str | None:
-    """The last non-empty line the workload wrote to stderr (a traceback's last line)."""
-    tail: str | None = None
-    for e in reader.events("log"):
-        if e.data.get("stream") == "stderr" and e.message.strip():
-            tail = e.message.strip()
-    return tail
+    """The line of the workload's stderr that names its error (a traceback's last line)."""
+    logs = reader.events("log")
+    return step_facts.error_line(e.message for e in logs if e.data.get("stream") == "stderr")
+
+
+def final_verdict(verdicts: Sequence[Event]) -> Verdict | None:
+    """The session's final verdict among its ``verdict`` events (None: the session did not
+    end cleanly, or a version that did not store one wrote it)."""
+    last = verdicts[-1] if verdicts else None
+    if last is None or last.data.get("final") is not True:
+        return None
+    return Verdict.from_json(last.data, last.message)

@@ -63,7 +63,7 @@ def test_signal_finalizes_the_session(tmp_path: Path, mode: str, sig: signal.Sig
         rec.send_signal(sig)
         stdout, stderr = rec.communicate(timeout=30)
         attached_alive = target.poll() is None
-    assert rec.returncode == 0, stderr
+    assert rec.returncode == 128 + sig, stderr  # a signal stopped sofa-top: 128 + N
     no_traceback(stderr)
     summary = json.loads(stdout)
     assert summary["end_reason"] == sig.name
@@ -75,7 +75,9 @@ def test_signal_finalizes_the_session(tmp_path: Path, mode: str, sig: signal.Sig
     if mode == "attach":
         assert attached_alive
     else:
-        assert summary["exit_code"] == -signal.SIGTERM  # sofa-top stopped what it launched
+        # sofa-top stopped what it launched as Ctrl-C would: a Python dies of the SIGINT
+        assert summary["exit_code"] == -signal.SIGINT
+        assert SessionReader(out).meta()["stopped_job"] is True
 
 
 # -- out of disk ------------------------------------------------------------------------------
@@ -226,7 +228,7 @@ def test_two_instances_attach_to_one_pid(tmp_path: Path) -> None:
         outs = [r.communicate(timeout=60) for r in recs]
         assert target.poll() is None
     for rec, (stdout, stderr) in zip(recs, outs, strict=True):
-        assert rec.returncode == 0, stderr
+        assert rec.returncode == 128 + signal.SIGINT, stderr
         summary = json.loads(stdout)
         assert summary["end_reason"] == "SIGINT"
         assert summary["stacks"]["thread_samples"] > 0
