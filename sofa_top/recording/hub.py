@@ -130,6 +130,7 @@ class Session:
         self._exit_ts = 0.0  # when the target exited (its last process sample)
         self._publish_due = False  # publish at once (the target exited)
         self._final: Verdict | None = None  # the whole session's, judged at its end
+        self._last_point_ts = 0.0  # the last instant a series has a point for (replay's end)
         self.exit_code: int | None = None
         store.set_meta(
             mode=mode,
@@ -282,6 +283,8 @@ class Session:
         """Store a batch, then take it into the UI state (with the points the store derived)."""
         for s, points in zip(batch, self.store.write(batch), strict=True):
             self._absorb(s, points)
+            if points:
+                self._last_point_ts = max(self._last_point_ts, s.ts)
 
     def _absorb(self, s: Sample, points: list[SeriesPoint]) -> None:
         for name, value, _err in points:
@@ -367,7 +370,9 @@ class Session:
         self.store.set_meta(**meta)
         self.store.commit()
         verdict = session_verdict(self.session_path)
-        ev = Event(time.time(), "verdict", verdict.headline, {**verdict.as_json(), "final": True})
+        # at the recording's last instant: a replay's cursor ends there and reads it back
+        at = self._last_point_ts or time.time()
+        ev = Event(at, "verdict", verdict.headline, {**verdict.as_json(), "final": True})
         self.store.write([ev])
         self._events.append(ev)
         self._verdict = self._final = verdict

@@ -54,9 +54,9 @@ from sofa_top.model.samples import (
 )
 from sofa_top.model.snapshot import StackSummary
 from sofa_top.model.verdict import Verdict
-from sofa_top.model.workload import ModelReport, merge, model_report
+from sofa_top.model.workload import ModelReport
 from sofa_top.recording.ranks_live import session_ranks
-from sofa_top.recording.reader import SessionReader
+from sofa_top.recording.reader import SessionReader, launched
 from sofa_top.recording.report_gpu import cuda_json, gpu_json
 
 SCHEMA_VERSION = 1
@@ -138,10 +138,10 @@ def _read(path: Path) -> _Read:
             ranks=_ranks(reader, steps, int(meta.get("cpu_count") or 1)),
             cuda=reader.cuda_samples(),
             cuda_errors=[e.message for e in reader.events("cuda-error")],
-            agent=_last_agent(reader, target_pid),
+            agent=reader.agent_info(target_pid),
             stderr_tail=_stderr_tail(reader),
             final_verdict=final_verdict(reader.events("verdict")),
-            model=_model(reader),
+            model=reader.model_report(),
             injected=any(e.data.get("mode") == "attach" for e in reader.events("agent-connected")),
         )
     finally:
@@ -154,15 +154,6 @@ def _others(r: _Read, tree_mean: float | None) -> float | None:
     sys_mean = _stats(r.points.get("sys.cpu", []))[0]
     busy = None if sys_mean is None else sys_mean / 100.0 * machine
     return others_cores(busy, tree_mean, int(r.meta.get("cpu_count") or 1), machine)
-
-
-def _model(reader: SessionReader) -> ModelReport | None:
-    out: ModelReport | None = None
-    for e in reader.events("agent-model"):
-        report = model_report(e.data)
-        if report is not None:
-            out = merge(out, report)
-    return out
 
 
 def _stacks_json(windows: list[StackWindow], summary: StackSummary | None) -> dict[str, Any]:
@@ -228,8 +219,7 @@ def _facts(r: _Read) -> RunFacts:
     stopped = meta.get("stopped_job")
     facts = RunFacts(
         mode=meta.get("mode"),
-        # older files have no "launched": only a launch recorded agent settings
-        launched=bool(meta.get("launched", "settings" in meta)),
+        launched=launched(meta),
         agent=r.agent,
         exit_code=exit_code if isinstance(exit_code, int) else None,
         workload_error=r.stderr_tail,
@@ -324,37 +314,6 @@ def _agent_dropped(reader: SessionReader) -> int:
     return sum(per_pid.values())
 
 
-def _pairs(value: object) -> tuple[tuple[str, str], ...]:
-    if not isinstance(value, list):
-        return ()
-    return tuple((str(v[0]), str(v[1])) for v in value if isinstance(v, list) and len(v) == 2)
-
-
-def _int_of(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _last_agent(reader: SessionReader, pid: object) -> AgentInfo | None:
-    """The last report of the target's agent (of any agent when the target's is missing)."""
-    last: AgentInfo | None = None
-    for e in reader.events("agent"):
-        d = e.data
-        applied = d.get("hooks_applied")
-        info = AgentInfo(
-            ts=e.ts,
-            pid=_int_of(d.get("pid")),
-            python=str(d.get("python") or ""),
-            frameworks=_pairs(d.get("frameworks")),
-            hooks_applied=tuple(str(h) for h in applied) if isinstance(applied, list) else (),
-            hooks_skipped=_pairs(d.get("hooks_skipped")),
-            dropped=_int_of(d.get("dropped")),
-            step_notes=_pairs(d.get("step_notes")),
-        )
-        if last is None or info.pid == pid or last.pid != pid:
-            last = info
-    return last
-
-
 def _stderr_tail(reader: SessionReader) -> str | None:
     """The line of the workload's stderr that names its error (a traceback's last line)."""
     logs = reader.events("log")
@@ -364,7 +323,5 @@ def _stderr_tail(reader: SessionReader) -> str | None:
 def final_verdict(verdicts: Sequence[Event]) -> Verdict | None:
     """The session's final verdict among its ``verdict`` events (None: the session did not
     end cleanly, or a version that did not store one wrote it)."""
-    last = verdicts[-1] if verdicts else None
-    if last is None or last.data.get("final") is not True:
-        return None
-    return Verdict.from_json(last.data, last.message)
+    final = next((e for e in reversed(verdicts) if e.data.get("final") is True), None)
+    return None if final is None else Verdict.from_json(final.data, final.message)
