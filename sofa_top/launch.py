@@ -137,9 +137,15 @@ class Run:
 
     def signalled(self, name: str) -> None:
         """A signal ends sofa-top (SIGHUP: its terminal closed): stop the workload as the quit
-        dialog's "stop" does, or leave it running with ``keep_running``."""
+        dialog's "stop" does, or leave it running with ``keep_running``. Then sofa-top ends
+        within ``SIGNAL_EXIT_S``, drawn or not: a closed terminal may never let the dashboard
+        draw its way out, and the session is final, the job handled."""
         self.ended_by = self.ended_by or name
         self.finish(name, stop_job=not self.keep_running)
+        code = 128 + int(signal.Signals[name])
+        watchdog = threading.Timer(SIGNAL_EXIT_S, os._exit, (code,))
+        watchdog.daemon = True  # a normal exit comes first and does not wait for it
+        watchdog.start()
 
     def finish(self, reason: str, *, stop_job: bool = True, interrupt: bool = True) -> None:
         """Stop the workload sofa-top launched (if still running), then the session.
@@ -172,6 +178,7 @@ class Run:
             shutil.rmtree(self.output_dir, ignore_errors=True)
 
 
+SIGNAL_EXIT_S = 5.0  # after a signal's stop: the most the dashboard may take to exit
 INTERRUPT_GRACE_S = 5.0  # after SIGINT: a training script may save a checkpoint
 TERMINATE_GRACE_S = 5.0  # after SIGTERM, before SIGKILL
 

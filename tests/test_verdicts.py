@@ -415,3 +415,16 @@ def test_oversubscription_on_both_sides_of_its_thresholds() -> None:
     # input-bound stays input-bound: the input is what the loop waits for
     both = replace(_pool(3.0, 50.0), steps=_steps(20, 0.5))
     assert judge(both).kind == "input-bound"
+
+
+def test_an_injected_agent_is_never_called_missing() -> None:
+    """Attached with the agent injected: the verdict says what the agent saw, as the header
+    says ``agent injected`` (one agent state on a screen), and does not send the user to
+    ``launch`` for what the injected agent already does."""
+    agent = AgentInfo(0.0, 1, "3.11", (("torch", "2"),), (), ())
+    v = judge(Evidence(facts=RunFacts("attach", False, agent)))
+    assert "(no agent)" not in v.headline and "no step telemetry" not in v.headline
+    assert f"the loop used none of {HOOKED}" in v.headline
+    assert "sofa-top launch" not in v.recommendations[0].text
+    assert RunFacts("attach", False, agent).mode_text().endswith("sofa-top's agent injected")
+    assert "(no agent)" in RunFacts("attach", False, None).mode_text()

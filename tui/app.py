@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import threading
 import time
@@ -43,7 +42,6 @@ MIN_HEIGHT = 15
 WIDE_WIDTH = 120  # from here the processes pane gets a share of the width, not a fixed one
 ROOMY_HEIGHT = 40  # from here timelines get taller graphs and the system-memory row
 END_SIGNALS = (signal.SIGHUP, signal.SIGTERM)  # end the dashboard as its quit does
-SIGNAL_EXIT_S = 5.0  # after a signal's stop: the most the app may take to draw its way out
 REPLAY_DRAW_S = 0.1  # a scrub must show at once; the live 1 s throttle would feel stuck
 VIEWS = ("overview", "steps", "log")
 
@@ -455,7 +453,6 @@ class DashboardApp(App[str]):
     def _end_unseen(self, name: str) -> None:
         self.signalled = name
         self._stop_with(self.source)
-        os._exit(128 + int(signal.Signals[name]))
 
     def _stop_with(self, source: SnapshotSource) -> None:
         """Stop ``source`` the way the user or the signal asked."""
@@ -540,11 +537,6 @@ class DashboardApp(App[str]):
             self._stop_with(self.source)
         except Exception as exc:  # reported on exit; the session path is still worth printing
             error = f"{type(exc).__name__}: {exc}"
-        if self.signalled is not None:
-            # a closed terminal may never let the app draw its way out: the session is final
-            # and the job handled, so the process ends, drawn or not
-            code = 128 + int(signal.Signals[self.signalled])
-            threading.Timer(SIGNAL_EXIT_S, os._exit, (code,)).start()
         self.post_message(SourceStopped(error))
 
     @on(SourceStopped)

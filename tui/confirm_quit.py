@@ -34,7 +34,7 @@ class ConfirmQuitScreen(ModalScreen[QuitChoice]):
         self.can_detach = can_detach
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="confirm-box"):
+        with Vertical(id="confirm-box", classes="-detach" if self.can_detach else ""):
             yield Static(QUESTION, id="confirm-question")
             if self.target:
                 yield Static(self.target, id="confirm-target")

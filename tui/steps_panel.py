@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rich.style import Style
 from rich.table import Table
@@ -16,7 +16,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.geometry import Size
 from textual.widget import Widget
 
-from sofa_top.model.samples import AgentInfo, PipelineSample, StepSample
+from sofa_top.model.samples import AgentInfo, PipelineSample, StepSample, agent_state
 from sofa_top.model.snapshot import Snapshot
 from sofa_top.model.workload import ModelReport
 from sofa_top.tui.formatting import truncate
@@ -94,6 +94,19 @@ def step_stats(steps: Sequence[StepSample], window_s: float = STATS_WINDOW_S) ->
         gpu_busy=min(1.0, sum(s.gpu_busy_s or 0.0 for s in timed) / timed_s) if timed_s else None,
         gpu_source="profiler" if sources == {"profiler"} else "estimate" if sources else "",
     )
+
+
+def shown_stats(snapshot: Snapshot) -> StepStats | None:
+    """The step figures a screen shows (the steps pane and the verdict's evidence line): the
+    recent steps', with the share of each step spent waiting for input taken from the verdict
+    when it was judged from steps, so that the screen says that one fact with one number (the
+    verdict's window; at the end of a session: the whole session)."""
+    stats = step_stats(snapshot.steps)
+    verdict = snapshot.verdict
+    judged = verdict.evidence.get("input_fraction") if verdict is not None else None
+    if stats is None or not isinstance(judged, int | float) or isinstance(judged, bool):
+        return stats
+    return replace(stats, input_fraction=float(judged))
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -339,10 +352,11 @@ class StepsPane(Vertical, QuietTitles):
     def show(self, snapshot: Snapshot) -> None:
         """Draw the steps of ``snapshot`` (or why there are none)."""
         steps = snapshot.steps
-        self.stats = step_stats(steps)
+        self.stats = shown_stats(snapshot)
         summary = self.summary
         if not steps:
-            message = NO_STEPS_YET if snapshot.target.launched else NO_STEPS_ATTACH
+            state = agent_state(snapshot.target.launched, snapshot.agent)
+            message = NO_STEPS_ATTACH if state == "none" else NO_STEPS_YET
             summary.show(None)
             summary.display = False
             self.chart.show((), message)
@@ -411,9 +425,9 @@ def keras_used(
 def agent_text(agent: AgentInfo | None, launched: bool, keras: bool = True) -> Text:
     """What the agent hooked and skipped (and why), on one line (wrapping when needed);
     without ``keras`` (the workload never used Keras) its Keras hook and module are left out."""
+    if agent_state(launched, agent) == "waiting":
+        return Text("agent: no report yet", DIM)
     if agent is None:
-        if launched:
-            return Text("agent: no report yet", DIM)
         return Text("agent: not loaded (attach mode)", DIM)
     text = Text.assemble(("agent ", BOLD), f"pid {agent.pid} · python {agent.python}")
     for name, version in agent.frameworks:

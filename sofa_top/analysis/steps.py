@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sofa_top.model.samples import AgentInfo, StepSample
+from sofa_top.model.samples import AgentInfo, AgentState, StepSample, agent_state
 
 # Clocks that see step boundaries but not the fetch of a batch: their input wait is 0 by
 # construction, not measured.
@@ -57,10 +57,18 @@ class RunFacts:
     workload_error: str | None = None  # the last line of its stderr, when it failed
     stopped: bool | None = None  # sofa-top stopped the workload (None: not known, older files)
 
+    @property
+    def agent_state(self) -> AgentState:
+        """Whether the workload has the agent (``samples.agent_state``)."""
+        return agent_state(self.launched, self.agent)
+
     def mode_text(self) -> str:
         """The session's mode as people read it."""
-        if self.launched:
+        state = self.agent_state
+        if state in ("launched", "waiting"):
             return f"{self.mode or 'launch'} mode, sofa-top's agent injected"
+        if state == "injected":
+            return f"{self.mode or 'attach'} mode, attached, sofa-top's agent injected"
         return f"{self.mode or 'attach'} mode, attached to a running process (no agent)"
 
 
@@ -115,7 +123,7 @@ def no_steps_reason(facts: RunFacts) -> str:
     if failed(facts):
         why = f": {facts.workload_error}" if facts.workload_error else ""
         return f"the workload exited with code {facts.exit_code} before any step{why}"
-    if not facts.launched:
+    if facts.agent_state == "none":
         return (
             f"no step telemetry in {facts.mode_text()}: only an agent inside the process "
             "can time steps"
@@ -149,6 +157,6 @@ def next_step(facts: RunFacts) -> str:
     """What to do to get steps, possible in this session's mode."""
     if failed(facts):
         return "fix the workload's error (its output is in the session's log) and run it again"
-    if not facts.launched:
+    if facts.agent_state == "none":
         return "run it under `sofa-top launch -- CMD` for exact per-step input wait"
     return MARK_STEPS

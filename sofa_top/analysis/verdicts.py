@@ -330,7 +330,7 @@ def _judge(ev: Evidence) -> Verdict:
 
 def _next_step(ev: Evidence) -> tuple[Recommendation, ...]:
     """The way to more evidence that this session's mode allows."""
-    if not ev.facts.launched and not step_facts.failed(ev.facts):
+    if ev.facts.agent_state == "none" and not step_facts.failed(ev.facts):
         return advice.launch_recommendations()
     return (Recommendation(step_facts.next_step(ev.facts)),)
 
