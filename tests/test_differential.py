@@ -77,6 +77,8 @@ def test_a_workload_ends_the_same_with_and_without_sofa_top(tmp_path: Path, case
     plain = run_plain(cmd, env)
     recorded = run_recorded(cmd, env, tmp_path / "s.sofa")
     assert recorded.workload == plain, (plain, recorded)
+    # and sofa-top record exits as the workload did: 0, its own code, 128 + N for a signal
+    assert recorded.record_status == plain.status, recorded
     if expected is not None:  # the failing ones fail as they should, with or without
         assert plain == expected
     else:  # and the ones that train, train to the same loss
