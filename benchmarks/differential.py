@@ -150,8 +150,12 @@ def corpus_cases(only: Sequence[str], mirror: Path | None) -> list[Case]:
             continue
         root = corpus.SRC / script["id"] / "plain"
         if not root.exists():
-            git_dir = prepare.source_dir(script, mirror, corpus.SRC / ".git-cache")
-            prepare.materialise(script, git_dir, corpus.SRC)
+            try:
+                git_dir = prepare.source_dir(script, mirror, corpus.SRC / ".git-cache")
+                prepare.materialise(script, git_dir, corpus.SRC)
+            except prepare.PrepareError as e:  # no mirror of it, no network
+                print(f"SKIPPED   corpus {script['id']}: cannot prepare it: {e}", flush=True)
+                continue
         env = corpus._env(script, root)
         corpus._setup(script, root, env, 600)
         extra = tuple((k, v) for k, v in env.items() if os.environ.get(k) != v)
