@@ -43,3 +43,45 @@ def test_compare_exits_1_when_every_configuration_failed(tmp_path: Path) -> None
     assert r.stderr.strip().splitlines()[-1] == (
         "sofa-top: compare: every configuration failed (see errors)"
     )
+
+
+def test_record_keep_running_leaves_the_workload_on_a_signal(tmp_path: Path) -> None:
+    """``--keep-running``: SIGTERM ends sofa-top (143, the session final), not the workload,
+    whose output goes on to the file sofa-top names."""
+    import os
+    import signal
+    import subprocess
+
+    import psutil
+    from conftest import SOFA_TOP, WORKLOADS
+    from procs import wait_for
+
+    from sofa_top.recording.reader import SessionReader
+
+    out = tmp_path / "k.sofa"
+    rec = subprocess.Popen(
+        [SOFA_TOP, "record", "--keep-running", "-o", str(out), "--",
+         sys.executable, str(WORKLOADS / "sleeper.py"), "120"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    workload: psutil.Process | None = None
+    try:
+
+        def started() -> bool:
+            nonlocal workload
+            kids = [p for p in psutil.Process(rec.pid).children() if "sleeper.py" in " ".join(
+                p.cmdline())]  # fmt: skip
+            workload = kids[0] if kids else None
+            return workload is not None and out.exists()
+
+        wait_for(started, 60, "the workload")
+        rec.send_signal(signal.SIGTERM)
+        _, err = rec.communicate(timeout=60)
+        assert rec.returncode == 128 + signal.SIGTERM, err
+        assert workload is not None and workload.is_running()
+        assert f"the workload (PID {workload.pid}) keeps running; its output goes on to" in err
+        meta = SessionReader(out).meta()
+        assert meta["end_reason"] == "SIGTERM" and meta["stopped_job"] is False
+    finally:
+        if workload is not None and workload.is_running():
+            os.kill(workload.pid, signal.SIGKILL)

@@ -31,7 +31,18 @@ def record(args: argparse.Namespace) -> int:
         raise UserError("record needs either --pid PID or -- CMD [ARGS...] (not both)")
     sampling = sampling_of(args)
     metrics = metrics_of(args)
+    stop_reason: list[str] = []
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop_reason.append(signal.Signals(signum).name)
+
+    def catch_signals() -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, on_signal)
+
     if args.cmd:
+        # before the workload starts: a signal in between must not end sofa-top alone
+        catch_signals()
         req = LaunchRequest(
             cmd=tuple(args.cmd),
             mode="record",
@@ -52,15 +63,9 @@ def record(args: argparse.Namespace) -> int:
             metrics=metrics,
             name=args.name,
         )
-        run = opened_attach(attach)
+        run = opened_attach(attach)  # (Ctrl-C during the injection still ends it at once)
+        catch_signals()
     session = run.session
-    stop_reason: list[str] = []
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        stop_reason.append(signal.Signals(signum).name)
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, on_signal)
     run.start()
     deadline = time.monotonic() + args.duration if args.duration else None
     if not args.json:
