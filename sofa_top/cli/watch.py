@@ -4,7 +4,9 @@ screen (``sofa-top`` alone)."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 
 from sofa_top.cli import exits
 from sofa_top.cli.failures import failed, thread_failures
@@ -108,14 +110,22 @@ def need_framework(framework: str) -> None:
 def dashboard(run: Run, keep_running: bool = False) -> int:
     """Show ``run`` in the dashboard until the user quits (or a signal ends it); then stop it
     and say where it is (``finished``)."""
+    run.keep_running = keep_running
+    # until the dashboard takes them over (its import takes a moment): a closed terminal
+    # still ends the job, not sofa-top alone
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: _signalled(run, signum))
     from sofa_top.tui.app import run_dashboard
 
-    run.keep_running = keep_running
     try:
         path = run_dashboard(run)
     finally:
         run.finish("user quit")
     return finished(run, path)
+
+
+def _signalled(run: Run, signum: int) -> None:
+    threading.Thread(target=run.signalled, args=(signal.Signals(signum).name,)).start()
 
 
 def finished(run: Run, path: str | None = None) -> int:
