@@ -85,6 +85,12 @@ class ExecutionTimer:
             tensors = [t for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
             with tf.control_dependencies(tensors):
                 ready = clock()  # the batch has reached the step
+            # the step starts after that stamp: else the executor may run the stamp late, once
+            # the step is under way, and count some of its compute as waiting
+            with tf.control_dependencies([ready]):
+                data = tf.nest.map_structure(
+                    lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, data
+                )
             outputs = inner(data)
             with tf.control_dependencies(
                 [t for t in tf.nest.flatten(outputs) if isinstance(t, tf.Tensor)]
