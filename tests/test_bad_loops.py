@@ -101,11 +101,21 @@ def test_a_launched_loop_no_hook_sees_says_why(tmp_path: Path) -> None:
 
 
 def test_attach_mode_unknown_says_it_is_attached(tmp_path: Path, busy_python: Any) -> None:
-    """Attached (no agent): the reason names the mode, and launching is the next step."""
+    """Attached without the agent: the reason names the mode, and launching is the next step.
+    With the agent injected, the reason is what the agent saw (the same as launched)."""
     proc = run_cli(
-        "record", "--pid", str(busy_python.pid), "--duration", "3", "--json",
+        "record", "--pid", str(busy_python.pid), "--duration", "3", "--json", "--no-inject",
         "-o", str(tmp_path / "a.sofa"),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["steps"]["reason"].startswith("no step telemetry in record mode, attached")
+    injected = run_cli(
+        "record", "--pid", str(busy_python.pid), "--duration", "3", "--json",
+        "-o", str(tmp_path / "i.sofa"),
+    )  # fmt: skip
+    assert injected.returncode == 0, injected.stderr
+    summary = json.loads(injected.stdout)
+    if summary["injected"]:
+        why = "no step measured: the workload imported neither TensorFlow nor PyTorch"
+        assert summary["steps"]["reason"] == why

@@ -29,6 +29,7 @@ from procs import spawned
 from recordings import Recordings
 
 from sofa_top.analysis.verdicts import HIGH_INPUT_FRACTION
+from sofa_top.cli.exits import workload_status
 from sofa_top.recording.reader import SessionReader
 
 TOLERANCE = 0.10
@@ -37,9 +38,11 @@ TOLERANCE = 0.10
 def _record(tmp_path: Path, *cmd: str, timeout: float = 240) -> tuple[dict[str, object], Path]:
     out = tmp_path / "s.sofa"
     proc = run_cli("record", "--json", "-o", str(out), "--", sys.executable, *cmd, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     validate_record_json(summary)
+    code = summary["exit_code"]
+    # record exits as the workload did
+    assert proc.returncode == workload_status(code if isinstance(code, int) else None), proc.stderr
     return summary, out
 
 
