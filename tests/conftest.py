@@ -13,6 +13,7 @@ import pytest
 from other_uid import OtherUser, stage
 from procs import read_now, spawned, wait_for
 from recordings import Recordings
+from tmux_term import Tmux
 
 from sofa_top.recording.reader import SessionReader
 
@@ -75,6 +76,16 @@ def _isolated_data_dir(
 ) -> None:
     """Sessions written by tests never land in the user's data dir."""
     monkeypatch.setenv("SOFA_TOP_DATA_DIR", str(tmp_path_factory.mktemp("sofa-data")))
+
+
+@pytest.fixture
+def tmux() -> Iterator[Tmux]:
+    """A private tmux server (``tmux_term.Tmux``), killed after the test."""
+    t = Tmux()
+    try:
+        yield t
+    finally:
+        t.kill()
 
 
 @pytest.fixture

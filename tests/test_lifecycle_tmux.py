@@ -6,31 +6,26 @@ way out leaves a final session file."""
 from __future__ import annotations
 
 import shlex
+import shutil
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 from conftest import SOFA_TOP, WORKLOADS
 from procs import wait_until
-from test_e2e_tmux import EXIT_MARK, Tmux
+from tmux_term import EXIT_MARK, Tmux
 
 from sofa_top.recording.reader import SessionReader
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+]
 
 JOB_GONE_S = 15.0  # the issue's bound: no process of the job left after the terminal closed
-
-
-@pytest.fixture
-def tmux() -> Iterator[Tmux]:
-    t = Tmux()
-    try:
-        yield t
-    finally:
-        t.kill()
 
 
 def launch(tmux: Tmux, session: Path, *cmd: str, flags: tuple[str, ...] = ()) -> None:

@@ -69,17 +69,22 @@ def rank_steps(path: Path) -> dict[int, int]:
         reader.close()
 
 
-def record_until(path: Path, cmd: list[str], ranks: int, steps: int, env: dict[str, str]) -> Any:
-    """``record --json`` on ``cmd`` until each of ``ranks`` ranks has ``steps`` steps; then
-    Ctrl-C (sofa-top stops the job) and the summary."""
-    proc = subprocess.Popen(
-        [SOFA_TOP, "record", "--json", "-o", str(path), "--", *cmd],
+def start_record(path: Path, cmd: list[str], env: dict[str, str], *flags: str) -> Any:
+    """``sofa-top record --json`` on ``cmd``, started (stdout and stderr piped)."""
+    return subprocess.Popen(
+        [SOFA_TOP, "record", "--json", *flags, "-o", str(path), "--", *cmd],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         text=True,
         env=env,
     )
+
+
+def record_until(path: Path, cmd: list[str], ranks: int, steps: int, env: dict[str, str]) -> Any:
+    """``record --json`` on ``cmd`` until each of ``ranks`` ranks has ``steps`` steps; then
+    Ctrl-C (sofa-top stops the job) and the summary."""
+    proc = start_record(path, cmd, env)
     try:
         ok = wait_until(
             lambda: (
@@ -231,14 +236,7 @@ def test_a_rank_killed_mid_run_is_not_called_stopped_by_sofa_top(tmp_path: Path)
     sofa-top signalled nothing, so no rank reads "stopped by sofa-top"."""
     env = {**os.environ, "SOFA_TOP_DATA_DIR": str(tmp_path / "data")}
     path = tmp_path / "killed.sofa"
-    rec = subprocess.Popen(
-        [SOFA_TOP, "record", "--json", "--no-stacks", "-o", str(path), "--", *torchrun(2, "3600")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
+    rec = start_record(path, torchrun(2, "3600"), env, "--no-stacks")
     try:
         two = wait_until(lambda: len(rank_steps(path)) == 2, 240, 0.5)
         assert two and wait_until(lambda: min(rank_steps(path).values()) >= 20, 240, 0.5)

@@ -264,7 +264,7 @@ def test_terminal_resized_to_40x12_and_back() -> None:
     """The dashboard under tmux: 160x48 -> 40x12 says "too small" (recording goes on) -> back
     to 160x48 redraws the panes; q still saves the session. The target is the unicode one
     (wide CJK thread name, a non-UTF-8 process name), the classic way to break a redraw."""
-    from test_e2e_tmux import EXIT_MARK, Tmux, saved_session
+    from tmux_term import EXIT_MARK, Tmux, saved_session
 
     tmux = Tmux()
     sessions = Path(os.environ["SOFA_TOP_DATA_DIR"]) / "sessions"
