@@ -9,8 +9,10 @@ Throughput of separate runs with and without the agent is hopeless on a shared 2
 injected, and alternates blocks of ``--steps`` steps with the agent on (``agent.enabled``)
 and off (every hook then falls straight through to the original; the drain thread idles).
 Adjacent blocks share the load, and the median of the per-round ratios cancels it out. For
-keras-fit, "off" is Keras' own in-graph fetch, so the ratio also prices the agent's change of
-fetch path. One-time costs (sitecustomize, connecting, hooking imports) are not included.
+keras-fit, "off" runs the same traced train function (the in-graph step timer's ops are in
+it), so the ratio prices the timer's Python side; ``benchmarks/keras_spe.py`` prices its
+in-graph ops (a timed model against a plain one). One-time costs (sitecustomize, connecting,
+hooking imports) are not included.
 """
 
 from __future__ import annotations
