@@ -52,8 +52,9 @@ class ExecutionTimer:
 
     def __init__(self, tf: Any, step_cell: Any, steps_per_execution: int, sink: Sink) -> None:
         self.size = max(MIN_RING, 2 * steps_per_execution)
-        self.ring = tf.Variable(tf.zeros((self.size, 2), tf.float64), trainable=False)
-        self.count = tf.Variable(tf.constant(0, tf.int64), trainable=False)
+        with tf.device("/CPU:0"):  # beside the timestamps: a GPU step copies nothing for them
+            self.ring = tf.Variable(tf.zeros((self.size, 2), tf.float64), trainable=False)
+            self.count = tf.Variable(tf.constant(0, tf.int64), trainable=False)
         self.traced = False
         # a trace holds tf.timestamp, which TensorFlow refuses to run once op determinism is on
         self.stamped = False
