@@ -59,7 +59,7 @@ def _torchrun(*args: str) -> Case:
 def workload_cases(tmp: Path) -> list[Case]:
     """Every runnable script of ``tests/workloads``, bounded (``fake_cuda.py`` is a backend,
     ``printer.py``, ``proc_tree.py`` and ``patched_callables.py`` wait for a test to drive
-    them: not workloads on their own)."""
+    them, ``sofa_case_common.py`` is the case study's library: not workloads on their own)."""
     never = str(tmp / "never")  # a file that never appears: jobs run their --seconds
     s = "5"
     return [
@@ -128,6 +128,11 @@ def workload_cases(tmp: Path) -> list[Case]:
         _w("torch_compute_bound.py", s),
         _w("torch_input_bound.py", s),
         *(_w("torch_models.py", "--model", m, "--seconds", s) for m in ("lstm", "cnn", "mlp")),
+        *(
+            _w(f"sofa_case_{fw}.py", "--method", m, "--images", "64", "--seconds", "3")
+            for fw in ("tf", "torch")
+            for m in ("loop", "serial", "parallel", "compiled")
+        ),
         _w("torch_seeded.py", loss=True),
         _w("torch_seeded.py", "--workers", "2", loss=True),
         Case("python -c 'import a missing module'", (PY, "-c", "import no_such_module_sofa")),
