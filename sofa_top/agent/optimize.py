@@ -74,6 +74,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -222,6 +223,25 @@ def _keras_py_dataset(ds: Any, depth: int = 4) -> bool:
     return False
 
 
+def _set_back(obj: Any, name: str, ours: Any, prior: Any) -> Callable[[], None]:
+    """An undo step: ``obj.name`` back to ``prior`` unless someone changed it since; holds
+    ``obj`` weakly (a dataset the workload dropped is not kept alive for the undo)."""
+    def strong() -> Any:
+        return obj
+
+    try:
+        ref: Callable[[], Any] = weakref.ref(obj)
+    except TypeError:  # no weak reference to it: a strong one
+        ref = strong
+
+    def undo() -> None:
+        target = ref()
+        if target is not None and getattr(target, name, None) == ours:
+            setattr(target, name, prior)
+
+    return undo
+
+
 def _install_py_dataset(agent: Agent, module: ModuleType) -> None:
     cls = getattr(module, "PyDatasetAdapter", None)
     if cls is None:
@@ -232,9 +252,10 @@ def _install_py_dataset(agent: Agent, module: ModuleType) -> None:
 
     def __init__(self: Any, x: Any, *args: Any, **kwargs: Any) -> None:
         try:
-            current = int(getattr(x, "workers", 1) or 1)
-            if current < workers and not getattr(x, "use_multiprocessing", False):
+            prior = getattr(x, "workers", 1)
+            if int(prior or 1) < workers and not getattr(x, "use_multiprocessing", False):
                 x.workers = workers  # threads: the OrderedEnqueuer keeps the batch order
+                _on_detach(f"{type(x).__name__}.workers", _set_back(x, "workers", workers, prior))
                 _applied(
                     "prefetch",
                     f"keras: {type(x).__name__} PyDataset(workers={workers})",
