@@ -48,8 +48,10 @@ from sofa_top.recording.reader import SessionReader
         ("attach", signal.SIGINT),
         ("attach", signal.SIGHUP),
         ("launch", signal.SIGINT),
+        ("launch", signal.SIGTERM),
+        ("launch", signal.SIGHUP),
     ],
-    ids=["attach-SIGTERM", "attach-SIGINT", "attach-SIGHUP", "launch-SIGINT"],
+    ids=lambda v: v.name if isinstance(v, signal.Signals) else v,
 )
 def test_signal_finalizes_the_session(tmp_path: Path, mode: str, sig: signal.Signals) -> None:
     """SIGTERM/SIGINT/SIGHUP: the session is closed cleanly (end reason, end time, WAL folded
