@@ -1,6 +1,6 @@
 """Exit statuses that tell: ``compare`` on a workload that fails stops at the baseline and says
 why, or, without a baseline, exits 1 once every configuration failed; on one that runs it exits
-0 (``test_sessions_grouped``). ``record`` and ``launch`` are in ``test_differential.py`` and
+0 (``test_sessions_grouped``); on Ctrl-C it exits 130 and the run it was in stops. ``record`` and ``launch`` are in ``test_differential.py`` and
 ``test_lifecycle_tmux.py``; signals to sofa-top in ``faults/test_sofa_top_faults.py``."""
 
 from __future__ import annotations
@@ -85,3 +85,47 @@ def test_record_keep_running_leaves_the_workload_on_a_signal(tmp_path: Path) -> 
     finally:
         if workload is not None and workload.is_running():
             os.kill(workload.pid, signal.SIGKILL)
+
+
+def test_compare_ctrl_c_exits_130_and_stops_the_run(tmp_path: Path) -> None:
+    """Ctrl-C mid-run: 130, no traceback, the run's workload stopped (no process of it left)
+    and its session finalized as interrupted."""
+    import signal
+    import subprocess
+
+    import psutil
+    from conftest import SOFA_TOP, WORKLOADS
+    from procs import wait_for
+
+    from sofa_top.recording.reader import SessionReader
+
+    loop = [sys.executable, str(WORKLOADS / "agent_torch.py"), "--mode", "input"]
+    cmp = subprocess.Popen(
+        [SOFA_TOP, "compare", "--configs", "baseline,prefetch", "--repeats", "1",
+         "-o", str(tmp_path), "--", *loop, "--workers", "2", "--seconds", "600"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    job: list[psutil.Process] = []
+    try:
+
+        def running() -> bool:
+            nonlocal job
+            job = psutil.Process(cmp.pid).children(recursive=True)
+            return len(job) >= 3 and any(tmp_path.glob("*.sofa"))  # the loop and 2 workers
+
+        wait_for(running, 120, "the baseline's loop and its workers")
+        cmp.send_signal(signal.SIGINT)
+        _, err = cmp.communicate(timeout=60)
+        assert cmp.returncode == 130, err
+        assert "Traceback" not in err
+        left = [p for p in job if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert left == [], left
+        (session,) = tmp_path.glob("*.sofa")  # it stopped there
+        meta = SessionReader(session).meta()
+        assert meta["end_reason"] == "interrupted" and meta["stopped_job"] is True, meta
+    finally:
+        if cmp.poll() is None:
+            cmp.kill()
+        for p in job:
+            if p.is_running():
+                p.kill()
