@@ -1,7 +1,8 @@
 """Exit statuses that tell: ``compare`` on a workload that fails stops at the baseline and says
 why, or, without a baseline, exits 1 once every configuration failed; on one that runs it exits
-0 (``test_sessions_grouped``); on Ctrl-C it exits 130 and the run it was in stops. ``record`` and ``launch`` are in ``test_differential.py`` and
-``test_lifecycle_tmux.py``; signals to sofa-top in ``faults/test_sofa_top_faults.py``."""
+0 (``test_sessions_grouped``); on Ctrl-C it exits 130 and the run it was in stops. ``record``
+and ``launch`` are in ``test_differential.py`` and ``test_lifecycle_tmux.py``; signals to
+sofa-top in ``faults/test_sofa_top_faults.py``."""
 
 from __future__ import annotations
 
