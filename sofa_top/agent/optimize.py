@@ -226,6 +226,7 @@ def _keras_py_dataset(ds: Any, depth: int = 4) -> bool:
 def _set_back(obj: Any, name: str, ours: Any, prior: Any) -> Callable[[], None]:
     """An undo step: ``obj.name`` back to ``prior`` unless someone changed it since; holds
     ``obj`` weakly (a dataset the workload dropped is not kept alive for the undo)."""
+
     def strong() -> Any:
         return obj
 
