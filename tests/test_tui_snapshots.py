@@ -19,6 +19,7 @@ from tui_fakes import (
     PTRACE_HINT,
     T0,
     FakeSource,
+    LaunchSource,
     compute_bound_verdict,
     gpu_loop_snapshot,
     launch_snapshot,
@@ -35,10 +36,11 @@ SnapCompare = Callable[..., bool]
 
 
 def scenario(
-    snapshot: Snapshot, *keys: str
+    snapshot: Snapshot, *keys: str, source: FakeSource | None = None
 ) -> tuple[DashboardApp, Callable[[Pilot[Any]], Awaitable[None]]]:
     """An app fed ``snapshot`` through a FakeSource, then ``keys`` pressed."""
-    source = FakeSource([snapshot])
+    source = source if source is not None else FakeSource()
+    source.script.append(snapshot)
     app = DashboardApp(source, clock=lambda: snapshot.ts)
 
     async def run_before(pilot: Pilot[Any]) -> None:
@@ -127,7 +129,7 @@ def test_log_view_80x24(snap_compare: SnapCompare) -> None:
 
 
 def test_launch_quit_confirmation_80x24(snap_compare: SnapCompare) -> None:
-    app, run_before = scenario(launch_snapshot(), "q")
+    app, run_before = scenario(launch_snapshot(), "q", source=LaunchSource())
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
 
 

@@ -9,6 +9,7 @@ import pytest
 from sofa_top.analysis.steps import HOOKED, RunFacts
 from sofa_top.analysis.verdicts import (
     HIGH_INPUT_FRACTION,
+    MIN_STEPS,
     MODERATE_INPUT_FRACTION,
     Evidence,
     judge,
@@ -338,11 +339,6 @@ def test_a_step_note_is_carried_into_the_evidence() -> None:
             "keras-fit: a tf.distribute strategy",
             "api.iterate",
         ),
-        (
-            RunFacts("record", True, None, 2, "python: can't open file 'x.py'"),
-            "exited with code 2 before any step: python: can't open file",
-            "fix the workload's error",
-        ),
     ],
 )
 def test_unknown_says_why_and_a_next_step_this_mode_allows(
@@ -352,6 +348,23 @@ def test_unknown_says_why_and_a_next_step_this_mode_allows(
     assert v.kind == "unknown"
     assert reason in v.headline and reason in str(v.evidence["steps_reason"])
     assert next_step in v.recommendations[0].text
+
+
+@pytest.mark.parametrize("steps", [0, MIN_STEPS - 1])
+def test_a_workload_that_failed_before_a_verdict_heads_with_its_error(steps: int) -> None:
+    """Whatever the stacks saw (its import machinery), the headline is the failure."""
+    facts = RunFacts("record", True, None, 2, "python: can't open file 'x.py'")
+    v = judge(Evidence(steps=_steps(steps, 0.0) if steps else [], facts=facts))
+    assert v.kind == "unknown"
+    assert (
+        v.headline == "unknown: the workload failed (exit code 2): python: can't open file 'x.py'"
+    )
+    assert v.evidence["workload_error"] == "python: can't open file 'x.py'"
+    if not steps:
+        assert "exited with code 2 before any step" in str(v.evidence["steps_reason"])
+    assert "fix the workload's error" in v.recommendations[0].text
+    stopped = judge(Evidence(facts=replace(facts, exit_code=-2, stopped=True)))
+    assert "failed" not in stopped.headline  # sofa-top's own SIGINT is no failure
     if facts.launched:  # never "run it under launch" when it already runs under launch
         assert "sofa-top launch" not in " ".join(r.text for r in v.recommendations)
 
@@ -426,3 +439,16 @@ def test_oversubscription_on_both_sides_of_its_thresholds() -> None:
     # input-bound stays input-bound: the input is what the loop waits for
     both = replace(_pool(3.0, 50.0), steps=_steps(20, 0.5))
     assert judge(both).kind == "input-bound"
+
+
+def test_an_injected_agent_is_never_called_missing() -> None:
+    """Attached with the agent injected: the verdict says what the agent saw, as the header
+    says ``agent injected`` (one agent state on a screen), and does not send the user to
+    ``launch`` for what the injected agent already does."""
+    agent = AgentInfo(0.0, 1, "3.11", (("torch", "2"),), (), ())
+    v = judge(Evidence(facts=RunFacts("attach", False, agent)))
+    assert "(no agent)" not in v.headline and "no step telemetry" not in v.headline
+    assert f"the loop used none of {HOOKED}" in v.headline
+    assert "sofa-top launch" not in v.recommendations[0].text
+    assert RunFacts("attach", False, agent).mode_text().endswith("sofa-top's agent injected")
+    assert "(no agent)" in RunFacts("attach", False, None).mode_text()

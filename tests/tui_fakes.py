@@ -93,6 +93,22 @@ class FakeSource:
         return snap
 
 
+class LaunchSource(FakeSource):
+    """A launch-mode source (``launch.Run``'s shape): it can also detach, leaving the workload
+    running, and be ended by a signal."""
+
+    def __init__(self, snapshots: Iterable[Snapshot] = (), **kw: str) -> None:
+        super().__init__(snapshots, **kw)
+        self.detach_calls = 0
+        self.signals: list[str] = []
+
+    def detach(self) -> None:
+        self.detach_calls += 1
+
+    def signalled(self, name: str) -> None:
+        self.signals.append(name)
+
+
 # -- builders -----------------------------------------------------------------------------------
 
 
@@ -414,7 +430,7 @@ def make_pipeline(now: float = T0 + 75) -> PipelineSample:
         ),
         pid=TARGET_PID,
         note="runtime (tf.data model, 30720 elements produced); slowest stage: "
-        "ParallelMapDatasetV2 (0.58 ms per element)",
+        "ParallelMapDatasetV2 (the most time per element produced)",
     )
 
 

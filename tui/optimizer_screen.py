@@ -239,7 +239,9 @@ def results_table(
 def winner_text(result: CompareResult) -> RenderableType:
     """The best configuration, the code changes that reproduce it and its session files."""
     parts: list[RenderableType] = [Text(line) for line in diagnosis_lines(result)]
-    if result.best is None:
+    if result.stopped is not None:
+        parts.append(Text(f"stopped: {result.stopped}", style="bold red"))
+    elif result.best is None:
         parts.append(Text("no configuration produced a usable throughput", style="bold red"))
     elif result.best == "baseline":
         parts.append(Text("best: baseline: no optimizer toggle was faster", style="bold"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rich.style import Style
 from rich.table import Table
@@ -18,7 +18,7 @@ from textual.geometry import Size
 from textual.widget import Widget
 
 from sofa_top.analysis import steps as step_facts
-from sofa_top.model.samples import AgentInfo, PipelineSample, StepSample
+from sofa_top.model.samples import AgentInfo, PipelineSample, StepSample, agent_state
 from sofa_top.model.snapshot import Snapshot
 from sofa_top.model.workload import ModelReport
 from sofa_top.tui.formatting import truncate
@@ -101,6 +101,25 @@ def step_stats(
         gpu_busy=min(1.0, sum(s.gpu_busy_s or 0.0 for s in timed) / timed_s) if timed_s else None,
         gpu_source="profiler" if sources == {"profiler"} else "estimate" if sources else "",
     )
+
+
+def shown_stats(snapshot: Snapshot) -> StepStats | None:
+    """The step figures a screen shows (the steps pane and the verdict's evidence line): the
+    recent steps', with the share of each step spent waiting for input taken from the verdict
+    when it was judged from steps, so that the screen says that one fact with one number (the
+    verdict's window; at the end of a session: the whole session)."""
+    stacks = snapshot.stacks
+    host = stacks.host_split if stacks is not None else None
+    host_n = stacks.host_samples if stacks is not None else 0
+    phases = step_facts.by_phase(snapshot.steps)
+    main = step_facts.main_phase(phases)
+    # the main phase's figures: an evaluation pass never mixes into them
+    stats = step_stats(phases[main] if main else snapshot.steps, host=host, host_samples=host_n)
+    verdict = snapshot.verdict
+    judged = verdict.evidence.get("input_fraction") if verdict is not None else None
+    if stats is None or not isinstance(judged, int | float) or isinstance(judged, bool):
+        return stats
+    return replace(stats, input_fraction=float(judged))
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -455,12 +474,11 @@ class StepsPane(Vertical, QuietTitles):
         host = stacks.host_split if stacks is not None else None
         host_n = stacks.host_samples if stacks is not None else 0
         phases = step_facts.by_phase(steps)
-        main = step_facts.main_phase(phases)
-        # the figures line is the main phase's: an evaluation pass never mixes into them
-        self.stats = step_stats(phases[main] if main else steps, host=host, host_samples=host_n)
+        self.stats = shown_stats(snapshot)
         summary = self.summary
         if not steps:
-            message = NO_STEPS_YET if snapshot.target.launched else NO_STEPS_ATTACH
+            state = agent_state(snapshot.target.launched, snapshot.agent)
+            message = NO_STEPS_ATTACH if state == "none" else NO_STEPS_YET
             summary.show(None)
             summary.display = False
             self.phases.show([])
@@ -537,9 +555,9 @@ def keras_used(
 def agent_text(agent: AgentInfo | None, launched: bool, keras: bool = True) -> Text:
     """What the agent hooked and skipped (and why), on one line (wrapping when needed);
     without ``keras`` (the workload never used Keras) its Keras hook and module are left out."""
+    if agent_state(launched, agent) == "waiting":
+        return Text("agent: no report yet", DIM)
     if agent is None:
-        if launched:
-            return Text("agent: no report yet", DIM)
         return Text("agent: not loaded (attach mode)", DIM)
     text = Text.assemble(("agent ", BOLD), f"pid {agent.pid} · python {agent.python}")
     for name, version in agent.frameworks:

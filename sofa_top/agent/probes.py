@@ -138,6 +138,13 @@ def install_torch_model(agent: Agent, module: ModuleType) -> None:
 
     _State.handle = register(pre_hook)
 
+    def remove() -> None:  # detached before the first model ran
+        handle, _State.handle = _State.handle, None
+        if handle is not None:
+            handle.remove()
+
+    agent.patches.on_detach("the model probe's forward pre-hook", remove)
+
 
 def install_tf(agent: Agent, tf: ModuleType) -> None:
     """Report TensorFlow's intra-op pool (0 is its default: one thread per core)."""

@@ -9,12 +9,13 @@ reported about its hooks, and how the workload ended.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from sofa_top.model.samples import AgentInfo, StepSample
+from sofa_top.model.samples import AgentInfo, AgentState, StepSample, agent_state
 
 # Clocks that see step boundaries but not the fetch of a batch: their input wait is not
 # measured (None, never 0).
@@ -79,11 +80,20 @@ class RunFacts:
     agent: AgentInfo | None = None  # the agent's last report (None: it never connected)
     exit_code: int | None = None
     workload_error: str | None = None  # the last line of its stderr, when it failed
+    stopped: bool | None = None  # sofa-top stopped the workload (None: not known, older files)
+
+    @property
+    def agent_state(self) -> AgentState:
+        """Whether the workload has the agent (``samples.agent_state``)."""
+        return agent_state(self.launched, self.agent)
 
     def mode_text(self) -> str:
         """The session's mode as people read it."""
-        if self.launched:
+        state = self.agent_state
+        if state in ("launched", "waiting"):
             return f"{self.mode or 'launch'} mode, sofa-top's agent injected"
+        if state == "injected":
+            return f"{self.mode or 'attach'} mode, attached, sofa-top's agent injected"
         return f"{self.mode or 'attach'} mode, attached to a running process (no agent)"
 
 
@@ -231,10 +241,34 @@ def compute_split(steps: Iterable[StepSample]) -> dict[str, float] | None:
     }
 
 
+# the last line of a Python traceback: "ValueError: ...", "torch.OutOfMemoryError", ...
+RAISED = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit))\b")
+ERROR_LINE_MAX = 300
+
+
+def error_line(stderr: Iterable[str]) -> str | None:
+    """The line that names a failed workload's error: the last exception line of its stderr
+    (libraries log on after a traceback: TensorFlow's "Local rendezvous is aborting"), else its
+    last non-empty line."""
+    last: str | None = None
+    raised: str | None = None
+    for line in stderr:
+        text = line.strip()
+        if text:
+            last = text
+            if RAISED.match(text):
+                raised = text
+    out = raised or last
+    return None if out is None else out[:ERROR_LINE_MAX]
+
+
 def failed(facts: RunFacts) -> bool:
     """Whether the workload ended with an error of its own (not stopped by sofa-top)."""
     code = facts.exit_code
-    return code is not None and code not in (0, -15, 143)
+    if code is None or code == 0 or facts.stopped:
+        return False
+    # a file that does not say whether sofa-top stopped the job: its SIGTERM did
+    return facts.stopped is not None or code not in (-15, 143)
 
 
 def no_steps_reason(facts: RunFacts) -> str:
@@ -242,7 +276,7 @@ def no_steps_reason(facts: RunFacts) -> str:
     if failed(facts):
         why = f": {facts.workload_error}" if facts.workload_error else ""
         return f"the workload exited with code {facts.exit_code} before any step{why}"
-    if not facts.launched:
+    if facts.agent_state == "none":
         return (
             f"no step telemetry in {facts.mode_text()}: only an agent inside the process "
             "can time steps"
@@ -273,10 +307,16 @@ def no_steps_reason(facts: RunFacts) -> str:
     return f"no step measured: the loop used none of {HOOKED}: it never called a model"
 
 
+def failure_text(facts: RunFacts) -> str:
+    """How a failed workload ended, in one line: its exit code and its error line."""
+    why = f": {facts.workload_error}" if facts.workload_error else ""
+    return f"the workload failed (exit code {facts.exit_code}){why}"
+
+
 def next_step(facts: RunFacts) -> str:
     """What to do to get steps, possible in this session's mode."""
     if failed(facts):
         return "fix the workload's error (its output is in the session's log) and run it again"
-    if not facts.launched:
+    if facts.agent_state == "none":
         return "run it under `sofa-top launch -- CMD` for exact per-step input wait"
     return MARK_STEPS

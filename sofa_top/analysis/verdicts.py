@@ -279,10 +279,25 @@ def _gpu_util(ev: Evidence) -> float | None:
 
 def judge(ev: Evidence) -> Verdict:
     """The verdict for one window of evidence."""
-    verdict = _judge(ev)
     facts = ev.facts
-    if not step_facts.failed(facts) or not ev.steps:
-        return verdict  # a failure before any step is the unknown verdict's own reason
+    if step_facts.failed(facts) and len(ev.steps) < MIN_STEPS:
+        # it died before there was a loop to judge (at import, say): the failure is the news,
+        # never a verdict on its import machinery's stacks
+        reason = (
+            step_facts.no_steps_reason(facts)
+            if not ev.steps
+            else f"only {len(ev.steps)} step(s) before it failed"
+        )
+        return Verdict(
+            "unknown",
+            0.0,
+            f"unknown: {step_facts.failure_text(facts)}",
+            {"steps_reason": reason, "workload_error": facts.workload_error},
+            (Recommendation(step_facts.next_step(facts)),),
+        )
+    verdict = _judge(ev)
+    if not step_facts.failed(facts):
+        return verdict
     why = f": {facts.workload_error}" if facts.workload_error else ""
     return replace(
         verdict,
@@ -338,7 +353,7 @@ def _judge(ev: Evidence) -> Verdict:
 
 def _next_step(ev: Evidence) -> tuple[Recommendation, ...]:
     """The way to more evidence that this session's mode allows."""
-    if not ev.facts.launched and not step_facts.failed(ev.facts):
+    if ev.facts.agent_state == "none" and not step_facts.failed(ev.facts):
         return advice.launch_recommendations()
     return (Recommendation(step_facts.next_step(ev.facts)),)
 

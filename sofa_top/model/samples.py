@@ -437,6 +437,20 @@ class AgentInfo:
     step_notes: tuple[tuple[str, str], ...] = ()
 
 
+# Whether the workload has sofa-top's agent: launched with it (it has reported, or not yet),
+# injected into a running process, or none (attached from outside). One rule for every place
+# that says it (header, verdict, steps pane), so that a screen never says it two ways.
+AgentState = Literal["launched", "waiting", "injected", "none"]
+
+
+def agent_state(launched: bool, agent: AgentInfo | None) -> AgentState:
+    """The agent's state for a target sofa-top ``launched`` (or attached to) and the agent's
+    last report (None: none yet, or none at all)."""
+    if agent is not None:
+        return "launched" if launched else "injected"
+    return "waiting" if launched else "none"
+
+
 Sample = (
     ProcessSample
     | SystemSample

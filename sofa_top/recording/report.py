@@ -41,7 +41,8 @@ The JSON schema is ``record.schema.json`` beside this file (tests validate again
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +53,19 @@ from sofa_top.analysis.stackstats import summarize
 from sofa_top.analysis.steps import RunFacts
 from sofa_top.analysis.verdicts import Evidence, judge, others_cores
 from sofa_top.model.ranks import RankStat
-from sofa_top.model.samples import AgentInfo, CudaSample, PipelineSample, StackWindow, StepSample
+from sofa_top.model.samples import (
+    AgentInfo,
+    CudaSample,
+    Event,
+    PipelineSample,
+    StackWindow,
+    StepSample,
+)
 from sofa_top.model.snapshot import StackSummary
-from sofa_top.model.workload import ModelReport, merge, model_report
+from sofa_top.model.verdict import Verdict
+from sofa_top.model.workload import ModelReport
 from sofa_top.recording.ranks_live import session_ranks
-from sofa_top.recording.reader import SessionReader
+from sofa_top.recording.reader import SessionReader, launched
 from sofa_top.recording.report_gpu import cuda_json, gpu_json
 
 SCHEMA_VERSION = 1
@@ -88,6 +97,7 @@ class _Read:
     errors: dict[str, list[str]]  # series name -> the reasons its readings failed
     agent: AgentInfo | None  # the target's agent's last report
     stderr_tail: str | None  # the workload's last non-empty stderr line
+    final_verdict: Verdict | None = None  # the one the hub judged at the session's end
     model: ModelReport | None = None
     injected: bool = False  # attach mode: the agent was injected into the running target
 
@@ -119,7 +129,10 @@ def _read(path: Path) -> _Read:
     try:
         meta = reader.meta()
         target_pid = (meta.get("target") or {}).get("pid")
-        steps = reader.steps()
+        # the stacks read the workload's own source lines: its folders, from its command line
+        add_source_dirs((meta.get("target") or {}).get("cmdline") or ())
+        agent = reader.agent_info(target_pid)
+        steps = step_facts.valid_steps(reader.steps(), agent)
         raw = {n: reader.points(n) for n in reader.series_names() if not n.startswith("proc.")}
         return _Read(
             meta=meta,
@@ -137,9 +150,10 @@ def _read(path: Path) -> _Read:
             ranks=_ranks(reader, steps, int(meta.get("cpu_count") or 1)),
             cuda=reader.cuda_samples(),
             cuda_errors=[e.message for e in reader.events("cuda-error")],
-            agent=_last_agent(reader, target_pid),
+            agent=agent,
             stderr_tail=_stderr_tail(reader),
-            model=_model(reader),
+            final_verdict=final_verdict(reader.events("verdict")),
+            model=reader.model_report(),
             injected=any(e.data.get("mode") == "attach" for e in reader.events("agent-connected")),
         )
     finally:
@@ -152,15 +166,6 @@ def _others(r: _Read, tree_mean: float | None) -> float | None:
     sys_mean = _stats(r.points.get("sys.cpu", []))[0]
     busy = None if sys_mean is None else sys_mean / 100.0 * machine
     return others_cores(busy, tree_mean, int(r.meta.get("cpu_count") or 1), machine)
-
-
-def _model(reader: SessionReader) -> ModelReport | None:
-    out: ModelReport | None = None
-    for e in reader.events("agent-model"):
-        report = model_report(e.data)
-        if report is not None:
-            out = merge(out, report)
-    return out
 
 
 def _stacks_json(windows: list[StackWindow], summary: StackSummary | None) -> dict[str, Any]:
@@ -252,29 +257,28 @@ def _steps_json(
     }
 
 
-def session_summary(path: str | Path) -> dict[str, Any]:
-    """Summarize a finished (or still running) session file: ``record --json``."""
-    r = _read(Path(path))
-    meta, pts = r.meta, r.points
-    started, ended = meta.get("started"), meta.get("ended")
-    tree_mean, tree_max = _stats(pts.get("tree.cpu", []))
-    target_mean, _ = _stats(r.target_cpu)
-    sys_mean, _ = _stats(pts.get("sys.cpu", []))
-    add_source_dirs((meta.get("target") or {}).get("cmdline") or ())
-    summary = summarize(r.windows) if r.windows else None
+def _facts(r: _Read) -> RunFacts:
+    """What the session file knows of the run besides its samples."""
+    meta = r.meta
     exit_code = meta.get("exit_code")
+    stopped = meta.get("stopped_job")
     facts = RunFacts(
         mode=meta.get("mode"),
-        # older files have no "launched": only a launch recorded agent settings
-        launched=bool(meta.get("launched", "settings" in meta)),
+        launched=launched(meta),
         agent=r.agent,
         exit_code=exit_code if isinstance(exit_code, int) else None,
         workload_error=r.stderr_tail,
+        stopped=stopped if isinstance(stopped, bool) else None,
     )
-    if not step_facts.failed(facts):
-        facts = RunFacts(facts.mode, facts.launched, facts.agent, facts.exit_code, None)
-    r.steps = step_facts.valid_steps(r.steps, r.agent)
-    verdict = judge(
+    return facts if step_facts.failed(facts) else replace(facts, workload_error=None)
+
+
+def _judge_read(r: _Read, facts: RunFacts, summary: StackSummary | None) -> Verdict:
+    """The verdict over the whole session."""
+    meta, pts = r.meta, r.points
+    tree_mean, _ = _stats(pts.get("tree.cpu", []))
+    target_mean, _ = _stats(r.target_cpu)
+    return judge(
         Evidence(
             steps=r.steps,
             stacks=_during_steps(r.windows, r.steps) or summary,
@@ -290,6 +294,27 @@ def session_summary(path: str | Path) -> dict[str, Any]:
             training=step_facts.trained(r.steps),
         )
     )
+
+
+def session_verdict(path: str | Path) -> Verdict:
+    """The verdict over the whole session (what ``record --json`` says), judged from the file:
+    the hub stores it as the session's final verdict when the session ends."""
+    r = _read(Path(path))
+    summary = summarize(r.windows) if r.windows else None
+    return _judge_read(r, _facts(r), summary)
+
+
+def session_summary(path: str | Path) -> dict[str, Any]:
+    """Summarize a finished (or still running) session file: ``record --json``. Its verdict is
+    the session's final one when the hub stored it (replay shows the same at the end)."""
+    r = _read(Path(path))
+    meta, pts = r.meta, r.points
+    started, ended = meta.get("started"), meta.get("ended")
+    tree_mean, tree_max = _stats(pts.get("tree.cpu", []))
+    sys_mean, _ = _stats(pts.get("sys.cpu", []))
+    summary = summarize(r.windows) if r.windows else None
+    facts = _facts(r)
+    verdict = r.final_verdict or _judge_read(r, facts, summary)
     rank_verdict = cross_rank_verdict(r.ranks)
     return {
         "schema": SCHEMA_VERSION,
@@ -345,41 +370,14 @@ def _agent_dropped(reader: SessionReader) -> int:
     return sum(per_pid.values())
 
 
-def _pairs(value: object) -> tuple[tuple[str, str], ...]:
-    if not isinstance(value, list):
-        return ()
-    return tuple((str(v[0]), str(v[1])) for v in value if isinstance(v, list) and len(v) == 2)
-
-
-def _int_of(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _last_agent(reader: SessionReader, pid: object) -> AgentInfo | None:
-    """The last report of the target's agent (of any agent when the target's is missing)."""
-    last: AgentInfo | None = None
-    for e in reader.events("agent"):
-        d = e.data
-        applied = d.get("hooks_applied")
-        info = AgentInfo(
-            ts=e.ts,
-            pid=_int_of(d.get("pid")),
-            python=str(d.get("python") or ""),
-            frameworks=_pairs(d.get("frameworks")),
-            hooks_applied=tuple(str(h) for h in applied) if isinstance(applied, list) else (),
-            hooks_skipped=_pairs(d.get("hooks_skipped")),
-            dropped=_int_of(d.get("dropped")),
-            step_notes=_pairs(d.get("step_notes")),
-        )
-        if last is None or info.pid == pid or last.pid != pid:
-            last = info
-    return last
-
-
 def _stderr_tail(reader: SessionReader) -> str | None:
-    """The last non-empty line the workload wrote to stderr (a traceback's last line)."""
-    tail: str | None = None
-    for e in reader.events("log"):
-        if e.data.get("stream") == "stderr" and e.message.strip():
-            tail = e.message.strip()
-    return tail
+    """The line of the workload's stderr that names its error (a traceback's last line)."""
+    logs = reader.events("log")
+    return step_facts.error_line(e.message for e in logs if e.data.get("stream") == "stderr")
+
+
+def final_verdict(verdicts: Sequence[Event]) -> Verdict | None:
+    """The session's final verdict among its ``verdict`` events (None: the session did not
+    end cleanly, or a version that did not store one wrote it)."""
+    final = next((e for e in reversed(verdicts) if e.data.get("final") is True), None)
+    return None if final is None else Verdict.from_json(final.data, final.message)

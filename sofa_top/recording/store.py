@@ -4,7 +4,9 @@ Schema (version ``SCHEMA_VERSION``, also in ``PRAGMA user_version``):
 
 - ``meta(key TEXT PRIMARY KEY, value TEXT)`` -- JSON values: ``schema_version``, ``mode``
   (attach/launch/record), ``target`` ({pid, name, cmdline}), ``host``, ``versions``,
-  ``started``/``ended`` (Unix time), ``exit_code``, ``end_reason``, ``cpu_count``, ``mem_total``.
+  ``started``/``ended`` (Unix time), ``exit_code``, ``end_reason``, ``cpu_count``, ``mem_total``,
+  ``launched``, ``stopped_job`` (launched: whether sofa-top signalled the job to end it),
+  ``compare`` ({id, run}: the session is a run of that comparison).
 - ``series(id INTEGER PRIMARY KEY, name TEXT UNIQUE, unit TEXT)`` -- names in
   ``sofa_top.recording.series``.
 - ``points(series_id, ts REAL, value REAL NULL, error TEXT NULL)`` -- numeric samples.
@@ -23,7 +25,8 @@ Schema (version ``SCHEMA_VERSION``, also in ``PRAGMA user_version``):
 - ``events(ts REAL, kind TEXT, message TEXT, data TEXT)`` -- markers (JSON data); agent reports,
   tf.data pipelines and CUDA readings are stored here too (kinds ``agent``, ``pipeline``,
   ``cuda``), and so are the ranks of a distributed job (kinds ``rank``, ``rank-exit``,
-  ``rank-verdict``).
+  ``rank-verdict``). The last ``verdict`` of a session that ended cleanly has ``final: true``
+  in its data: the whole session's verdict, at the recording's last instant.
 
 Durability: the writer commits at least once per second (``Session`` calls ``commit``), WAL
 with ``synchronous=NORMAL`` survives the writer being SIGKILLed (only an OS crash can lose the
