@@ -382,6 +382,19 @@ def phase_rows(
     return sorted(rows, key=lambda r: step_facts.PHASES.index(r.phase))
 
 
+def _with_verdict_share(rows: list[PhaseRow], snapshot: Snapshot) -> list[PhaseRow]:
+    """The rows, the verdict's phase showing the verdict's input share: one fact, one number
+    on the screen (the verdict's window; at the end of a session, the whole session)."""
+    verdict = snapshot.verdict
+    if verdict is None:
+        return rows
+    judged = verdict.evidence.get("input_fraction")
+    phase = verdict.evidence.get("phase", "train")
+    if not isinstance(judged, int | float) or isinstance(judged, bool):
+        return rows
+    return [replace(r, input_fraction=float(judged)) if r.phase == phase else r for r in rows]
+
+
 def phases_lines(rows: Sequence[PhaseRow], split: Mapping[str, float] | None) -> list[Text]:
     """The phase table (phase, steps, input wait, p50 = median, p90, p99) and the compute
     split."""
@@ -487,7 +500,7 @@ class StepsPane(Vertical, QuietTitles):
             return
         summary.display = True
         summary.show(self.stats)
-        rows = phase_rows(phases, host, host_n)
+        rows = _with_verdict_share(phase_rows(phases, host, host_n), snapshot)
         # one phase in a short pane: its name goes in the title and the chart keeps the rows
         table = len(rows) > 1 or self.size.height >= TABLE_MIN_HEIGHT
         split = step_facts.compute_split(steps[-200:])
