@@ -31,11 +31,19 @@ import psutil
 
 from sofa_top.agent.rankenv import parse_environ, rank_from_env
 from sofa_top.collectors.base import Emit
-from sofa_top.collectors.cores import available_cores, runnable_threads
+from sofa_top.collectors.cores import available_cores
 from sofa_top.collectors.discovery import is_python_process
+from sofa_top.collectors.sched import NeighbourScan, TreeAccount
 from sofa_top.model.errors import UserError
 from sofa_top.model.ranks import RankId
-from sofa_top.model.samples import Event, ProcessSample, ProcInfo, SystemSample
+from sofa_top.model.samples import (
+    Event,
+    Neighbour,
+    ProcessSample,
+    ProcInfo,
+    SystemSample,
+    TreeSched,
+)
 from sofa_top.model.units import Bytes, Percent, Pid, Seconds, Timestamp
 
 EXIT_CODE_WAIT_S = 10.0  # how long to wait for a launched target's exit code once it looks gone
@@ -43,6 +51,11 @@ EXIT_CODE_WAIT_S = 10.0  # how long to wait for a launched target's exit code on
 # 150-thread TensorFlow tree would cost ~1,500 reads a second at 10 Hz).
 RUNNABLE_EVERY_S: Seconds = 0.5
 CORES_EVERY_S: Seconds = 5.0  # affinity and cgroup quotas change rarely
+# Who else keeps the cores busy: one /proc/PID/stat read per process on the machine (~5 ms for
+# 300 processes), every few seconds; an event only when it changes (or to say it still holds)
+NEIGHBOURS_EVERY_S: Seconds = 3.0
+NEIGHBOURS_CHANGE = 0.25  # cores: a neighbour or the total changed by this much
+NEIGHBOURS_REPEAT_S: Seconds = 30.0
 _PF_KTHREAD = 0x00200000  # task flag in /proc/<pid>/stat that marks kernel threads
 # A process this young (seconds) may not have exec'd yet when first seen: forked, it shows its
 # parent's name and command line, and an exec of the same interpreter keeps the name. Its
@@ -132,6 +145,10 @@ class ProcessCollector:
         self._runnable_due = 0.0
         self._cores: int | None = None
         self._cores_due = 0.0
+        self._account = TreeAccount()
+        self._neighbours = NeighbourScan()
+        self._neighbours_due = 0.0
+        self._neighbours_sent: tuple[float, float, tuple[Neighbour, ...]] | None = None
 
     # ----------------------------------------------------------------- public API
 
@@ -189,7 +206,45 @@ class ProcessCollector:
             )
         if system is not None:
             out.append(system)
+        try:
+            neighbours = self._neighbours_event()
+        except Exception as exc:  # psutil on a machine it cannot scan: no neighbours known
+            neighbours = None
+            self._neighbours_due = time.monotonic() + NEIGHBOURS_REPEAT_S
+            out.append(Event(time.time(), "collector-failed", f"neighbour scan: {exc!r}"))
+        if neighbours is not None:
+            out.append(neighbours)
         return out
+
+    def _neighbours_event(self) -> Event | None:
+        """The ``neighbours`` event, when a scan is due and found a change worth saying."""
+        now = time.monotonic()
+        if not self._target_alive or now < self._neighbours_due:
+            return None
+        self._neighbours_due = now + NEIGHBOURS_EVERY_S
+        found = self._neighbours.scan(self._tree_pids, now)
+        if found is None:
+            return None
+        others, top = found
+        sent = self._neighbours_sent
+        if sent is not None and now - sent[0] < NEIGHBOURS_REPEAT_S:
+            old = {n.pid: n.cores for n in sent[2]}
+            same = [n.pid for n in top] == list(old) and all(
+                abs(n.cores - old[n.pid]) < NEIGHBOURS_CHANGE for n in top
+            )
+            if same and abs(others - sent[1]) < NEIGHBOURS_CHANGE:
+                return None
+        self._neighbours_sent = (now, others, top)
+        names = ", ".join(f"{n.name} ({n.pid}) {n.cores:.1f}" for n in top) or "none"
+        return Event(
+            time.time(),
+            "neighbours",
+            f"other processes keep {others:.1f} cores busy; busiest: {names}",
+            {
+                "others_cores": round(others, 3),
+                "top": [{"pid": n.pid, "name": n.name, "cores": n.cores} for n in top],
+            },
+        )
 
     # ----------------------------------------------------------------- process tree
 
@@ -236,9 +291,11 @@ class ProcessCollector:
         cpus = [i.cpu_percent for i in live if i.cpu_percent is not None]
         now = time.monotonic()
         runnable: int | None = None
+        sched: TreeSched | None = None
         if live and now >= self._runnable_due:
             self._runnable_due = now + RUNNABLE_EVERY_S
-            runnable = _sum_or_none(runnable_threads(i.pid) for i in live)
+            workers = {i.pid for i in live if i.role in (ROLE_DATALOADER, ROLE_MP_WORKER)}
+            sched, runnable = self._account.read(self.pid, [i.pid for i in live], workers, now)
         if self._target_alive and now >= self._cores_due:
             self._cores_due = now + CORES_EVERY_S
             self._cores = available_cores(self.pid)
@@ -256,6 +313,7 @@ class ProcessCollector:
             error=self._target_error,
             tree_runnable=runnable,
             cores=self._cores,
+            sched=sched,
         )
 
     def _error_sample(self, error: str) -> ProcessSample:

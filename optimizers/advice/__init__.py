@@ -69,10 +69,11 @@ def input_recommendations(
     fw: str,
     cores: int,
     iowait: float | None = None,
+    neighbours: tuple[tuple[int, str], ...] = (),
 ) -> list[Recommendation]:
     """What to change for an input bottleneck of this cause; the prefetch toggle's own
-    advice comes first."""
-    return inputs.input_recommendations(cause, view(p), fw, cores, iowait)
+    advice comes first. ``neighbours``: (pid, name) of the busiest other processes."""
+    return inputs.input_recommendations(cause, view(p), fw, cores, iowait, neighbours)
 
 
 def memory_pressure_recommendations() -> tuple[Recommendation, ...]:

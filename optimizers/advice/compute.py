@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from sofa_top.model.verdict import Recommendation
 from sofa_top.model.workload import ModelReport
+from sofa_top.optimizers.advice.inputs import UNMEASURED, give_cores
 
 NOT_FOR_TF = "not offered for TensorFlow: XLA (jit_compile=True) already fuses such chains"
 
@@ -82,17 +83,27 @@ def thread_count(cores: int, busy: float) -> int:
 
 
 def oversubscribed_recommendations(
-    fw: str, cores: int, busy: float, model: ModelReport | None = None
+    fw: str,
+    cores: int,
+    busy: float,
+    model: ModelReport | None = None,
+    neighbours: tuple[tuple[int, str], ...] | None = None,
 ) -> tuple[Recommendation, ...]:
-    """Thread pools that wait for cores: fewer threads, and idle OpenMP threads that sleep."""
+    """Thread pools that wait for cores: fewer threads, and idle OpenMP threads that sleep.
+    ``neighbours`` (pid, name): the cores are held by those other processes rather than the
+    job's own pools; what gives the job its cores comes first, and a thread cap (whose effect
+    then depends on what they do) says it is not measured."""
     n = thread_count(cores, busy)
     env = f"OMP_NUM_THREADS={n}"
     recs: list[Recommendation] = []
+    if neighbours is not None:
+        recs.append(give_cores(neighbours))
+    guess = "" if neighbours is None else f" ({UNMEASURED}: it depends on what they run)"
     if fw == "tensorflow":
         recs.append(
             Recommendation(
                 f"tf.config.threading.set_intra_op_parallelism_threads({n}) and "
-                f"set_inter_op_parallelism_threads({n}) before the first op (or {env})",
+                f"set_inter_op_parallelism_threads({n}) before the first op (or {env}){guess}",
                 "threads",
             )
         )
@@ -105,7 +116,7 @@ def oversubscribed_recommendations(
         recs.append(
             Recommendation(
                 f"torch.set_num_threads({n}){now} at the start of the script, or {env} in its "
-                "environment",
+                f"environment{guess}",
                 "threads",
             )
         )

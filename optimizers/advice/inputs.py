@@ -258,25 +258,62 @@ def _cpu_levers(v: PipelineView, fw: str) -> list[Recommendation]:
     ]
 
 
+UNMEASURED = "not measured here: Re-run & compare (o) or `sofa-top compare` measures it"
+
+
+def give_cores(neighbours: tuple[tuple[int, str], ...]) -> Recommendation:
+    """What helps when other processes hold the cores: less of them, or cores of its own."""
+    named = ", ".join(f"{name} {pid}" for pid, name in neighbours[:3]) or "them"
+    pids = " ".join(str(pid) for pid, _ in neighbours[:3]) or "PID"
+    return Recommendation(
+        f"other processes hold the cores ({named}): lower their priority (`renice -n 10 -p "
+        f"{pids}`), give the job cores of its own (`taskset -c` for it and for them), or run it "
+        "on a machine that is not shared"
+    )
+
+
+def _contention(
+    v: PipelineView, fw: str, cores: int, neighbours: tuple[tuple[int, str], ...]
+) -> list[Recommendation]:
+    more = [
+        Recommendation(
+            f"more producers get a larger share of the contended cores (fair scheduling gives "
+            f"each runnable thread its turn, at the neighbours' cost): {r.text} ({UNMEASURED})",
+            r.toggle,
+        )
+        for r in parallelize(v, fw, cores, "cpu")
+    ]
+    return [give_cores(neighbours), *more, *_cpu_levers(v, fw)]
+
+
 def input_recommendations(
     cause: InputCause | None,
     v: PipelineView,
     fw: str,
     cores: int,
     iowait: float | None = None,
+    neighbours: tuple[tuple[int, str], ...] = (),
 ) -> list[Recommendation]:
     """What to change for an input bottleneck of this cause (None: not measured); the prefetch
-    toggle's own advice comes first."""
+    toggle's own advice comes first (for contention, after what gives the job its cores).
+    ``neighbours``: (pid, name) of the busiest other processes."""
     kind = None if cause is None else cause.cause
     if kind == "latency":
-        return _latency(v, fw, cores, iowait)
+        recs = _latency(v, fw, cores, iowait)
+        if cause is not None and cause.contended:
+            recs.append(give_cores(neighbours))
+        return recs
+    if kind == "contention":
+        return _contention(v, fw, cores, neighbours)
     recs = parallelize(v, fw, cores, kind)
     if cause is not None and kind == "cpu":
         if cause.usable_cores >= cores:
+            # a physical bound, not a measurement: compare can still try it
             recs = [
                 Recommendation(
-                    f"preprocessing already keeps the {n_cores(cores)} busy: more parallelism "
-                    "cannot help here"
+                    f"preprocessing keeps its producers on the {n_cores(cores)}: cheaper work "
+                    f"per sample is the lever; more parallelism than the cores shares them "
+                    f"({UNMEASURED})"
                 )
             ]
         recs += _cpu_levers(v, fw)

@@ -69,6 +69,58 @@ if TYPE_CHECKING:  # aliases only for the checker: the agent also runs on Python
     # time's source code (protocol.BUSY_SOURCES)
     StepRecord = tuple[Any, ...]
     Installer = Callable[["Agent", ModuleType], None]
+    Wait = float | tuple[float, ...]  # a wait's CPU seconds, or ``wait_times``' tuple
+
+
+class _SchedFile:
+    """One thread's ``schedstat``, kept open: a ``pread`` re-reads it (~1 us, no open/close)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self) -> None:
+        self.fd = -1
+        try:
+            self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            try:  # Linux before 3.17 has no /proc/thread-self
+                self.fd = os.open(
+                    f"/proc/self/task/{threading.get_native_id()}/schedstat", os.O_RDONLY
+                )
+            except (OSError, AttributeError):
+                self.fd = -1
+
+    def __del__(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+
+
+_sched_files = threading.local()
+NO_SCHED = (-1, -1)
+
+
+def thread_sched() -> tuple[int, int]:
+    """The calling thread's time on a CPU and runnable but waiting for one so far (ns), as the
+    scheduler accounts it; ``NO_SCHED`` where it does not (no /proc, no schedstat)."""
+    f = getattr(_sched_files, "file", None)
+    if f is None:
+        f = _sched_files.file = _SchedFile()  # closed with the thread's locals
+    if f.fd < 0:
+        return NO_SCHED
+    try:
+        run, queue = os.pread(f.fd, 96, 0).split()[:2]
+        return int(run), int(queue)
+    except (OSError, ValueError):
+        f.fd = -1
+        return NO_SCHED
+
+
+def wait_times(cpu: float, s0: tuple[int, int], s1: tuple[int, int]) -> tuple[float, ...]:
+    """A step record's wait CPU: the process's CPU seconds during the fetch, then the loop
+    thread's own seconds on a CPU and waiting for one (< 0: unknown)."""
+    if s0[0] < 0 or s1[0] < 0:
+        return (cpu, -1.0, -1.0)
+    return (cpu, max(0, s1[0] - s0[0]) / 1e9, max(0, s1[1] - s0[1]) / 1e9)
 
 
 def timed_next(
@@ -86,6 +138,7 @@ def timed_next(
     """
     perf = time.perf_counter
     cpu = time.process_time
+    sched = thread_sched
     where = f"the {hook} hook"
 
     def __next__(self: Any) -> Any:
@@ -97,20 +150,23 @@ def timed_next(
         # wait under two CPU hogs
         t0 = perf()
         c0 = cpu()
+        s0 = sched()
         try:
             value = orig(self)
         except StopIteration:
+            s1 = sched()
             c1 = cpu()
             t1 = perf()
             try:
-                clock.exhausted(self, t0, t1, c1 - c0)
+                clock.exhausted(self, t0, t1, wait_times(c1 - c0, s0, s1))
             except Exception as e:
                 agent.fail(where, e)
             raise
+        s1 = sched()
         c1 = cpu()
         t1 = perf()
         try:
-            new = clock.fetched(self, t0, t1, c1 - c0)
+            new = clock.fetched(self, t0, t1, wait_times(c1 - c0, s0, s1))
             if after_fetch is not None:
                 after_fetch(self, new, t1)
         except Exception as e:
@@ -130,6 +186,8 @@ class StepClock:
     another iterator restarts the clock, so no step spans two iterators. ``cpu`` is the CPU time
     the whole process used during the wait (all its threads: tf.data's pool, a DataLoader
     running in the loop's thread); it tells input work from waiting on I/O. Negative: unknown.
+    It may also be ``wait_times``' tuple: that CPU time, then the loop thread's own seconds on
+    a CPU and waiting for one during the wait.
     """
 
     __slots__ = ("_agent", "_bs", "_cur", "_last", "resolve_batch_size", "source", "step")
@@ -154,7 +212,7 @@ class StepClock:
         resolve = self.resolve_batch_size
         self._bs = None if resolve is None else resolve(it)
 
-    def fetched(self, it: object, t0: float, t1: float, cpu: float = -1.0) -> bool:
+    def fetched(self, it: object, t0: float, t1: float, cpu: Wait = -1.0) -> bool:
         """Record one fetch of ``it`` that ran from ``t0`` to ``t1`` (perf_counter).
 
         Returns True when ``it`` is a new iterator (no step was recorded)."""
@@ -168,7 +226,7 @@ class StepClock:
         self._last = t1
         return False
 
-    def exhausted(self, it: object, t0: float, t1: float, cpu: float = -1.0) -> None:
+    def exhausted(self, it: object, t0: float, t1: float, cpu: Wait = -1.0) -> None:
         """A fetch of ``it`` found no more data: close the last step, forget the iterator."""
         cur = self._cur
         if cur is not None and cur() is it:
@@ -176,7 +234,7 @@ class StepClock:
             self.step += 1
         self._cur = None
 
-    def span(self, it: object, t0: float, t1: float, t2: float, cpu: float = -1.0) -> None:
+    def span(self, it: object, t0: float, t1: float, t2: float, cpu: Wait = -1.0) -> None:
         """A step that fetched from ``it`` (``t0``..``t1``) then computed until ``t2``.
 
         It starts where the previous step of the same iterator ended, else at its fetch."""
@@ -444,10 +502,17 @@ class Agent:
         measured = False
         gpu: list[int | None] = []
         has_gpu = False
+        sched: list[int | None] = []
+        has_sched = False
         limit = most * len(protocol.STEP_FIELDS)
         while steps and len(data) < limit and steps[0][0] == source:
             rec = steps.popleft()
             _, n, start, end, wait, bs, cpu = rec[:7]
+            run = queue = -1.0
+            if isinstance(cpu, tuple):
+                cpu, run, queue = cpu
+            has_sched = has_sched or run >= 0
+            sched += (int(run * 1e6) if run >= 0 else None, int(queue * 1e6) if run >= 0 else None)
             # a step's start is the previous one's end (same float): they stay equal in µs
             data += (
                 n,
@@ -475,6 +540,8 @@ class Agent:
             frame["collective_us"] = collective
         if has_gpu:
             frame["gpu"] = gpu
+        if has_sched:
+            frame["sched_us"] = sched
         return protocol.encode(frame)
 
     def _info_due(self) -> bool:

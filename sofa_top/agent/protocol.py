@@ -22,7 +22,10 @@ holding one object with a string ``"type"`` field. Frame types (agent to server 
               was blocked in torch.distributed collectives (``hooks_dist``).
               Optional ``gpu: [gpu_span_us|null, gpu_busy_us|null, busy_source, ...]``: one
               row of ``GPU_STEP_FIELDS`` per step row (CUDA loops only; ``busy_source`` 0
-              unknown, 1 profiler, 2 estimate); a server that predates it ignores it
+              unknown, 1 profiler, 2 estimate); a server that predates it ignores it.
+              Optional ``sched_us: [run_us|null, queue_us|null, ...]``: per step row, the loop
+              thread's own time on a CPU and runnable but waiting for one during the input
+              wait (its ``schedstat``; null: not read)
 ``cuda``      ``{pid, t, device, device_name, bf16_supported, capability, mem_allocated,
               mem_reserved, mem_total, mem_free, alloc_retries, ooms, error,
               window: {CudaWindow's fields} | null}`` -- CUDA readings (PyTorch on a GPU)

@@ -10,30 +10,40 @@ Evidence, best first:
    waiting in an input iterator vs inside framework compute.
 Where neither says enough, the verdict is ``unknown`` with the reason, never a guess.
 
-An input-bound verdict also names its cause, because the fixes differ:
+An input-bound verdict also names its cause, because the fixes differ (``analysis.causes``
+reads it from the scheduler's accounting of the producers' threads: on a CPU, waiting for one,
+blocked):
 
-- ``cpu``: producing input keeps the cores it may use busy while the loop waits (a heavy map or
-  ``__getitem__``). Parallelism helps only up to the core count; past that, caching after the
-  expensive step, preprocessing offline, lighter decoding or more cores are the levers.
-- ``latency``: the loop waits while the input stage barely uses the CPU: it sleeps on storage,
-  the network, a lock. Parallelism well beyond the core count hides the latency.
+- ``cpu``: producing input keeps its producers on a CPU (a heavy map or ``__getitem__``).
+  Parallelism helps up to the core count; caching after the expensive step, preprocessing
+  offline, lighter decoding or more cores are the levers past it.
+- ``latency``: the producers are mostly blocked: they sleep on storage, the network, a lock.
+  Parallelism well beyond the core count hides the latency.
+- ``contention``: the producers mostly wait for a CPU that other processes hold; the busiest of
+  those are named.
 - ``mixed``: in between.
 
-The measure is the input stage's CPU while the loop waits, over the cores it may use: the
-process's own CPU time during each wait (the agent measures it: tf.data's threads, a DataLoader
-loading in the loop's thread) plus the CPU of its child processes (DataLoader workers), divided
-by min(cores, the stage's parallelism, the cores other processes leave free). A stage cannot
-use more cores than its parallelism: CPU beyond that during the waits is other threads (OpenMP
-pools spinning after the last op) and is kept apart (``wait_cpu_cores``), never counted as the
-stage's.
+Where the scheduler's accounting is missing (no schedstat; a session of an older version), the
+measure is the input stage's CPU while the loop waits over min(cores, its parallelism): the
+process's own CPU time during each wait (the agent measures it) plus the CPU of its child
+processes. A stage cannot use more cores than its parallelism: CPU beyond that during the waits
+is other threads (OpenMP pools spinning after the last op) and is kept apart
+(``wait_cpu_cores``), never counted as the stage's.
+
+Nothing is ruled out that a measurement found: a comparison's results (``Evidence.measured``)
+are quoted with the advice they confirm, and advice they contradict is withdrawn.
 
 Cores are always the cores the workload may use (its CPU affinity and cgroup quota:
 ``Evidence.cpu_count``), one count for the headline and the advice, written "X of N cores" with
 X <= N.
 
-``cpu-oversubscribed``: the tree's threads want more cores than it gets. Its runnable threads
-(state R, counted twice a second) exceed the cores it is busy on by ``OVERSUB_MIN_WAITING`` or
-more, with at least ``OVERSUB_MIN_RUNNABLE`` of them (a pool, not one thread on a busy machine).
+``cpu-oversubscribed``: the tree's threads want more cores than it gets. Its threads wait for a
+CPU ``OVERSUB_MIN_WAITING`` cores' worth or more (the scheduler's accounting; without it, its
+runnable threads, state R counted twice a second, exceed the cores it is busy on by as much),
+with at least ``OVERSUB_MIN_RUNNABLE`` runnable (a pool, not one thread on a busy machine). Its
+evidence tells the two sources apart: the tree's own pools (more runnable threads than cores:
+fewer threads is the fix) and other processes holding the cores (named; a thread cap then
+depends on what they do, and says it is not measured).
 A spin-waiting OpenMP/BLAS pool pays for every thread that waits for a core at each barrier: an
 LBFGS loop with 2 OpenMP threads on 2 cores that other processes kept busy ran 25x slower than
 with 1 thread (0.20 vs 4.98 s for 100 steps, this repository's 2-core VM; 1.86 threads runnable,
@@ -43,18 +53,20 @@ threads want, and does not trip it.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from sofa_top.analysis import causes
 from sofa_top.analysis import gpu as gpu_loop
 from sofa_top.analysis import steps as step_facts
+from sofa_top.analysis.causes import Neighbours, SchedMeans
+from sofa_top.analysis.measured import apply_measured
 from sofa_top.analysis.steps import RunFacts
 from sofa_top.model.samples import CudaSample, GpuSample, PipelineSample, StepSample, SystemSample
 from sofa_top.model.snapshot import StackSummary
 from sofa_top.model.units import Percent
-from sofa_top.model.verdict import InputCause, InputCauseKind, Recommendation, Verdict
+from sofa_top.model.verdict import InputCause, InputCauseKind, Measured, Recommendation, Verdict
 from sofa_top.model.workload import ModelReport
 from sofa_top.optimizers import advice
 
@@ -70,7 +82,6 @@ MEMORY_PRESSURE = 0.95  # used / total memory
 WINDOW_S = 10.0  # verdicts look at about the last 10 s
 INPUT_CPU_BUSY = 0.60  # input stage using this share of its usable cores while waited on: cpu
 INPUT_CPU_IDLE = 0.35  # at most this share: the stage mostly waits (latency)
-MIN_FREE_CORES = 0.25  # never judge a stage against less than a quarter of a core
 OVERSUB_MIN_RUNNABLE = 1.5  # mean runnable threads of the tree: a pool wants cores at once
 OVERSUB_MIN_WAITING = 0.75  # runnable threads beyond the cores the tree is busy on
 
@@ -90,22 +101,12 @@ class Evidence:
     child_cpu: Percent | None = None  # % of one core used by the tree less the target itself
     cuda: Sequence[CudaSample] = ()  # the agent's CUDA readings (GPU loops), oldest first
     runnable_threads: float | None = None  # mean threads of the tree running or runnable
-    # cores other processes (sofa-top included) kept busy over the same span, when measured
-    others_cores: float | None = None
     model: ModelReport | None = None  # the agent's model and thread-pool report
     facts: RunFacts = field(default_factory=RunFacts)  # mode, agent, exit: for the reasons
-
-
-def others_cores(
-    machine_busy: float | None, tree_cpu: Percent | None, cores: int, machine_cores: int = 0
-) -> float | None:
-    """Cores other processes kept busy, counted on the tree's ``cores``: the machine's busy
-    cores (all of them, ``machine_cores``) less the tree's, scaled to the tree's share."""
-    if machine_busy is None or tree_cpu is None:
-        return None
-    total = machine_cores or os.cpu_count() or cores
-    others = max(0.0, machine_busy - tree_cpu / 100.0)
-    return others * min(1.0, cores / max(1, total))
+    # the scheduler's accounting of the tree's threads over the window, per group
+    sched: SchedMeans = field(default_factory=dict)
+    neighbours: Neighbours | None = None  # what other processes keep busy, and the busiest
+    measured: tuple[Measured, ...] = ()  # what comparisons of this workload measured
 
 
 def input_parallelism(p: PipelineSample | None) -> int | None:
@@ -123,7 +124,22 @@ def input_parallelism(p: PipelineSample | None) -> int | None:
 
 
 def input_cause(ev: Evidence) -> InputCause | None:
-    """Tell CPU-bound input from latency-bound input (None when nothing was measured)."""
+    """Why the input stage is slow (None when nothing was measured): from the scheduler's
+    accounting of its producers where there is one, else from its CPU during the waits."""
+    par = input_parallelism(ev.pipeline)
+    cores = max(1, ev.cpu_count)
+    # Unknown parallelism: AUTOTUNE in a declared pipeline may use every core; with no
+    # pipeline known at all, assume the common serial loop.
+    usable = min(cores, par) if par is not None else cores if ev.pipeline is not None else 1
+    others = None if ev.neighbours is None else ev.neighbours.others_cores
+    found = causes.producer_split(ev.steps, ev.pipeline, ev.sched, par, cores)
+    if found is not None:
+        kind = causes.cause_of(found.split, ev.neighbours)
+        busy = min(found.split.on_cpu * found.count, float(cores))
+        return InputCause(
+            kind, busy, usable, par, "schedstat", found.split, found.producers, others,
+            causes.contended(found.split, ev.neighbours),
+        )  # fmt: skip
     measured = [s for s in ev.steps if s.wait_cpu_s is not None and s.input_wait_s > 0]
     wait = sum(s.input_wait_s for s in measured)
     child = max(0.0, ev.child_cpu or 0.0) / 100.0
@@ -136,24 +152,13 @@ def input_cause(ev: Evidence) -> InputCause | None:
         source = "tree"
     else:
         return None
-    par = input_parallelism(ev.pipeline)
-    cores = max(1, ev.cpu_count)
-    # Unknown parallelism: AUTOTUNE in a declared pipeline may use every core; with no
-    # pipeline known at all, assume the common serial loop.
-    usable = min(cores, par) if par is not None else cores if ev.pipeline is not None else 1
     # the stage cannot keep more cores busy than it has producers: the rest is other threads
     stage = min(busy, float(usable))
-    # On a machine other processes keep busy, the stage can only get the cores they leave:
-    # CPU it did not get would read as waiting, but a CPU-bound stage starved to 0.3 of a core
-    # (many-threaded neighbours) is as busy as it can be, not waiting on I/O.
-    avail = float(usable)
-    if ev.others_cores is not None and ev.others_cores > 0:
-        avail = max(MIN_FREE_CORES, min(avail, cores - ev.others_cores))
-    util = InputCause("latency", stage, usable, par, source, avail).utilization
+    util = InputCause("latency", stage, usable, par, source).utilization
     cause: InputCauseKind = (
         "cpu" if util >= INPUT_CPU_BUSY else "latency" if util <= INPUT_CPU_IDLE else "mixed"
     )
-    return InputCause(cause, stage, usable, par, source, avail)
+    return InputCause(cause, stage, usable, par, source, others_cores=others)
 
 
 def wait_cpu_cores(ev: Evidence) -> float | None:
@@ -166,25 +171,45 @@ def wait_cpu_cores(ev: Evidence) -> float | None:
     return sum(s.wait_cpu_s or 0.0 for s in measured) / wait + child
 
 
-def _cause_text(c: InputCause, cores: int) -> str:
+def _cause_text(c: InputCause, cores: int, neighbours: Neighbours | None) -> str:
     busy = f"{min(c.cpu_cores, cores):.1f} of {cores} core{'s' if cores > 1 else ''} busy"
     if c.usable_cores < cores:
         busy += ", serial stage" if c.usable_cores == 1 else f", {c.usable_cores} producers"
+    sp = c.split
+    if sp is None:
+        if c.cause == "cpu":
+            return f"CPU-bound preprocessing ({busy})"
+        if c.cause == "latency":
+            return f"the input stage waits on I/O ({busy})"
+        return f"partly CPU, partly I/O ({busy})"
+    who = c.producers or "its producers"
+    split = (
+        f"{who}: on a CPU {sp.on_cpu:.0%}, waiting for a CPU {sp.cpu_wait:.0%}, "
+        f"blocked {sp.blocked:.0%} of their time"
+    )
+    around = "" if neighbours is None else f"; {neighbours.text(cores)}"
     if c.cause == "cpu":
-        return f"CPU-bound preprocessing ({busy})"
+        return f"CPU-bound preprocessing ({split}; {busy})"
     if c.cause == "latency":
-        return f"the input stage waits on I/O ({busy})"
-    return f"partly CPU, partly I/O ({busy})"
+        more = around if c.contended else ""
+        return f"the input stage waits on I/O ({split}){more}"
+    if c.cause == "contention":
+        return f"the input stage waits for a CPU that other processes hold ({split}{around})"
+    return f"partly CPU, partly I/O ({split})"
 
 
-def oversubscription(ev: Evidence) -> tuple[float, float] | None:
-    """(runnable threads, cores busy) when the tree's threads wait for cores; else None."""
+def oversubscription(ev: Evidence) -> tuple[float, float, float] | None:
+    """(runnable threads, cores busy, cores' worth of threads waiting for a CPU) when the
+    tree's threads wait for cores; else None."""
     if ev.runnable_threads is None or ev.tree_cpu is None:
         return None
     busy = min(max(0.0, ev.tree_cpu) / 100.0, float(max(1, ev.cpu_count)))
     runnable = ev.runnable_threads
-    if runnable >= OVERSUB_MIN_RUNNABLE and runnable - busy >= OVERSUB_MIN_WAITING:
-        return runnable, busy
+    tree = ev.sched.get("tree")
+    # measured where the scheduler accounts it; else what the runnable count says
+    waiting = tree.cpu_wait if tree is not None else runnable - busy
+    if runnable >= OVERSUB_MIN_RUNNABLE and waiting >= OVERSUB_MIN_WAITING:
+        return runnable, busy, waiting
     return None
 
 
@@ -192,24 +217,53 @@ def _oversubscribed(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict |
     found = oversubscription(ev)
     if found is None:
         return None
-    runnable, busy = found
+    runnable, busy, waiting = found
     cores = max(1, ev.cpu_count)
+    nb = ev.neighbours
+    source = causes.oversubscribed_by(runnable, cores, nb)
     evidence = {
         **base,
         "runnable_threads": round(runnable, 2),
         "cores_busy": round(busy, 2),
         "cores": cores,
-        "threads_waiting": round(runnable - busy, 2),
+        "threads_waiting": round(waiting, 2),
         "intra_op_threads": None if ev.model is None else ev.model.intra_op_threads,
+        "oversubscribed_by": source,
+        "others_cores": None if nb is None else round(nb.others_cores, 3),
+        "neighbours": _neighbours_json(nb),
     }
+    n = f"{cores} core{'s' if cores > 1 else ''}"
+    why = {
+        "own-pool": "its own thread pools outnumber the cores",
+        "neighbours": f"its threads wait for cores: {nb and nb.text(cores)}",
+        "both": f"its pools outnumber the cores and {nb and nb.text(cores)}",
+        "unknown": "its thread pools wait for cores",
+    }[source]
     return Verdict(
         "cpu-oversubscribed",
         0.7,
         f"cpu-oversubscribed: {runnable:.1f} threads want a core but the workload gets "
-        f"{busy:.1f} of {cores} core{'s' if cores > 1 else ''}; its thread pools wait for cores",
+        f"{busy:.1f} of {n}; {why}",
         evidence,
-        advice.oversubscribed_recommendations(fw or "torch", cores, busy, ev.model),
+        advice.oversubscribed_recommendations(
+            fw or "torch",
+            cores,
+            busy,
+            ev.model,
+            neighbours=_names(nb) if source in ("neighbours", "both") else None,
+        ),
     )
+
+
+def _names(nb: Neighbours | None) -> tuple[tuple[int, str], ...]:
+    """(pid, name) of the busiest other processes."""
+    return () if nb is None else tuple((n.pid, n.name) for n in nb.top if n.cores >= 0.05)
+
+
+def _neighbours_json(nb: Neighbours | None) -> list[dict[str, object]] | None:
+    if nb is None:
+        return None
+    return [{"pid": n.pid, "name": n.name, "cores": n.cores} for n in nb.top]
 
 
 def _keras(ev: Evidence) -> bool:
@@ -260,7 +314,7 @@ def _gpu_util(ev: Evidence) -> float | None:
 
 def judge(ev: Evidence) -> Verdict:
     """The verdict for one window of evidence."""
-    verdict = _judge(ev)
+    verdict = apply_measured(_judge(ev), ev.measured)
     facts = ev.facts
     if not step_facts.failed(facts) or not ev.steps:
         return verdict  # a failure before any step is the unknown verdict's own reason
@@ -509,8 +563,10 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         cause = input_cause(ev)
         if cause is not None:
             evidence.update(_cause_evidence(cause, ev))
-            headline += f"; {_cause_text(cause, cores)}"
-            recs = advice.input_recommendations(cause, None, fw, cores, _iowait(ev))
+            headline += f"; {_cause_text(cause, cores, ev.neighbours)}"
+            recs = advice.input_recommendations(
+                cause, None, fw, cores, _iowait(ev), _names(ev.neighbours)
+            )
         return Verdict("input-bound", 0.6, headline, evidence, tuple(recs), severity="high")
     over = _oversubscribed(ev, fw, evidence)
     if over is not None:
@@ -565,22 +621,28 @@ def _input_advice(
     if cause is None:
         return "", advice.pipeline_recommendations(ev.pipeline, fw, cores)
     evidence.update(_cause_evidence(cause, ev))
-    recs = advice.input_recommendations(cause, ev.pipeline, fw, cores, _iowait(ev))
-    return f"; {_cause_text(cause, cores)}", recs
+    recs = advice.input_recommendations(
+        cause, ev.pipeline, fw, cores, _iowait(ev), _names(ev.neighbours)
+    )
+    return f"; {_cause_text(cause, cores, ev.neighbours)}", recs
 
 
 def _cause_evidence(c: InputCause, ev: Evidence) -> dict[str, object]:
     total = wait_cpu_cores(ev)
     return {
         "input_cause": c.cause,
+        "input_time_split": None if c.split is None else c.split.as_json(),
+        "input_producers": c.producers or None,
+        "input_contention": c.contended,
         "input_cpu_cores": round(c.cpu_cores, 3),
         "input_usable_cores": c.usable_cores,
         "input_parallelism": c.parallelism,
         "input_cpu_utilization": round(c.utilization, 3),
-        "input_available_cores": None if c.available_cores is None else round(c.available_cores, 3),
         "input_cause_source": c.source,
         "cores": max(1, ev.cpu_count),
-        "others_cores": None if ev.others_cores is None else round(ev.others_cores, 3),
+        # measured: the CPU of every process outside the tree (the process collector's scan)
+        "others_cores": None if c.others_cores is None else round(c.others_cores, 3),
+        "neighbours": _neighbours_json(ev.neighbours),
         # all the tree's CPU during the waits: above input_cpu_cores, other threads were busy
         "wait_cpu_cores": None if total is None else round(total, 3),
         # high iowait says the waiting is on local storage (not the network or a sleep)

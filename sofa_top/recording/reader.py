@@ -439,9 +439,9 @@ def _pipeline(data: str | None) -> PipelineSample | None:
 
 
 def _step(row: tuple[Any, ...]) -> StepSample:
-    values = list(row)
-    values[-1] = gpu_busy_source(values[-1])
-    return StepSample(*values)
+    values = dict(zip(STEP_COLUMNS, row, strict=True))
+    values["gpu_busy_source"] = gpu_busy_source(values["gpu_busy_source"])
+    return StepSample(**values)
 
 
 def _event(ts: float, kind: str, message: str | None, data: str | None) -> Event:

@@ -17,7 +17,8 @@ Schema (version ``SCHEMA_VERSION``, also in ``PRAGMA user_version``):
 - ``steps(ts, step, start, duration_s, input_wait_s, source, batch_size, pid, wait_cpu_s,
   collective_s, gpu_span_s, gpu_busy_s, gpu_busy_source)`` (``wait_cpu_s`` since v2;
   ``collective_s`` -- the time the step was blocked in torch.distributed collectives -- and the
-  ``gpu_*`` columns since v3; older files read them as NULL).
+  ``gpu_*`` columns since v3; ``wait_run_s`` / ``wait_queue_s``, the loop thread's time on a CPU
+  and waiting for one during the input wait, since v4; older files read them as NULL).
 - ``events(ts REAL, kind TEXT, message TEXT, data TEXT)`` -- markers (JSON data); agent reports,
   tf.data pipelines and CUDA readings are stored here too (kinds ``agent``, ``pipeline``,
   ``cuda``), and so are the ranks of a distributed job (kinds ``rank``, ``rank-exit``,
@@ -54,7 +55,7 @@ from sofa_top.model.samples import (
 )
 from sofa_top.recording.series import RateState, SeriesPoint, points_of, unit_of
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -73,7 +74,8 @@ CREATE TABLE IF NOT EXISTS stack_counts (window_id INTEGER, pid INTEGER, tid INT
 CREATE INDEX IF NOT EXISTS stack_counts_by_window ON stack_counts (window_id);
 CREATE TABLE IF NOT EXISTS steps (ts REAL, step INTEGER, start REAL, duration_s REAL,
     input_wait_s REAL, source TEXT, batch_size INTEGER, pid INTEGER, wait_cpu_s REAL,
-    collective_s REAL, gpu_span_s REAL, gpu_busy_s REAL, gpu_busy_source TEXT);
+    collective_s REAL, gpu_span_s REAL, gpu_busy_s REAL, gpu_busy_source TEXT, wait_run_s REAL,
+    wait_queue_s REAL);
 CREATE TABLE IF NOT EXISTS events (ts REAL NOT NULL, kind TEXT NOT NULL, message TEXT,
     data TEXT);
 CREATE INDEX IF NOT EXISTS events_by_kind ON events (kind, ts);
@@ -94,6 +96,8 @@ STEP_COLUMNS = (
     "gpu_span_s",
     "gpu_busy_s",
     "gpu_busy_source",
+    "wait_run_s",
+    "wait_queue_s",
 )  # fmt: skip  (StepSample's field order)
 
 
@@ -230,6 +234,8 @@ class SessionStore:
                     s.gpu_span_s,
                     s.gpu_busy_s,
                     s.gpu_busy_source,
+                    s.wait_run_s,
+                    s.wait_queue_s,
                 ),
             )
         elif isinstance(s, Event):
@@ -264,6 +270,25 @@ class SessionStore:
         with contextlib.suppress(sqlite3.Error):
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._db.close()
+
+
+def append_events(path: Path, events: Iterable[Event]) -> None:
+    """Add ``events`` to a finished session file (what a later comparison measured of its
+    workload); raises UserError when the file cannot be written."""
+    if not path.is_file():
+        raise UserError(f"no such session file: {path}")
+    try:
+        db = connect(path, readonly=False)
+        try:
+            with db:
+                db.executemany(
+                    "INSERT INTO events VALUES (?, ?, ?, ?)",
+                    [(e.ts, e.kind, e.message, json.dumps(e.data, default=str)) for e in events],
+                )
+        finally:
+            db.close()
+    except (OSError, sqlite3.Error) as exc:
+        raise UserError(f"cannot add to session file {path}: {_reason(exc)}") from None
 
 
 def _reason(exc: BaseException) -> str:
