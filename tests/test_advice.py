@@ -225,3 +225,24 @@ def test_a_thread_cap_against_neighbours_says_it_is_not_measured() -> None:
     theirs = advice.oversubscribed_recommendations("torch", 2, 1.0, neighbours=((9, "hog"),))
     assert theirs[0].toggle is None and "hog 9" in theirs[0].text
     assert theirs[1].toggle == "threads" and "not measured here" in theirs[1].text
+
+
+def test_compile_for_tiny_per_call_work_is_not_offered_first() -> None:
+    """An RNN cell called per letter (0.08 ms a call): torch.compile is known to lose there;
+    the fix that gives each call enough work comes first, the compiler only to be measured."""
+    from sofa_top.model.workload import ModelReport, merge, model_report
+
+    cell = ModelReport("torch", "RNN", "__main__", 30_000, 0, "", 2, call_s=0.00008)
+    recs = advice.compute_recommendations("torch", cell)
+    assert recs[0].toggle is None and "RNN takes 0.08 ms per call" in recs[0].text
+    assert "a whole sequence through nn.RNN" in recs[0].text
+    compile_ = [r for r in recs if r.toggle == "xla"]
+    assert compile_ and "likely slower here" in compile_[0].text
+    assert "not measured here" in compile_[0].text
+    # enough work per call: compile is offered as before
+    big = ModelReport("torch", "Net", "__main__", 10**6, 0, "", 2, call_s=0.02)
+    assert advice.compute_recommendations("torch", big)[0].toggle == "xla"
+    # the timing arrives in a second report of the same model, and a later one keeps it
+    assert model_report(cell.as_json()) == cell
+    untimed = ModelReport("torch", "RNN", "__main__", 30_000, 0, "", 2)
+    assert merge(cell, untimed).call_s == 0.00008

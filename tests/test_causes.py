@@ -57,9 +57,18 @@ def _loop_steps(run: float, queue: float, n: int = 20, wait: float = 0.08) -> li
     for one (fractions of the wait)."""
     return [
         StepSample(
-            float(i), i, i - 0.1, 0.1, wait, "torch-dataloader", 8, 1, wait * run,
-            wait_run_s=wait * run, wait_queue_s=wait * queue,
-        )  # fmt: skip
+            float(i),
+            i,
+            i - 0.1,
+            0.1,
+            wait,
+            "torch-dataloader",
+            8,
+            1,
+            wait * run,
+            wait_run_s=wait * run,
+            wait_queue_s=wait * queue,
+        )
         for i in range(n)
     ]
 
@@ -89,9 +98,7 @@ def test_the_loop_threads_split_decides_on_both_sides_of_each_threshold() -> Non
 
 
 def test_the_split_is_in_the_evidence_and_the_headline_names_the_neighbours() -> None:
-    v = judge(
-        Evidence(steps=_loop_steps(0.02, 0.2), pipeline=LOADER0, cpu_count=2, neighbours=HOG)
-    )
+    v = judge(Evidence(steps=_loop_steps(0.02, 0.2), pipeline=LOADER0, cpu_count=2, neighbours=HOG))
     ev = v.evidence
     assert ev["input_cause_source"] == "schedstat" and ev["input_producers"] == "the loop's thread"
     assert ev["input_time_split"] == {"on_cpu": 0.02, "cpu_wait": 0.2, "blocked": 0.78}
@@ -149,15 +156,17 @@ def test_stored_readings_give_back_the_same_means() -> None:
 
 
 def _pool(runnable: float, nb: Neighbours | None) -> Verdict:
-    steps = [
-        StepSample(float(i), i, i - 0.1, 0.1, 0.0, "torch-optimizer") for i in range(20)
-    ]
+    steps = [StepSample(float(i), i, i - 0.1, 0.1, 0.0, "torch-optimizer") for i in range(20)]
     sched = {"tree": ThreadTimes(0.9, 0.9, int(runnable))}
     return judge(
         Evidence(
-            steps=steps, cpu_count=2, runnable_threads=runnable, tree_cpu=90.0,
-            sched=sched, neighbours=nb,  # type: ignore[arg-type]
-        )  # fmt: skip
+            steps=steps,
+            cpu_count=2,
+            runnable_threads=runnable,
+            tree_cpu=90.0,
+            sched=sched,
+            neighbours=nb,  # type: ignore[arg-type]
+        )
     )
 
 
@@ -210,7 +219,9 @@ def test_a_measured_win_is_quoted_and_what_it_contradicts_withdrawn() -> None:
     assert not any("more parallelism than the" in t for t in texts)  # withdrawn
     assert "cache decoded samples once" in texts
     assert not any(r.toggle == "threads" for r in v.recommendations)
-    assert texts[-1].startswith("measured: threads x0.55 at 1 thread") and "not advised" in texts[-1]
+    assert (
+        texts[-1].startswith("measured: threads x0.55 at 1 thread") and "not advised" in texts[-1]
+    )
     assert v.headline.endswith("; measured: prefetch x3.63 at parallelism 16 (3.10-4.00)")
     assert [m["toggle"] for m in v.evidence["measured"]] == ["threads", "prefetch"]  # type: ignore[index]
     # the last measurement of a toggle counts; nothing measured changes nothing

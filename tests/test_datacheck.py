@@ -143,7 +143,7 @@ def test_streams_are_compared_over_the_batches_both_fed() -> None:
         check.change
     )
     # ... and a handful of repeats is not a change
-    few = list(range(30)) + [0, 1]
+    few = [*range(30), 0, 1]
     assert compare_streams(_stream(few), _stream(list(range(32)))).change is None
     # every sample in two workers, each from its own offset: a first epoch twice as long
     offset = [j for i in range(32) for j in (i, (i + 16) % 32)]

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from sofa_top.analysis.causes import Neighbours
 from sofa_top.analysis.steps import HOOKED, RunFacts
 from sofa_top.analysis.verdicts import (
     HIGH_INPUT_FRACTION,
@@ -13,7 +14,6 @@ from sofa_top.analysis.verdicts import (
     Evidence,
     judge,
 )
-from sofa_top.analysis.causes import Neighbours
 from sofa_top.model.samples import (
     AgentInfo,
     Neighbour,

@@ -14,6 +14,10 @@ from sofa_top.model.workload import ModelReport
 from sofa_top.optimizers.advice.inputs import UNMEASURED, give_cores
 
 NOT_FOR_TF = "not offered for TensorFlow: XLA (jit_compile=True) already fuses such chains"
+# A model whose forward takes less than this per call (an RNN cell called per letter) gives a
+# compiler too little to fuse: its guards and launches cost as much (the char-RNN tutorial ran
+# 0.40-0.55x under torch.compile)
+TINY_CALL_S = 0.001
 
 
 def xla_text(keras: bool) -> str:
@@ -68,13 +72,35 @@ def compute_recommendations(
     if fw == "torch":
         recs: list[Recommendation] = []
         compile_ = torch_compile_text(model)
-        if compile_ is not None:
+        call_s = None if model is None else model.call_s
+        tiny = call_s is not None and call_s < TINY_CALL_S
+        if compile_ is not None and not tiny:
             recs.append(Recommendation(compile_, "xla"))
         df = depth_first_text(model)
         if df is not None:
             recs.append(Recommendation(df, "depth-first"))
+        if tiny and model is not None and call_s is not None:
+            # known to lose at this size: the real lever first, the compiler only to measure
+            recs.insert(0, Recommendation(batch_calls_text(model.module, call_s)))
+            if compile_ is not None:
+                recs.append(
+                    Recommendation(
+                        f"{compile_}: likely slower here ({call_s * 1e3:.2f} ms per call is "
+                        f"less than its guards and launches save; {UNMEASURED})",
+                        "xla",
+                    )
+                )
         return tuple(recs)
     return ()
+
+
+def batch_calls_text(module: str, call_s: float) -> str:
+    """The fix for a model called many times a step on tiny inputs."""
+    return (
+        f"{module or 'the model'} takes {call_s * 1e3:.2f} ms per call: call it on more at once "
+        "(a whole sequence through nn.RNN/nn.LSTM, not a cell per token or letter; a larger "
+        "batch), so each call does enough work"
+    )
 
 
 def thread_count(cores: int, busy: float) -> int:
