@@ -226,6 +226,7 @@ class ProcessCollector:
         if found is None:
             return None
         others, top = found
+        top = tuple(Neighbour(n.pid, _text(n.name), n.cores) for n in top)
         sent = self._neighbours_sent
         if sent is not None and now - sent[0] < NEIGHBOURS_REPEAT_S:
             old = {n.pid: n.cores for n in sent[2]}

@@ -165,10 +165,12 @@ class NeighbourScan:
         self._last: dict[Pid, tuple[float, float]] = {}  # pid -> (CPU seconds, create time)
         self._last_ts: float | None = None
         self._self = os.getpid()
+        self.busy: dict[Pid, tuple[str, float]] = {}  # the last scan: pid -> (name, cores)
 
     def scan(self, tree: Collection[Pid], now: float) -> tuple[float, tuple[Neighbour, ...]] | None:
         """(cores busy outside ``tree`` and sofa-top, the ``TOP_NEIGHBOURS`` busiest of those
-        processes) since the last scan; None on the first."""
+        processes) since the last scan; None on the first. Names are as psutil read them (the
+        caller makes them text)."""
         current: dict[Pid, tuple[float, float]] = {}
         busy: list[tuple[float, Pid, str]] = []
         prev_ts, self._last_ts = self._last_ts, now
@@ -187,6 +189,7 @@ class NeighbourScan:
         self._last = current
         if not span or span <= 0:
             return None
+        self.busy = {pid: (name, c) for c, pid, name in busy}
         busy.sort(reverse=True)
         top = tuple(Neighbour(pid, name, round(c, 3)) for c, pid, name in busy[:TOP_NEIGHBOURS])
         return sum(c for c, _, _ in busy), top

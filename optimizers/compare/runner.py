@@ -16,9 +16,10 @@ worker) passes 2x the baseline's, or the next level would pass half the RAM. ``p
 skips the search.
 
 Noise. A shared machine makes runs of one configuration differ by 10-50%: after ``repeats``
-rounds, each configuration's median gets an interval (``measures.median_interval``) and rounds
-go on, for the baseline and the configurations whose interval still overlaps the baseline's,
-until none does, ``max_repeats`` rounds were run or the time ``budget_s`` allows runs no more
+rounds, each configuration's median gets an interval (``measures.median_interval``; a
+difference is called with ``summary.MIN_RUNS_CLEAR`` runs a side at least) and rounds go on,
+for the baseline and the configurations whose interval still overlaps the baseline's, until
+none does, ``max_repeats`` rounds were run or the time ``budget_s`` allows runs no more
 (default: as long again as the first rounds took). A configuration is named best only when it
 is clearly faster (``summary.best_config``); one where no toggle applied is run once and not
 timed as if it had.
@@ -70,7 +71,7 @@ from sofa_top.optimizers.compare.summary import (
     summarize,
 )
 from sofa_top.optimizers.headroom import diagnose
-from sofa_top.optimizers.measures import RunOutcome, median, median_interval
+from sofa_top.optimizers.measures import RunOutcome, median
 from sofa_top.optimizers.probes import ram_total, usable_cores
 from sofa_top.optimizers.search import SEARCH_LEVELS, SearchResult, given, search_parallelism
 
@@ -215,12 +216,11 @@ def _unclear(results: dict[str, ConfigResult]) -> list[str]:
     base = results.get("baseline")
     if base is None:
         return []
-    bi = median_interval(rates(base))
     out = []
     for c, cr in results.items():
         if c == "baseline" or nothing_applied(cr) or any(o.failed for o in cr.outcomes):
             continue
-        if effect(median_interval(rates(cr)), bi) == "unclear":
+        if effect(rates(cr), rates(base)) == "unclear":
             out.append(c)
     return out
 
@@ -285,9 +285,9 @@ def _result(
     baseline_loss = median([o.loss for o in base_runs if o.loss is not None])
     diag = diagnose(base_runs, usable_cores()) if "baseline" in results else None
     base_data = next((o.data for o in base_runs if o.data is not None), None)
-    base_interval = median_interval([o.rate for o in base_runs if o.rate is not None])
+    base_rates = [o.rate for o in base_runs if o.rate is not None]
     for cr in results.values():
-        summarize(cr, baseline, diag, baseline_loss, base_data, base_interval)
+        summarize(cr, baseline, diag, baseline_loss, base_data, base_rates)
     runs = list(results.values())
     best = best_config(runs)
     result = CompareResult(
