@@ -235,3 +235,14 @@ def test_measured_round_trips_through_json() -> None:
     assert Measured.from_json(m.as_json()) == m
     assert Measured.from_json({"toggle": "nope", "effect": "faster"}) is None
     assert TimeSplit(0.1, 0.2, 0.7).as_json() == {"on_cpu": 0.1, "cpu_wait": 0.2, "blocked": 0.7}
+
+
+def test_a_measured_guess_loses_its_not_measured_note() -> None:
+    from sofa_top.model.verdict import unmeasured
+
+    guess = Recommendation(f"torch.set_num_threads(1){unmeasured('it depends')}", "threads")
+    v = replace(_input_verdict(), recommendations=(guess,))
+    won = apply_measured(v, [Measured("threads", "faster", 1.4, 1.3, 1.6, threads=1)])
+    assert won.recommendations[0].text == (
+        "torch.set_num_threads(1) (measured: threads x1.40 at 1 thread (1.30-1.60))"
+    )

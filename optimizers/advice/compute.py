@@ -9,9 +9,9 @@ names the framework's own setting and the OpenMP environment.
 
 from __future__ import annotations
 
-from sofa_top.model.verdict import Recommendation
+from sofa_top.model.verdict import Recommendation, unmeasured
 from sofa_top.model.workload import ModelReport
-from sofa_top.optimizers.advice.inputs import UNMEASURED, give_cores
+from sofa_top.optimizers.advice.inputs import give_cores
 
 NOT_FOR_TF = "not offered for TensorFlow: XLA (jit_compile=True) already fuses such chains"
 # A model whose forward takes less than this per call (an RNN cell called per letter) gives a
@@ -85,8 +85,8 @@ def compute_recommendations(
             if compile_ is not None:
                 recs.append(
                     Recommendation(
-                        f"{compile_}: likely slower here ({call_s * 1e3:.2f} ms per call is "
-                        f"less than its guards and launches save; {UNMEASURED})",
+                        f"{compile_}: likely slower here, at {call_s * 1e3:.2f} ms per call"
+                        + unmeasured("its guards and launches cost about what it saves"),
                         "xla",
                     )
                 )
@@ -124,7 +124,7 @@ def oversubscribed_recommendations(
     recs: list[Recommendation] = []
     if neighbours is not None:
         recs.append(give_cores(neighbours))
-    guess = "" if neighbours is None else f" ({UNMEASURED}: it depends on what they run)"
+    guess = "" if neighbours is None else unmeasured("it depends on what they run")
     if fw == "tensorflow":
         recs.append(
             Recommendation(

@@ -10,7 +10,7 @@ once; and a recommendation the ``prefetch`` toggle can try names it.
 
 from __future__ import annotations
 
-from sofa_top.model.verdict import InputCause, Recommendation
+from sofa_top.model.verdict import InputCause, Recommendation, unmeasured
 from sofa_top.optimizers.advice.stages import PipelineView
 
 IOWAIT_EVIDENCE = 5.0  # % iowait: the waits are on local storage (files worth copying closer)
@@ -258,9 +258,6 @@ def _cpu_levers(v: PipelineView, fw: str) -> list[Recommendation]:
     ]
 
 
-UNMEASURED = "not measured here: Re-run & compare (o) or `sofa-top compare` measures it"
-
-
 def give_cores(neighbours: tuple[tuple[int, str], ...]) -> Recommendation:
     """What helps when other processes hold the cores: less of them, or cores of its own."""
     named = ", ".join(f"{name} {pid}" for pid, name in neighbours[:3]) or "them"
@@ -278,7 +275,7 @@ def _contention(
     more = [
         Recommendation(
             f"more producers get a larger share of the contended cores (fair scheduling gives "
-            f"each runnable thread its turn, at the neighbours' cost): {r.text} ({UNMEASURED})",
+            f"each runnable thread its turn, at the neighbours' cost): {r.text}{unmeasured()}",
             r.toggle,
         )
         for r in parallelize(v, fw, cores, "cpu")
@@ -312,8 +309,8 @@ def input_recommendations(
             recs = [
                 Recommendation(
                     f"preprocessing keeps its producers on the {n_cores(cores)}: cheaper work "
-                    f"per sample is the lever; more parallelism than the cores shares them "
-                    f"({UNMEASURED})"
+                    f"per sample is the lever; more parallelism than the cores shares them"
+                    + unmeasured()
                 )
             ]
         recs += _cpu_levers(v, fw)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from sofa_top.model.verdict import Measured, Recommendation, ToggleName, Verdict
+from sofa_top.model.verdict import UNMEASURED, Measured, Recommendation, ToggleName, Verdict
 
 # advice texts that rule a lever out; a measurement that found it winning withdraws them
 RULED_OUT = {"prefetch": ("cannot help", "more parallelism than the")}
@@ -28,6 +28,12 @@ def latest(measured: Iterable[Measured]) -> tuple[Measured, ...]:
     for m in measured:
         out[m.toggle] = m
     return tuple(out.values())
+
+
+def _measured(text: str) -> str:
+    """An advice's text without its "not measured here" note (it now is)."""
+    at = text.rfind(UNMEASURED)
+    return text if at < 0 else text[:at]
 
 
 def _rules_out(r: Recommendation, toggle: ToggleName) -> bool:
@@ -47,7 +53,7 @@ def apply_measured(verdict: Verdict, measured: Sequence[Measured]) -> Verdict:
         if m.effect == "faster":
             recs = [r for r in recs if not _rules_out(r, m.toggle) and r.toggle != m.toggle]
             if mine:
-                first += [replace(r, text=f"{r.text} ({m.text})") for r in mine[:1]]
+                first += [replace(r, text=f"{_measured(r.text)} ({m.text})") for r in mine[:1]]
                 recs = mine[1:] + recs
             else:
                 first.append(

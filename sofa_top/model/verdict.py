@@ -44,6 +44,17 @@ RANK_VERDICT_KINDS: tuple[VerdictKind, ...] = ("straggler", "balanced")
 GpuCause = Literal["launch", "copy", "cpu", "memory-pressure"]
 
 
+# How advice that rests on no measurement ends: " (not measured here: ...)". A comparison that
+# measures it replaces that note with what it measured (``analysis.measured``).
+UNMEASURED = " (not measured here: "
+
+
+def unmeasured(why: str = "") -> str:
+    """The note for advice that rests on no measurement (``why``: what its effect depends on)."""
+    more = f"; {why}" if why else ""
+    return f"{UNMEASURED}Re-run & compare in the o panel, or `sofa-top compare`, measures it{more})"
+
+
 @dataclass(frozen=True, slots=True)
 class Recommendation:
     text: str  # a concrete code change
