@@ -188,10 +188,11 @@ def _cause_text(c: InputCause, cores: int, neighbours: Neighbours | None) -> str
         f"blocked {sp.blocked:.0%} of their time"
     )
     around = "" if neighbours is None else f"; {neighbours.text(cores)}"
+    # what other processes take, said beside any cause once it is a core's worth of contention
+    more = around if neighbours and neighbours.others_cores >= causes.NEIGHBOURS_BUSY else ""
     if c.cause == "cpu":
-        return f"CPU-bound preprocessing ({split}; {busy})"
+        return f"CPU-bound preprocessing ({split}; {busy}){more}"
     if c.cause == "latency":
-        more = around if c.contended else ""
         return f"the input stage waits on I/O ({split}){more}"
     if c.cause == "contention":
         return f"the input stage waits for a CPU that other processes hold ({split}{around})"

@@ -33,8 +33,9 @@ def add_compare_parser(sub: Any) -> argparse.ArgumentParser:
     c: argparse.ArgumentParser = sub.add_parser(
         "compare",
         help="re-run CMD under optimizer configurations and compare throughput",
-        usage="sofa-top compare [--configs LIST] [--repeats N] [--steps K | --seconds S] "
-        "[--parallelism N] [--json] (-- CMD [ARGS...] | --like PID [--yes])",
+        usage="sofa-top compare [--configs LIST] [--repeats N] [--max-repeats N] [--budget S] "
+        "[--steps K | --seconds S] [--parallelism N] [--json] (-- CMD [ARGS...] | --like PID "
+        "[--yes])",
     )
     c.add_argument(
         "--like",
