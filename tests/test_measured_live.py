@@ -86,6 +86,9 @@ async def test_a_panel_comparison_is_carried_into_the_live_verdict(tmp_path: Pat
     reader = SessionReader(Path(run.session_path))
     try:
         assert [e.data["toggle"] for e in reader.events("measured")] == ["prefetch"]
+        # a replay's verdict marker carries it too (a new measurement is a verdict change)
+        marker = reader.events("verdict")[-1]
+        assert "measured: prefetch x1.64" in marker.message
     finally:
         reader.close()
     summary = session_summary(run.session_path)

@@ -461,7 +461,12 @@ class Session:
             )
         )
         prev = self._verdict
-        if prev is None or (prev.kind, prev.severity) != (verdict.kind, verdict.severity):
+        # a new measurement is a change too: the marker then carries what was measured
+        if prev is None or (prev.kind, prev.severity, _measured(prev)) != (
+            verdict.kind,
+            verdict.severity,
+            _measured(verdict),
+        ):
             ev = Event(now, "verdict", verdict.headline, verdict.as_json())
             self._events.append(ev)
             self.store.write([ev])
@@ -490,6 +495,12 @@ class Session:
             cb(self.snapshot())
         except Exception as exc:  # the UI going away must not stop recording
             self._events.append(Event(time.time(), "ui-error", f"snapshot delivery failed: {exc}"))
+
+
+def _measured(v: Verdict) -> int:
+    """How many measurements a verdict quotes."""
+    m = v.evidence.get("measured")
+    return len(m) if isinstance(m, list) else 0
 
 
 def session_file(path: str | None, name: str) -> Path:
