@@ -85,21 +85,12 @@ def _judge(argv: list[str], out: Path, steps: int) -> dict[str, Any]:
     return json.loads(stdout)["verdict"]  # type: ignore[no-any-return]
 
 
-def _lever(rec: str) -> str | None:
-    if "num_workers=" in rec or "num_parallel_calls=" in rec or ".prefetch(" in rec:
-        return "prefetch"
-    if "set_num_threads" in rec or "intra_op_parallelism" in rec:
-        return "threads"
-    return None
-
-
 def stances(verdict: dict[str, Any], fw: str) -> dict[str, str]:
     """The verdict's stance on each lever, from its advice."""
     off = toggles_off(fw, verdict["kind"], None)
     out = {t: "ruled out" if t in off else "-" for t in LEVERS}
-    for r in verdict["recommendations"]:
-        t = _lever(r)
-        if t is not None and out[t] == "-":
+    for r, t in zip(verdict["recommendations"], verdict["toggles"], strict=True):
+        if t in out and out[t] == "-":
             out[t] = "unmeasured" if "not measured here" in r else "advised"
     return out
 

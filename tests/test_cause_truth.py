@@ -130,6 +130,7 @@ def test_cause_and_advice_agree_with_what_compare_measures(
     v = summary["verdict"]
     ev = v["evidence"]
     recs: list[str] = v["recommendations"]
+    levers_of = dict(zip(recs, v["toggles"], strict=True))  # each advice's toggle, or None
     text = " | ".join(recs)
     assert "cannot help" not in text, text
     if causes is not None:
@@ -153,7 +154,7 @@ def test_cause_and_advice_agree_with_what_compare_measures(
     kind = v["kind"]
     off = toggles_off(fw, kind, None)
     ruled_out = [t for t in CHEAP if t in off]
-    advised = [(t, r) for r in recs for t in CHEAP if t not in off and _lever(r) == t]
+    advised = [(t, r) for r in recs if (t := levers_of[r]) in CHEAP and t not in off]
     sure = [t for t, r in advised if UNMEASURED not in r][:1]
     hedged = [t for t, r in advised if UNMEASURED in r and t not in sure][:1]
     levers = list(dict.fromkeys(sure + hedged + ruled_out))
@@ -177,19 +178,11 @@ def test_cause_and_advice_agree_with_what_compare_measures(
     base = session_summary(runs["baseline"]["sessions"][0])["verdict"]
     measured = {m["toggle"]: m for m in base["evidence"].get("measured", [])}
     assert set(measured) >= {t for t in levers if runs[t]["effect"] is not None}
+    after = dict(zip(base["recommendations"], base["toggles"], strict=True))
     for t, m in measured.items():
-        advises = [r for r in base["recommendations"] if _lever(r) == t and "measured" not in r]
+        advises = [r for r, lever in after.items() if lever == t and "measured" not in r]
         if m["effect"] == "faster":
             assert any(r.startswith(f"measured: {t} x") or f"(measured: {t} x" in r
                        for r in base["recommendations"]), base  # fmt: skip
         else:
             assert not advises, (t, m, base["recommendations"])
-
-
-def _lever(rec: str) -> str | None:
-    """The cheap toggle an advice line is about, by what it changes."""
-    if "num_workers=" in rec or "num_parallel_calls=" in rec or ".prefetch(" in rec:
-        return "prefetch"
-    if "set_num_threads" in rec or "intra_op_parallelism" in rec:
-        return "threads"
-    return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from test_verdicts import SERIAL_TF
 
 from sofa_top.analysis import causes
 from sofa_top.analysis.causes import (
@@ -39,15 +40,6 @@ LOADER2 = PipelineSample(
     (
         PipelineStage("Images", "source", 2, None, None),
         PipelineStage("worker prefetch", "prefetch", None, 4, None),
-    ),
-)
-SERIAL_TF = PipelineSample(
-    0.0,
-    "tf.data",
-    (
-        PipelineStage("Range", "source", None, None, None),
-        PipelineStage("Map", "map", 1, None, 0.01, is_bottleneck=True),
-        PipelineStage("Batch", "batch", None, None, None),
     ),
 )
 

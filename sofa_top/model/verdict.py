@@ -79,6 +79,8 @@ class Verdict:
             "severity": self.severity,
             "evidence": dict(self.evidence),
             "recommendations": [r.text for r in self.recommendations],
+            # the optimizer toggle that tries each recommendation (null: none does)
+            "toggles": [r.toggle for r in self.recommendations],
         }
 
     @classmethod
@@ -86,6 +88,7 @@ class Verdict:
         """The inverse of ``as_json`` (for markers read back from a session file); a field
         that is missing or of the wrong type takes its neutral value."""
         recs = d.get("recommendations")
+        toggles = d.get("toggles")
         evidence = d.get("evidence")
         conf = d.get("confidence")
         sev = d.get("severity")
@@ -95,7 +98,15 @@ class Verdict:
             confidence=float(conf) if isinstance(conf, int | float) else 0.0,
             headline=str(d.get("headline") or headline),
             evidence=dict(evidence) if isinstance(evidence, dict) else {},
-            recommendations=tuple(Recommendation(str(t)) for t in recs)
+            recommendations=tuple(
+                Recommendation(
+                    str(t),
+                    one_of(toggles[i], TOGGLE_NAMES)
+                    if isinstance(toggles, list) and i < len(toggles)
+                    else None,
+                )
+                for i, t in enumerate(recs)
+            )
             if isinstance(recs, list)
             else (),
             severity=severity,
