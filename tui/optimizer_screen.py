@@ -551,6 +551,10 @@ class OptimizerScreen(Screen[None]):
     def _progress(self, message: CompareProgress) -> None:
         event = message.event
         if isinstance(event, RunStarted):
+            if self.done_runs >= self.total_runs:
+                # a round past the repeats: the noise hid a result
+                self.total_runs = self.done_runs + 1
+                self.query_one("#opt-progress", ProgressBar).update(total=self.total_runs)
             self.live.setdefault(event.config, LiveRow())
             for name, row in self.live.items():
                 row.running = name == event.config

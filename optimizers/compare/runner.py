@@ -169,7 +169,7 @@ def run_compare(
 
     def run(c: str, i: int) -> None:
         path = base / f"compare-{plan.stamp}-{c}-{i + 1}.sofa"
-        say(RunStarted(c, i + 1, repeats, str(path)))
+        say(RunStarted(c, i + 1, max(repeats, i + 1), str(path)))  # past repeats: more rounds
         out = plan.record(c, results[c].optimize, path)
         results[c].outcomes.append(out)
         say(RunFinished(c, i + 1, out))

@@ -69,6 +69,18 @@ class Neighbours:
         return f"other processes keep {busy} busy" + (f" ({names})" if names else "")
 
 
+def names(nb: Neighbours | None) -> tuple[tuple[int, str], ...]:
+    """(pid, name) of the busiest other processes that take anything."""
+    return () if nb is None else tuple((n.pid, n.name) for n in nb.top if n.cores >= 0.05)
+
+
+def neighbours_json(nb: Neighbours | None) -> list[dict[str, object]] | None:
+    """``evidence.neighbours``: the busiest other processes and their cores."""
+    if nb is None:
+        return None
+    return [{"pid": n.pid, "name": n.name, "cores": n.cores} for n in nb.top]
+
+
 def neighbours_of(data: Mapping[str, object]) -> Neighbours | None:
     """A ``neighbours`` event's data as ``Neighbours`` (None when it is not one)."""
     others = data.get("others_cores")

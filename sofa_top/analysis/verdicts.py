@@ -83,7 +83,9 @@ WINDOW_S = 10.0  # verdicts look at about the last 10 s
 INPUT_CPU_BUSY = 0.60  # input stage using this share of its usable cores while waited on: cpu
 INPUT_CPU_IDLE = 0.35  # at most this share: the stage mostly waits (latency)
 OVERSUB_MIN_RUNNABLE = 1.5  # mean runnable threads of the tree: a pool wants cores at once
-OVERSUB_MIN_WAITING = 0.75  # runnable threads beyond the cores the tree is busy on
+# cores' worth of the tree's threads waiting for a CPU (measured; without the scheduler's
+# accounting, its runnable threads beyond the cores it is busy on)
+OVERSUB_MIN_WAITING = 0.75
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +233,7 @@ def _oversubscribed(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict |
         "intra_op_threads": None if ev.model is None else ev.model.intra_op_threads,
         "oversubscribed_by": source,
         "others_cores": None if nb is None else round(nb.others_cores, 3),
-        "neighbours": _neighbours_json(nb),
+        "neighbours": causes.neighbours_json(nb),
     }
     n = f"{cores} core{'s' if cores > 1 else ''}"
     why = {
@@ -251,20 +253,9 @@ def _oversubscribed(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict |
             cores,
             busy,
             ev.model,
-            neighbours=_names(nb) if source in ("neighbours", "both") else None,
+            neighbours=causes.names(nb) if source in ("neighbours", "both") else None,
         ),
     )
-
-
-def _names(nb: Neighbours | None) -> tuple[tuple[int, str], ...]:
-    """(pid, name) of the busiest other processes."""
-    return () if nb is None else tuple((n.pid, n.name) for n in nb.top if n.cores >= 0.05)
-
-
-def _neighbours_json(nb: Neighbours | None) -> list[dict[str, object]] | None:
-    if nb is None:
-        return None
-    return [{"pid": n.pid, "name": n.name, "cores": n.cores} for n in nb.top]
 
 
 def _keras(ev: Evidence) -> bool:
@@ -566,7 +557,7 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
             evidence.update(_cause_evidence(cause, ev))
             headline += f"; {_cause_text(cause, cores, ev.neighbours)}"
             recs = advice.input_recommendations(
-                cause, None, fw, cores, _iowait(ev), _names(ev.neighbours)
+                cause, None, fw, cores, _iowait(ev), causes.names(ev.neighbours)
             )
         return Verdict("input-bound", 0.6, headline, evidence, tuple(recs), severity="high")
     over = _oversubscribed(ev, fw, evidence)
@@ -623,7 +614,7 @@ def _input_advice(
         return "", advice.pipeline_recommendations(ev.pipeline, fw, cores)
     evidence.update(_cause_evidence(cause, ev))
     recs = advice.input_recommendations(
-        cause, ev.pipeline, fw, cores, _iowait(ev), _names(ev.neighbours)
+        cause, ev.pipeline, fw, cores, _iowait(ev), causes.names(ev.neighbours)
     )
     return f"; {_cause_text(cause, cores, ev.neighbours)}", recs
 
@@ -643,7 +634,7 @@ def _cause_evidence(c: InputCause, ev: Evidence) -> dict[str, object]:
         "cores": max(1, ev.cpu_count),
         # measured: the CPU of every process outside the tree (the process collector's scan)
         "others_cores": None if c.others_cores is None else round(c.others_cores, 3),
-        "neighbours": _neighbours_json(ev.neighbours),
+        "neighbours": causes.neighbours_json(ev.neighbours),
         # all the tree's CPU during the waits: above input_cpu_cores, other threads were busy
         "wait_cpu_cores": None if total is None else round(total, 3),
         # high iowait says the waiting is on local storage (not the network or a sleep)
