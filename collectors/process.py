@@ -32,13 +32,12 @@ import psutil
 from sofa_top.agent.rankenv import parse_environ, rank_from_env
 from sofa_top.collectors.base import Emit
 from sofa_top.collectors.cores import available_cores
-from sofa_top.collectors.discovery import is_python_process
-from sofa_top.collectors.sched import NeighbourScan, TreeAccount
+from sofa_top.collectors.discovery import is_python_process, proc_text
+from sofa_top.collectors.sched import NeighbourWatch, TreeAccount
 from sofa_top.model.errors import UserError
 from sofa_top.model.ranks import RankId
 from sofa_top.model.samples import (
     Event,
-    Neighbour,
     ProcessSample,
     ProcInfo,
     SystemSample,
@@ -51,11 +50,6 @@ EXIT_CODE_WAIT_S = 10.0  # how long to wait for a launched target's exit code on
 # 150-thread TensorFlow tree would cost ~1,500 reads a second at 10 Hz).
 RUNNABLE_EVERY_S: Seconds = 0.5
 CORES_EVERY_S: Seconds = 5.0  # affinity and cgroup quotas change rarely
-# Who else keeps the cores busy: one /proc/PID/stat read per process on the machine (~5 ms for
-# 300 processes), every few seconds; an event only when it changes (or to say it still holds)
-NEIGHBOURS_EVERY_S: Seconds = 3.0
-NEIGHBOURS_CHANGE = 0.25  # cores: a neighbour or the total changed by this much
-NEIGHBOURS_REPEAT_S: Seconds = 30.0
 _PF_KTHREAD = 0x00200000  # task flag in /proc/<pid>/stat that marks kernel threads
 # A process this young (seconds) may not have exec'd yet when first seen: forked, it shows its
 # parent's name and command line, and an exec of the same interpreter keeps the name. Its
@@ -146,9 +140,7 @@ class ProcessCollector:
         self._cores: int | None = None
         self._cores_due = 0.0
         self._account = TreeAccount()
-        self._neighbours = NeighbourScan()
-        self._neighbours_due = 0.0
-        self._neighbours_sent: tuple[float, float, tuple[Neighbour, ...]] | None = None
+        self._neighbours = NeighbourWatch()
 
     # ----------------------------------------------------------------- public API
 
@@ -206,46 +198,11 @@ class ProcessCollector:
             )
         if system is not None:
             out.append(system)
-        try:
-            neighbours = self._neighbours_event()
-        except Exception as exc:  # psutil on a machine it cannot scan: no neighbours known
-            neighbours = None
-            self._neighbours_due = time.monotonic() + NEIGHBOURS_REPEAT_S
-            out.append(Event(time.time(), "collector-failed", f"neighbour scan: {exc!r}"))
-        if neighbours is not None:
-            out.append(neighbours)
+        if self._target_alive:
+            neighbours = self._neighbours.event(self._tree_pids, time.monotonic())
+            if neighbours is not None:
+                out.append(neighbours)
         return out
-
-    def _neighbours_event(self) -> Event | None:
-        """The ``neighbours`` event, when a scan is due and found a change worth saying."""
-        now = time.monotonic()
-        if not self._target_alive or now < self._neighbours_due:
-            return None
-        self._neighbours_due = now + NEIGHBOURS_EVERY_S
-        found = self._neighbours.scan(self._tree_pids, now)
-        if found is None:
-            return None
-        others, top = found
-        top = tuple(Neighbour(n.pid, _text(n.name), n.cores) for n in top)
-        sent = self._neighbours_sent
-        if sent is not None and now - sent[0] < NEIGHBOURS_REPEAT_S:
-            old = {n.pid: n.cores for n in sent[2]}
-            same = [n.pid for n in top] == list(old) and all(
-                abs(n.cores - old[n.pid]) < NEIGHBOURS_CHANGE for n in top
-            )
-            if same and abs(others - sent[1]) < NEIGHBOURS_CHANGE:
-                return None
-        self._neighbours_sent = (now, others, top)
-        names = ", ".join(f"{n.name} ({n.pid}) {n.cores:.1f}" for n in top) or "none"
-        return Event(
-            time.time(),
-            "neighbours",
-            f"other processes keep {others:.1f} cores busy; busiest: {names}",
-            {
-                "others_cores": round(others, 3),
-                "top": [{"pid": n.pid, "name": n.name, "cores": n.cores} for n in top],
-            },
-        )
 
     # ----------------------------------------------------------------- process tree
 
@@ -336,8 +293,8 @@ class ProcessCollector:
         self, proc: psutil.Process, ct: Timestamp, parent: _Tracked | None
     ) -> _Tracked:
         try:
-            name = _text(proc.name())
-            cmdline = tuple(_text(a) for a in proc.cmdline())
+            name = proc_text(proc.name())
+            cmdline = tuple(proc_text(a) for a in proc.cmdline())
         except psutil.AccessDenied:
             name, cmdline = "?", ()
         pid = int(proc.pid)
@@ -372,7 +329,7 @@ class ProcessCollector:
                 if status == psutil.STATUS_ZOMBIE:
                     t.exit_code = zombie_exit_code(t.pid)
                     return self._exited(t)
-                name = _text(p.name())
+                name = proc_text(p.name())
                 cpu: float | None = float(p.cpu_percent(None))
                 if not t.primed:
                     t.primed = True
@@ -403,14 +360,14 @@ class ProcessCollector:
         cmdline: tuple[str, ...] | None = None
         if not execed and time.time() - t.create_time < YOUNG_S:
             with contextlib.suppress(psutil.Error):
-                cmdline = tuple(_text(a) for a in p.cmdline())
+                cmdline = tuple(proc_text(a) for a in p.cmdline())
                 execed = cmdline != t.cmdline
         if execed:
             # exec() happened (fork+exec, or a DataLoader worker renaming itself): re-derive.
             t.name = name
             if cmdline is None:
                 with contextlib.suppress(psutil.Error):
-                    cmdline = tuple(_text(a) for a in p.cmdline())
+                    cmdline = tuple(proc_text(a) for a in p.cmdline())
             t.cmdline = cmdline if cmdline is not None else t.cmdline
             if t.role != ROLE_TARGET and not t.role.startswith(ROLE_RANK):
                 parent = self._tracked.get(t.ppid)
@@ -633,14 +590,6 @@ def _clamp_pct(v: float) -> Percent:
     return min(100.0, max(0.0, v))
 
 
-def _text(value: object) -> str:
-    """A name or argument from /proc as valid Unicode: psutil decodes non-UTF-8 bytes (a
-    command line, a ``comm`` set with prctl) to lone surrogates, which SQLite, JSON consumers
-    and the terminal all refuse; they become U+FFFD here, once, at the source."""
-    text = str(value)
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-
-
 def _sum_or_none(values: Iterable[int | None]) -> int | None:
     known = [v for v in values if v is not None]
     return sum(known) if known else None
@@ -679,8 +628,8 @@ def describe_pid(pid: Pid) -> PidInfo:
         proc = psutil.Process(pid)
         with proc.oneshot():
             status = str(proc.status())
-            name = _text(proc.name())
-            username = _text(proc.username())
+            name = proc_text(proc.name())
+            username = proc_text(proc.username())
             create_time = float(proc.create_time())
     except psutil.NoSuchProcess:
         raise UserError(f"no such process: PID {pid}") from None
@@ -697,8 +646,8 @@ def describe_pid(pid: Pid) -> PidInfo:
     try:
         # Reading the exe link needs the same access as reading its memory, so this is where
         # another user's process shows up as denied.
-        exe = _text(proc.exe())
-        cmdline = tuple(_text(a) for a in proc.cmdline())
+        exe = proc_text(proc.exe())
+        cmdline = tuple(proc_text(a) for a in proc.cmdline())
     except psutil.ZombieProcess:
         raise UserError(
             f"PID {pid} ({name}) is a zombie: it has exited and waits for its parent to reap it"

@@ -19,14 +19,21 @@ every process on the machine between two scans (psutil).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 import psutil
 
-from sofa_top.model.samples import Neighbour, ThreadGroup, ThreadTimes, TreeSched
+from sofa_top.collectors.discovery import proc_text
+from sofa_top.model.samples import Event, Neighbour, ThreadGroup, ThreadTimes, TreeSched
 from sofa_top.model.units import Pid
 
+# Who else keeps the cores busy: one /proc/PID/stat read per process on the machine (~5 ms for
+# 300 processes), every few seconds; an event only when it changes (or to say it still holds)
+NEIGHBOURS_EVERY_S = 3.0
+NEIGHBOURS_CHANGE = 0.25  # cores: a neighbour or the total changed by this much
+NEIGHBOURS_REPEAT_S = 30.0
 NO_SCHEDSTAT = (
     "the kernel keeps no per-thread scheduler accounting (/proc/PID/task/TID/schedstat: "
     "CONFIG_SCHED_INFO off)"
@@ -193,3 +200,46 @@ class NeighbourScan:
         busy.sort(reverse=True)
         top = tuple(Neighbour(pid, name, round(c, 3)) for c, pid, name in busy[:TOP_NEIGHBOURS])
         return sum(c for c, _, _ in busy), top
+
+
+class NeighbourWatch:
+    """The ``neighbours`` events of a tree: a scan every ``NEIGHBOURS_EVERY_S``, an event when
+    the busiest processes or their load changed."""
+
+    def __init__(self) -> None:
+        self.scan = NeighbourScan()
+        self._due = 0.0
+        self._sent: tuple[float, float, tuple[Neighbour, ...]] | None = None
+
+    def event(self, tree: Collection[Pid], now: float) -> Event | None:
+        """The event to emit now, if any (a scan that fails is retried much later)."""
+        if now < self._due:
+            return None
+        self._due = now + NEIGHBOURS_EVERY_S
+        try:
+            found = self.scan.scan(tree, now)
+        except Exception as exc:  # psutil on a machine it cannot scan: no neighbours known
+            self._due = now + NEIGHBOURS_REPEAT_S
+            return Event(time.time(), "collector-failed", f"neighbour scan: {exc!r}")
+        if found is None:
+            return None
+        others, raw = found
+        top = tuple(Neighbour(n.pid, proc_text(n.name), n.cores) for n in raw)
+        if self._sent is not None and now - self._sent[0] < NEIGHBOURS_REPEAT_S:
+            old = {n.pid: n.cores for n in self._sent[2]}
+            same = [n.pid for n in top] == list(old) and all(
+                abs(n.cores - old[n.pid]) < NEIGHBOURS_CHANGE for n in top
+            )
+            if same and abs(others - self._sent[1]) < NEIGHBOURS_CHANGE:
+                return None
+        self._sent = (now, others, top)
+        names = ", ".join(f"{n.name} ({n.pid}) {n.cores:.1f}" for n in top) or "none"
+        return Event(
+            time.time(),
+            "neighbours",
+            f"other processes keep {others:.1f} cores busy; busiest: {names}",
+            {
+                "others_cores": round(others, 3),
+                "top": [{"pid": n.pid, "name": n.name, "cores": n.cores} for n in top],
+            },
+        )

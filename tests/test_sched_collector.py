@@ -15,7 +15,12 @@ from conftest import WORKLOADS
 from procs import spawned, wait_for
 
 from sofa_top.collectors.process import ProcessCollector
-from sofa_top.collectors.sched import NeighbourScan, TreeAccount
+from sofa_top.collectors.sched import (
+    NEIGHBOURS_EVERY_S,
+    NeighbourScan,
+    NeighbourWatch,
+    TreeAccount,
+)
 from sofa_top.model.samples import Neighbour, ThreadTimes, TreeSched
 
 
@@ -72,16 +77,19 @@ def test_neighbour_names_are_text(monkeypatch: pytest.MonkeyPatch) -> None:
     the event the store writes carries valid text (a surrogate in it failed whole recordings)."""
     weird = Neighbour(4242, b"\xff\xfe-bad".decode("utf-8", "surrogateescape"), 1.0)
     monkeypatch.setattr(NeighbourScan, "scan", lambda self, tree, now: (1.2, (weird,)))
-    c = ProcessCollector(os.getpid(), 0.1)
-    event = c._neighbours_event()
+    watch = NeighbourWatch()
+    event = watch.event({os.getpid()}, time.monotonic())
     assert event is not None and event.kind == "neighbours"
     json.dumps(event.data).encode("utf-8")
     event.message.encode("utf-8")
     assert event.data["top"] == [{"pid": 4242, "name": "\ufffd\ufffd-bad", "cores": 1.0}]
     assert event.data["others_cores"] == 1.2
-    # unchanged: not said again within NEIGHBOURS_REPEAT_S
-    c._neighbours_due = 0.0
-    assert c._neighbours_event() is None
+    # unchanged: not said again within NEIGHBOURS_REPEAT_S; a change is said at once
+    later = time.monotonic() + NEIGHBOURS_EVERY_S
+    assert watch.event({os.getpid()}, later) is None
+    monkeypatch.setattr(NeighbourScan, "scan", lambda self, tree, now: (0.2, ()))
+    changed = watch.event({os.getpid()}, later + NEIGHBOURS_EVERY_S)
+    assert changed is not None and changed.data == {"others_cores": 0.2, "top": []}
 
 
 def test_the_collector_splits_the_tree_into_its_groups() -> None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sofa_top.agent import output, protocol
 from sofa_top.agent.patches import Patches
 from sofa_top.agent.rankenv import rank_from_env
+from sofa_top.agent.sched import thread_sched, wait_times
 from sofa_top.agent.settings import (
     HOOK_NAMES,
     AgentSettings,
@@ -70,57 +71,6 @@ if TYPE_CHECKING:  # aliases only for the checker: the agent also runs on Python
     StepRecord = tuple[Any, ...]
     Installer = Callable[["Agent", ModuleType], None]
     Wait = float | tuple[float, ...]  # a wait's CPU seconds, or ``wait_times``' tuple
-
-
-class _SchedFile:
-    """One thread's ``schedstat``, kept open: a ``pread`` re-reads it (~1 us, no open/close)."""
-
-    __slots__ = ("fd",)
-
-    def __init__(self) -> None:
-        self.fd = -1
-        try:
-            self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-        except OSError:
-            try:  # Linux before 3.17 has no /proc/thread-self
-                self.fd = os.open(
-                    f"/proc/self/task/{threading.get_native_id()}/schedstat", os.O_RDONLY
-                )
-            except (OSError, AttributeError):
-                self.fd = -1
-
-    def __del__(self) -> None:
-        if self.fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-
-
-_sched_files = threading.local()
-NO_SCHED = (-1, -1)
-
-
-def thread_sched() -> tuple[int, int]:
-    """The calling thread's time on a CPU and runnable but waiting for one so far (ns), as the
-    scheduler accounts it; ``NO_SCHED`` where it does not (no /proc, no schedstat)."""
-    f = getattr(_sched_files, "file", None)
-    if f is None:
-        f = _sched_files.file = _SchedFile()  # closed with the thread's locals
-    if f.fd < 0:
-        return NO_SCHED
-    try:
-        run, queue = os.pread(f.fd, 96, 0).split()[:2]
-        return int(run), int(queue)
-    except (OSError, ValueError):
-        f.fd = -1
-        return NO_SCHED
-
-
-def wait_times(cpu: float, s0: tuple[int, int], s1: tuple[int, int]) -> tuple[float, ...]:
-    """A step record's wait CPU: the process's CPU seconds during the fetch, then the loop
-    thread's own seconds on a CPU and waiting for one (< 0: unknown)."""
-    if s0[0] < 0 or s1[0] < 0:
-        return (cpu, -1.0, -1.0)
-    return (cpu, max(0, s1[0] - s0[0]) / 1e9, max(0, s1[1] - s0[1]) / 1e9)
 
 
 def timed_next(
