@@ -29,6 +29,7 @@ from sofa_top.model.samples import (
     TreeSched,
 )
 from sofa_top.model.verdict import Measured, Recommendation, TimeSplit, Verdict
+from sofa_top.model.workload import ModelReport
 from sofa_top.recording.series import sched_points
 
 HOG = Neighbours(1.0, (Neighbour(4242, "python", 1.0), Neighbour(7, "kworker", 0.01)))
@@ -148,17 +149,19 @@ def test_stored_readings_give_back_the_same_means() -> None:
 
 
 def _pool(runnable: float, nb: Neighbours | None) -> Verdict:
+    return judge(_pool_evidence(runnable, nb))
+
+
+def _pool_evidence(runnable: float, nb: Neighbours | None) -> Evidence:
     steps = [StepSample(float(i), i, i - 0.1, 0.1, 0.0, "torch-optimizer") for i in range(20)]
-    sched = {"tree": ThreadTimes(0.9, 0.9, int(runnable))}
-    return judge(
-        Evidence(
-            steps=steps,
-            cpu_count=2,
-            runnable_threads=runnable,
-            tree_cpu=90.0,
-            sched=sched,
-            neighbours=nb,  # type: ignore[arg-type]
-        )
+    sched = {"tree": ThreadTimes(0.9, 0.9, int(runnable)), "threads": ThreadTimes(0.4, 0.4, 3)}
+    return Evidence(
+        steps=steps,
+        cpu_count=2,
+        runnable_threads=runnable,
+        tree_cpu=90.0,
+        sched=sched,  # type: ignore[arg-type]
+        neighbours=nb,
     )
 
 
@@ -175,6 +178,21 @@ def test_oversubscription_tells_its_own_pools_from_the_neighbours() -> None:
     assert "not measured here" in cap.text
     assert _pool(8.0, HOG).evidence["oversubscribed_by"] == "both"
     assert _pool(2.0, None).evidence["oversubscribed_by"] == "unknown"
+    # with the pool's size known, the runnable count does not decide: a 2-thread pool that
+    # waits 0.9 cores is oversubscribed at 1.4 runnable threads (seen: LBFGS on a busy machine)
+    wide = ModelReport("torch", "Net", "__main__", 100, 0, "", intra_op_threads=2)
+    assert _pool(1.4, HOG).kind == "compute-bound"  # unknown size: 1.4 is no pool
+    assert judge(replace(_pool_evidence(1.4, HOG), model=wide)).kind == "cpu-oversubscribed"
+    # a pool no wider than the cores it gets: no thread cap lowers it (neighbours starve it)
+    sized = replace(wide, intra_op_threads=1)
+    assert judge(replace(_pool_evidence(2.0, HOG), model=sized)).kind == "compute-bound"
+    # the loop's thread alone waiting is not a pool
+    alone = Evidence(
+        steps=[StepSample(float(i), i, i - 0.1, 0.1, 0.0, "torch-optimizer") for i in range(20)],
+        cpu_count=2, runnable_threads=1.0, tree_cpu=20.0, neighbours=HOG,
+        sched={"tree": ThreadTimes(0.2, 0.8, 1), "loop": ThreadTimes(0.2, 0.8, 1)},  # type: ignore[dict-item]
+    )  # fmt: skip
+    assert judge(alone).kind == "compute-bound"
     # threads that do not wait for a CPU are not oversubscribed, however many are runnable
     calm = Evidence(
         steps=[StepSample(float(i), i, i - 0.1, 0.1, 0.0, "torch-optimizer") for i in range(20)],

@@ -21,6 +21,7 @@ from sofa_top.optimizers.advice.compute import (
     compute_recommendations,
     depth_first_off,
     oversubscribed_recommendations,
+    thread_count,
     torch_compile_text,
 )
 from sofa_top.optimizers.advice.gpu import (
@@ -48,6 +49,7 @@ __all__ = [
     "oversubscribed_recommendations",
     "pipeline_recommendations",
     "python_recommendations",
+    "thread_count",
     "toggles_off",
     "view",
 ]

@@ -38,9 +38,10 @@ Cores are always the cores the workload may use (its CPU affinity and cgroup quo
 X <= N.
 
 ``cpu-oversubscribed``: the tree's threads want more cores than it gets. Its threads wait for a
-CPU ``OVERSUB_MIN_WAITING`` cores' worth or more (the scheduler's accounting; without it, its
-runnable threads, state R counted twice a second, exceed the cores it is busy on by as much),
-with at least ``OVERSUB_MIN_RUNNABLE`` runnable (a pool, not one thread on a busy machine). Its
+CPU ``OVERSUB_MIN_WAITING`` cores' worth or more, ``OVERSUB_POOL_WAITING`` of it threads other
+than the loop's (a pool, not one thread on a busy machine), as the scheduler accounts it;
+without that accounting, its runnable threads (state R, counted twice a second) exceed the
+cores it is busy on by as much, with at least ``OVERSUB_MIN_RUNNABLE`` of them. Its
 evidence tells the two sources apart: the tree's own pools (more runnable threads than cores:
 fewer threads is the fix) and other processes holding the cores (named; a thread cap then
 depends on what they do, and says it is not measured).
@@ -86,6 +87,10 @@ OVERSUB_MIN_RUNNABLE = 1.5  # mean runnable threads of the tree: a pool wants co
 # cores' worth of the tree's threads waiting for a CPU (measured; without the scheduler's
 # accounting, its runnable threads beyond the cores it is busy on)
 OVERSUB_MIN_WAITING = 0.75
+# ... of which the threads other than the loop's (a pool: one thread starved by neighbours is
+# contention a thread cap cannot help); measured, it replaces OVERSUB_MIN_RUNNABLE, whose
+# twice-a-second count of R threads read 1.4-1.5 for a 2-thread LBFGS pool waiting 1.3 cores
+OVERSUB_POOL_WAITING = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,10 +214,19 @@ def oversubscription(ev: Evidence) -> tuple[float, float, float] | None:
     busy = min(max(0.0, ev.tree_cpu) / 100.0, float(max(1, ev.cpu_count)))
     runnable = ev.runnable_threads
     tree = ev.sched.get("tree")
-    # measured where the scheduler accounts it; else what the runnable count says
-    waiting = tree.cpu_wait if tree is not None else runnable - busy
-    if runnable >= OVERSUB_MIN_RUNNABLE and waiting >= OVERSUB_MIN_WAITING:
-        return runnable, busy, waiting
+    if tree is not None:
+        # measured: the tree waits for cores, and not only its loop thread (a pool does) ...
+        pool = sum(g.cpu_wait for n in ("threads", "workers") if (g := ev.sched.get(n)))
+        waits = tree.cpu_wait >= OVERSUB_MIN_WAITING and pool >= OVERSUB_POOL_WAITING
+        # ... and its pool is wider than the cores it gets (else no thread cap lowers it: a
+        # pool sized to the one core it was given, starved by neighbours, is not oversized)
+        size = None if ev.model is None else ev.model.intra_op_threads
+        cap = advice.thread_count(max(1, ev.cpu_count), busy)
+        wide = size > cap if size is not None else runnable >= OVERSUB_MIN_RUNNABLE
+        return (runnable, busy, tree.cpu_wait) if waits and wide else None
+    # without the scheduler's accounting: what the runnable count says
+    if runnable >= OVERSUB_MIN_RUNNABLE and runnable - busy >= OVERSUB_MIN_WAITING:
+        return runnable, busy, runnable - busy
     return None
 
 
