@@ -338,6 +338,8 @@ def _judge(ev: Evidence) -> Verdict:
     base: dict[str, object] = {
         "cpu_saturation": _round(_cpu_saturation(ev)),
         "gpu_util_percent": _gpu_util(ev),
+        # what other processes keep busy (measured), whatever the verdict
+        "others_cores": None if ev.neighbours is None else round(ev.neighbours.others_cores, 3),
     }
     if ev.system is not None and ev.system.mem_total:
         used = ev.system.mem_used / ev.system.mem_total
