@@ -263,8 +263,8 @@ def give_cores(neighbours: tuple[tuple[int, str], ...]) -> Recommendation:
     named = ", ".join(f"{name} {pid}" for pid, name in neighbours[:3]) or "them"
     pids = " ".join(str(pid) for pid, _ in neighbours[:3]) or "PID"
     return Recommendation(
-        f"other processes hold the cores ({named}): lower their priority (`renice -n 10 -p "
-        f"{pids}`), give the job cores of its own (`taskset -c` for it and for them), or run it "
+        f"other processes keep the CPUs busy ({named}): lower their priority (`renice -n 10 -p "
+        f"{pids}`), pin the job and them to separate CPUs (`taskset -c`), or run it "
         "on a machine that is not shared"
     )
 
@@ -274,7 +274,7 @@ def _contention(
 ) -> list[Recommendation]:
     more = [
         Recommendation(
-            f"more producers get a larger share of the contended cores (fair scheduling gives "
+            f"more producers get a larger share of the contended CPUs (fair scheduling gives "
             f"each runnable thread its turn, at the neighbours' cost): {r.text}{unmeasured()}",
             r.toggle,
         )
