@@ -87,7 +87,7 @@ def _judge(argv: list[str], out: Path, steps: int) -> dict[str, Any]:
 
 def stances(verdict: dict[str, Any], fw: str) -> dict[str, str]:
     """The verdict's stance on each lever, from its advice."""
-    off = toggles_off(fw, verdict["kind"], None)
+    off = toggles_off(fw, verdict["kind"], None, set(verdict["toggles"]))
     out = {t: "ruled out" if t in off else "-" for t in LEVERS}
     for r, t in zip(verdict["recommendations"], verdict["toggles"], strict=True):
         if t in out and out[t] == "-":

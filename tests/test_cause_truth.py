@@ -152,7 +152,7 @@ def test_cause_and_advice_agree_with_what_compare_measures(
 
     # the levers: what the verdict advises (with or without reservation) and rules out
     kind = v["kind"]
-    off = toggles_off(fw, kind, None)
+    off = toggles_off(fw, kind, None, set(v["toggles"]))
     ruled_out = [t for t in CHEAP if t in off]
     advised = [(t, r) for r in recs if (t := levers_of[r]) in CHEAP and t not in off]
     sure = [t for t, r in advised if UNMEASURED not in r][:1]

@@ -336,7 +336,10 @@ class OptimizerScreen(Screen[None]):
         self.cuda = cuda  # the workload uses CUDA: the GPU toggles are offered
         self.toggles = TOGGLES + (GPU_TOGGLES if cuda else ())
         # why each toggle that cannot help or apply here is off (shown, never pre-ticked)
-        self.off = toggles_off(framework, verdict.kind if verdict else None, model)
+        recs = verdict.recommendations if verdict else ()
+        self.off = toggles_off(
+            framework, verdict.kind if verdict else None, model, {r.toggle for r in recs}
+        )
         self.runner = runner
         self.out_dir = out_dir
         self.running = False

@@ -269,6 +269,25 @@ def give_cores(neighbours: tuple[tuple[int, str], ...]) -> Recommendation:
     )
 
 
+def fewer_threads(fw: str, cores: int, others: float | None) -> list[Recommendation]:
+    """Beside contended CPUs, the job's own compute pools compete with its input stage for what
+    the neighbours leave: fewer threads may leave more to it (or slow the compute: unmeasured)."""
+    n = max(1, min(cores, int(cores - (others or 0.0) + 0.25)))
+    if n >= cores:
+        return []  # nothing left to cap
+    if fw == "torch":
+        how = f"torch.set_num_threads({n})"
+    elif fw == "tensorflow":
+        how = (
+            f"tf.config.threading.set_intra_op_parallelism_threads({n}) and "
+            f"set_inter_op_parallelism_threads({n})"
+        )
+    else:
+        return []
+    text = f"fewer compute threads leave the contended CPUs to the input stage: {how}"
+    return [Recommendation(text + unmeasured("it depends on what the neighbours run"), "threads")]
+
+
 def _contention(
     v: PipelineView, fw: str, cores: int, neighbours: tuple[tuple[int, str], ...]
 ) -> list[Recommendation]:
@@ -295,13 +314,17 @@ def input_recommendations(
     toggle's own advice comes first (for contention, after what gives the job its cores).
     ``neighbours``: (pid, name) of the busiest other processes."""
     kind = None if cause is None else cause.cause
+    framework = "tensorflow" if v.framework == "tf.data" else v.framework or fw
     if kind == "latency":
         recs = _latency(v, fw, cores, iowait)
         if cause is not None and cause.contended:
             recs.append(give_cores(neighbours))
+            recs += fewer_threads(framework, cores, cause.others_cores)
         return recs
-    if kind == "contention":
-        return _contention(v, fw, cores, neighbours)
+    if kind == "contention" and cause is not None:
+        return _contention(v, fw, cores, neighbours) + fewer_threads(
+            framework, cores, cause.others_cores
+        )
     recs = parallelize(v, fw, cores, kind)
     if cause is not None and kind == "cpu":
         if cause.usable_cores >= cores:
