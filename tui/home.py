@@ -335,7 +335,7 @@ class HomeApp(App[HomeChoice | None]):
         if key is None or key == NONE_KEY:
             self.notify("no process to attach to", severity="warning", timeout=3)
             return
-        self.exit(HomeChoice.attach(int(key)))
+        self.choose(HomeChoice.attach(int(key)))
 
     def _replay_selected(self) -> None:
         key = self._selected_key(self.session_table)
@@ -346,7 +346,7 @@ class HomeApp(App[HomeChoice | None]):
         if info.error is not None:
             self.notify(f"{info.path.name}: {info.error}", severity="error", timeout=5)
             return
-        self.exit(HomeChoice.replay(info.path))
+        self.choose(HomeChoice.replay(info.path))
 
     @on(Input.Submitted, "#home-command")
     def _command_submitted(self, event: Input.Submitted) -> None:
@@ -355,7 +355,11 @@ class HomeApp(App[HomeChoice | None]):
         except ValueError as exc:
             self.notify(f"cannot parse the command: {exc}", severity="error", timeout=5)
             return
-        self.exit(HomeChoice.launch(argv))
+        self.choose(HomeChoice.launch(argv))
+
+    def choose(self, choice: HomeChoice) -> None:
+        """Act on the user's choice: here, return it (the served home hands it to its owner)."""
+        self.exit(choice)
 
     def action_focus_command(self) -> None:
         """Jump to the command line."""

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from sofa_top.cli import record, saved, watch
 from sofa_top.cli.failures import on_thread_failure
-from sofa_top.cli.parser import build_parser
+from sofa_top.cli.parser import build_parser, web_of
 from sofa_top.model.errors import UserError
 
 
@@ -42,6 +42,10 @@ def _dispatch(command: str | None, args: argparse.Namespace) -> int:
     if command == "record":
         return record.record(args)
     if command == "launch":
+        if web_of(args):
+            from sofa_top.cli.web import launch_web
+
+            return launch_web(args)
         return watch.launch(args)
     if command == "demo":
         return watch.demo(args)
@@ -59,6 +63,14 @@ def _dispatch(command: str | None, args: argparse.Namespace) -> int:
         from sofa_top.cli.cluster import cluster_main
 
         return cluster_main(args)
+    if command == "diff":
+        from sofa_top.cli.diff import diff_main
+
+        return diff_main(args)
+    if command == "serve":
+        from sofa_top.cli.web import serve
+
+        return serve(args)
     if command == "doctor":
         from sofa_top.cli.doctor import main as doctor_main
 

@@ -7,6 +7,7 @@ from typing import NoReturn
 
 from sofa_top import __version__
 from sofa_top.cli.compare import add_compare_parser
+from sofa_top.cli.diff import add_diff_parser
 from sofa_top.launch import (
     DEFAULT_INJECT_TIMEOUT_S,
     DEFAULT_INTERVAL_S,
@@ -16,6 +17,8 @@ from sofa_top.launch import (
 from sofa_top.metrics.cluster import DEFAULT_LOOKBACK_S
 from sofa_top.metrics.spec import DEFAULT_HOST, MetricsSpec
 from sofa_top.model.errors import UserError
+
+WEB_HOST = "127.0.0.1"
 
 
 class Parser(argparse.ArgumentParser):
@@ -110,6 +113,40 @@ def _sampling(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("-o", "--output", metavar="FILE", help="session file to write")
 
 
+def _web(sp: argparse.ArgumentParser, *, flag: bool) -> None:
+    if flag:
+        sp.add_argument(
+            "--web",
+            action="store_true",
+            help="serve the dashboard to a browser (textual-serve) instead of this terminal",
+        )
+    sp.add_argument(
+        "--port",
+        type=port,
+        default=None if flag else 0,
+        metavar="P",
+        help="TCP port of the page (default: any free one; the URL is printed)",
+    )
+    sp.add_argument(
+        "--host",
+        default=None if flag else WEB_HOST,
+        metavar="HOST",
+        help=f"address to serve on (default {WEB_HOST}: this machine only; another one is "
+        "reachable by others, with a warning)",
+    )
+
+
+def web_of(args: argparse.Namespace) -> bool:
+    """``launch --web [--port P] [--host HOST]``: fills in the defaults; False without --web."""
+    if not args.web:
+        if args.port is not None or args.host is not None:
+            raise UserError("--port and --host go with --web")
+        return False
+    args.port = 0 if args.port is None else args.port
+    args.host = args.host or WEB_HOST
+    return True
+
+
 def _inject_flag(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--no-inject",
@@ -154,11 +191,23 @@ def build_parser() -> argparse.ArgumentParser:
     la = sub.add_parser(
         "launch",
         help="start CMD with the in-process agent and open the dashboard",
-        usage="sofa-top launch [--name N] [-o FILE] -- CMD [ARGS...]",
+        usage="sofa-top launch [--name N] [-o FILE] [--web [--port P] [--host HOST]] "
+        "-- CMD [ARGS...]",
     )
     la.add_argument("--name", help="session name (default: the command)")
     _sampling(la)
     _metrics(la)
+    _web(la, flag=True)
+
+    sv = sub.add_parser(
+        "serve",
+        help="serve the home screen (attach, launch, replay) to a browser",
+        usage="sofa-top serve [--port P] [--host HOST]",
+        description="Serve sofa-top's home screen to a browser (textual-serve). The URL, with "
+        "its access token, is printed; each attach or launch from a page is recorded by this "
+        "process and runs on when the page closes; Ctrl-C stops them all.",
+    )
+    _web(sv, flag=False)
 
     d = sub.add_parser("demo", help="run a bundled input-bound workload under sofa-top")
     d.add_argument("framework", nargs="?", choices=("tf", "torch"), default="tf")
@@ -212,4 +261,5 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("doctor", help="check what sofa-top can see on this machine")
     add_compare_parser(sub)
+    add_diff_parser(sub)
     return p

@@ -52,22 +52,27 @@ def say_injection(run: Run) -> None:
 
 def launch(args: argparse.Namespace) -> int:
     """``sofa-top launch -- CMD``."""
+    return dashboard(open_launch(launch_request(args)))
+
+
+def launch_request(args: argparse.Namespace) -> LaunchRequest:
+    """What ``sofa-top launch`` asks for (in a terminal or, with ``--web``, in a browser)."""
     if not args.cmd:
         raise UserError("launch needs a command: sofa-top launch -- python train.py")
-    req = LaunchRequest(
+    return LaunchRequest(
         cmd=tuple(args.cmd),
         name=args.name,
         output=args.output,
         sampling=sampling_of(args),
         metrics=metrics_of(args),
     )
-    return dashboard(open_launch(req))
 
 
 def demo(args: argparse.Namespace) -> int:
     """``sofa-top demo [tf|torch]``: a bundled input-bound workload under the dashboard."""
     from sofa_top.demos import DEMOS
 
+    need_framework(args.framework)
     cmd = [sys.executable, str(DEMOS[args.framework])]
     if args.seconds:
         cmd += ["--seconds", str(args.seconds)]
@@ -87,6 +92,18 @@ def demo(args: argparse.Namespace) -> int:
     return dashboard(open_launch(req))
 
 
+def need_framework(framework: str) -> None:
+    """A demo needs its framework in sofa-top's own environment (its extra)."""
+    import importlib.util
+
+    module, name = {"tf": ("tensorflow", "TensorFlow"), "torch": ("torch", "PyTorch")}[framework]
+    if importlib.util.find_spec(module) is None:
+        raise UserError(
+            f"the {framework} demo needs {name} beside sofa-top: "
+            f"pip install 'sofa-top[{framework}]'"
+        )
+
+
 def dashboard(run: Run) -> int:
     """Show ``run`` in the dashboard until the user quits; then stop it and say where it is."""
     from sofa_top.tui.app import run_dashboard
@@ -95,6 +112,12 @@ def dashboard(run: Run) -> int:
         path = run_dashboard(run)
     finally:
         run.finish("user quit")
+    return finished(run, path)
+
+
+def finished(run: Run, path: str | None = None) -> int:
+    """After a run ends (in the terminal or a browser): say where its session is; the exit
+    status."""
     print(f"session saved: {path or run.session.session_path}")
     if failed(run.session):
         print(
