@@ -16,8 +16,9 @@ producers are, by pipeline:
 Their time splits into ``TimeSplit`` (on a CPU / waiting for a CPU / blocked), and the cause
 follows from it, not from a model of what other processes leave free:
 
-- ``latency``: blocked at least ``LATENCY_BLOCKED`` of their time (storage, the network, a lock);
-  parallelism well past the cores hides it;
+- ``latency``: blocked at least ``LATENCY_BLOCKED`` of their time (storage, the network, a lock),
+  or ``LATENCY_MAJOR`` and more than on a CPU or waiting for one; parallelism well past the
+  cores hides it (other processes' load is named beside it);
 - ``contention``: runnable but waiting for a CPU at least ``CONTENTION_WAIT`` of it while other
   processes keep at least ``NEIGHBOURS_BUSY`` cores busy: the stage gets what they leave. The
   busiest of them (the process collector's ``neighbours`` scan) are named;
@@ -44,6 +45,9 @@ from sofa_top.model.verdict import InputCauseKind, TimeSplit
 from sofa_top.optimizers.advice.stages import view
 
 LATENCY_BLOCKED = 0.60  # producers blocked this share of their time: they wait on I/O
+# ... or half of it and more than anything else: the demo beside a hog on a machine at load 14
+# (blocked 59%, waiting for a CPU 37%) still waits on its storage first
+LATENCY_MAJOR = 0.50
 CONTENTION_WAIT = 0.30  # ... runnable but not running this share: they wait for a CPU
 CPU_BUSY = 0.60  # ... on a CPU or runnable this share: they compute
 NEIGHBOURS_BUSY = 0.5  # cores other processes must keep busy for their load to be the cause
@@ -228,7 +232,9 @@ def producer_split(
 
 def cause_of(split: TimeSplit, neighbours: Neighbours | None) -> InputCauseKind:
     """The input cause a producers' time split says (see the module docstring)."""
-    if split.blocked >= LATENCY_BLOCKED:
+    if split.blocked >= LATENCY_BLOCKED or (
+        split.blocked >= LATENCY_MAJOR and split.blocked > max(split.on_cpu, split.cpu_wait)
+    ):
         return "latency"
     busy_around = neighbours is not None and neighbours.others_cores >= NEIGHBOURS_BUSY
     if split.cpu_wait >= CONTENTION_WAIT and busy_around:
