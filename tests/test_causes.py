@@ -150,6 +150,8 @@ def test_stored_readings_give_back_the_same_means() -> None:
     stored = sched_means(readings_of(points))
     assert stored["loop"].on_cpu == pytest.approx(0.3) and stored["tree"].threads == 9
     assert sched_means([TreeSched(0.0, error="no schedstat")]) == {}
+    # the readings while the loop ran: the interpreter's start and imports are left out
+    assert len(readings_of(points, since=10.6)) == 1 and len(readings_of(points)) == 2
 
 
 def _pool(runnable: float, nb: Neighbours | None) -> Verdict:

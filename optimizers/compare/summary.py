@@ -301,7 +301,7 @@ def measured_of(result: CompareResult) -> list[Measured]:
             Measured(
                 toggle,
                 r.effect,
-                round(r.speedup, 3),
+                r.speedup,  # as compare reports it: the quoted x4.94 is the same number
                 None if lo is None else round(lo / bmed, 3),
                 None if hi is None else round(hi / bmed, 3),
                 r.optimize.parallelism if r.optimize.prefetch is not None else None,

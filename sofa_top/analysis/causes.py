@@ -123,9 +123,12 @@ def sched_means(readings: Iterable[TreeSched]) -> dict[ThreadGroup, ThreadTimes]
     }
 
 
-def readings_of(points: Mapping[str, Sequence[tuple[float, float | None]]]) -> list[TreeSched]:
+def readings_of(
+    points: Mapping[str, Sequence[tuple[float, float | None]]], since: float | None = None
+) -> list[TreeSched]:
     """``TreeSched`` readings back from stored ``sched.<group>.<field>`` points (one reading
-    per timestamp; the span is the time since the previous reading)."""
+    per timestamp; the span is the time since the previous reading), those ending after
+    ``since`` (the loop's first step: the interpreter's start and imports are not its work)."""
     by_ts: dict[float, dict[str, float]] = {}
     for name, pts in points.items():
         parts = name.split(".")
@@ -153,7 +156,7 @@ def readings_of(points: Mapping[str, Sequence[tuple[float, float | None]]]) -> l
                         ),
                     )
                 )
-        if prev is not None and groups:
+        if prev is not None and groups and (since is None or ts > since):
             out.append(TreeSched(ts - prev, tuple(groups)))
         prev = ts
     return out

@@ -97,6 +97,7 @@ class _Read:
     model: ModelReport | None = None
     injected: bool = False  # attach mode: the agent was injected into the running target
     sched: tuple[TreeSched, ...] = ()  # the scheduler's accounting of the tree's threads
+    runnable: tuple[float, ...] = ()  # its runnable threads, counted while the loop ran
     neighbours: Neighbours | None = None  # the last scan of the other processes
     measured: tuple[Measured, ...] = ()  # what comparisons of this workload measured
 
@@ -131,6 +132,8 @@ def _read(path: Path) -> _Read:
         steps = reader.steps()
         raw = {n: reader.points(n) for n in reader.series_names() if not n.startswith("proc.")}
         neighbours = [n for e in reader.events("neighbours") if (n := neighbours_of(e.data))]
+        # what the threads did while the loop ran (not the interpreter's start and imports)
+        loop = min((s.start for s in steps), default=None)
         return _Read(
             meta=meta,
             points={name: [v for _, v, _ in pts] for name, pts in raw.items()},
@@ -151,7 +154,12 @@ def _read(path: Path) -> _Read:
             stderr_tail=_stderr_tail(reader),
             model=_model(reader),
             injected=any(e.data.get("mode") == "attach" for e in reader.events("agent-connected")),
-            sched=tuple(readings_of({n: [(t, v) for t, v, _ in pts] for n, pts in raw.items()})),
+            sched=tuple(
+                readings_of({n: [(t, v) for t, v, _ in pts] for n, pts in raw.items()}, loop)
+            ),
+            runnable=tuple(
+                v for t, v, _ in raw.get("tree.runnable", []) if v is not None and t > (loop or 0.0)
+            ),
             neighbours=_typical(neighbours),
             measured=tuple(
                 m for e in reader.events("measured") if (m := Measured.from_json(e.data))
@@ -262,7 +270,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
             pipeline=r.pipeline,
             child_cpu=None if tree_mean is None else max(0.0, tree_mean - (target_mean or 0.0)),
             cuda=r.cuda,
-            runnable_threads=_stats(pts.get("tree.runnable", []))[0],
+            runnable_threads=_stats(list(r.runnable or pts.get("tree.runnable", [])))[0],
             model=r.model,
             facts=facts,
             sched=sched_means(r.sched),
