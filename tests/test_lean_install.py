@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -62,9 +63,18 @@ def tomllib_core() -> list[str]:
 def lean(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtualenv with the wheel of this checkout and its core dependencies only."""
     root = tmp_path_factory.mktemp("lean")
+    # Built from a copy of the tracked files: setuptools builds in the source tree's build/,
+    # which another build (another xdist worker, CI's own wheel step) may be using.
+    source = root / "source"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True,
+                             check=True).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, tracked):
+        if (REPO / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(root / "dist"),
-         str(REPO)],
+         str(source)],
         check=True, timeout=600,
     )  # fmt: skip
     venv = root / "venv"

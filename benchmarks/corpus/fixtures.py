@@ -11,6 +11,15 @@ Each fixture is built once under ``src/.fixtures/<name>`` and copied into a scri
 - ``tiny-roberta``: the same for a 2-layer RoBERTa (positions for 1024 tokens).
 - ``keras-channels-first``: ``.keras/keras.json`` with ``image_data_format: channels_first``
   (for ``KERAS_HOME=.keras``).
+- ``bsds300``: ``dataset/BSDS300/images/{train,test}``, 200 and 100 photo-like 481x321 JPEGs
+  where super_resolution's ``download_bsd300`` looks (it downloads only when that folder is
+  missing).
+- ``photo``: ``photo.jpg``, one 1200x900 photo-like JPEG (an image to run inference on).
+- ``imagenet-folder``: ``imagenet/{train,val}/<class>/*.jpg`` for ``ImageFolder``: 10 classes,
+  8 training and 40 validation 500x375 JPEGs each.
+- ``nietzsche``: ``nietzsche.txt``, ~120k characters of English-like lower-case prose made of
+  a fixed word list (keras' character-level text generation downloads the real one).
+The JPEGs are the SOFA case study's (``tests/workloads/sofa_case_common.synthetic_jpegs``).
 """
 
 from __future__ import annotations
@@ -117,7 +126,60 @@ def _keras_channels_first(dest: Path) -> None:
     )
 
 
+def _jpegs(folder: Path, n: int, width: int, height: int) -> None:
+    workloads = Path(__file__).resolve().parents[2] / "tests" / "workloads"
+    if str(workloads) not in sys.path:
+        sys.path.insert(0, str(workloads))
+    from sofa_case_common import synthetic_jpegs
+
+    synthetic_jpegs(folder, n, width, height)
+
+
+def _bsds300(dest: Path) -> None:
+    images = dest / "dataset" / "BSDS300" / "images"
+    _jpegs(images / "train", 200, 481, 321)
+    _jpegs(images / "test", 100, 481, 321)
+
+
+def _photo(dest: Path) -> None:
+    _jpegs(dest / ".photo", 1, 1200, 900)
+    (dest / ".photo" / "img_00000.jpg").rename(dest / "photo.jpg")
+    (dest / ".photo").rmdir()
+
+
+def _imagenet_folder(dest: Path) -> None:
+    for split, n in (("train", 8), ("val", 40)):
+        for c in range(10):
+            _jpegs(dest / "imagenet" / split / f"n{c:08d}", n, 500, 375)
+
+
+_WORDS = " ".join(
+    (
+        "the of and to in that is it as for with not be this by his which but are have from or",
+        "one all we man what will who their so if has been they more only when how must would",
+        "there its can our life him no truth himself has every thing even those too such upon",
+        "philosophers morality spirit nature good evil will power soul being world free strong",
+        "always perhaps himself themselves whatever however something nothing belief reason",
+    )
+).split()
+
+
+def _nietzsche(dest: Path) -> None:
+    rng = random.Random(5)
+    out, n = [], 0
+    while n < 120_000:
+        words = rng.choices(_WORDS, k=rng.randint(6, 24))
+        sentence = " ".join(words).capitalize() + rng.choice([".", ".", ",", ";", "?", "!"])
+        out.append(sentence)
+        n += len(sentence) + 1
+    (dest / "nietzsche.txt").write_text(" ".join(out) + "\n")
+
+
 FIXTURES: dict[str, Callable[[Path], None]] = {
+    "bsds300": _bsds300,
+    "photo": _photo,
+    "imagenet-folder": _imagenet_folder,
+    "nietzsche": _nietzsche,
     "keras-channels-first": _keras_channels_first,
     "wikitext-dir": _wikitext_dir,
     "wikitext2-file": _wikitext2_file,

@@ -74,6 +74,7 @@ def _env(script: dict[str, Any], variant_root: Path) -> dict[str, str]:
     env["TRANSFORMERS_OFFLINE"] = "1"
     env["WANDB_MODE"] = "disabled"
     env["MPLBACKEND"] = "Agg"
+    env["CORPUS_TRUTH_PHASE"] = script.get("phase", "")
     env.update(extra)
     return env
 
@@ -103,10 +104,24 @@ def _tail(text: str, n: int = 6) -> str:
     return "\n".join(text.strip().splitlines()[-n:])
 
 
+def _setup_error(script: dict[str, Any], root: Path, env: dict[str, str], timeout: float) -> str:
+    """Fixtures and ``pre`` commands; what failed, in one line, or ''."""
+    try:
+        _setup(script, root, env, timeout)
+    except subprocess.TimeoutExpired as e:
+        return f"setup command ran past {timeout:.0f} s: {' '.join(map(str, e.cmd))}"
+    except subprocess.CalledProcessError as e:
+        err = (e.stderr or b"").decode(errors="replace").strip().splitlines()[-1:] or [""]
+        return f"setup command failed (exit {e.returncode}): {err[0][:200]}"
+    return ""
+
+
 def run_sofa(script: dict[str, Any], timeout: float) -> dict[str, Any]:
     root = SRC / script["id"] / "plain"
     env = _env(script, root)
-    _setup(script, root, env, timeout)
+    err = _setup_error(script, root, env, timeout)
+    if err:
+        return {"error": err}
     session = Path(tempfile.mkdtemp(prefix="corpus-")) / f"{script['id']}.sofa"
     cmd = [
         str(VENV_BIN / "sofa-top"),
@@ -152,12 +167,15 @@ def step_sources(session: Path) -> dict[str, int]:
 
 _FRAC = re.compile(r"^SELF_INPUT_FRACTION (\S+)$", re.M)
 _DETAIL = re.compile(r"^SELF_INPUT_DETAIL (.+)$", re.M)
+_PHASE = re.compile(r"^SELF_PHASE (\S+) (\S+)$", re.M)
 
 
 def run_probe(script: dict[str, Any], timeout: float) -> dict[str, Any]:
     root = SRC / script["id"] / "probe"
     env = _env(script, root)
-    _setup(script, root, env, timeout)
+    err = _setup_error(script, root, env, timeout)
+    if err:
+        return {"error": err}
     t0 = time.monotonic()
     try:
         p = subprocess.run(
@@ -180,7 +198,27 @@ def run_probe(script: dict[str, Any], timeout: float) -> dict[str, Any]:
     d = _DETAIL.search(p.stdout)
     if d:
         out["detail"] = json.loads(d.group(1))
+    out["phases"] = {
+        name: None if math.isnan(float(v)) else float(v) for name, v in _PHASE.findall(p.stdout)
+    }
     return out
+
+
+def sofa_phase(steps: dict[str, Any], phase: str | None) -> dict[str, Any] | None:
+    """sofa-top's ``steps.phases`` entry for the truth's phase: the same name, or, for an
+    eval/inference truth, the one eval-or-inference phase sofa-top reports (a standalone
+    evaluation is either, by how one reads it). None when sofa-top reports no phases."""
+    phases = steps.get("phases") or []
+    if not phase or not phases:
+        return None
+    same = [p for p in phases if p.get("phase") == phase]
+    if same:
+        return same[0]
+    if phase in ("eval", "inference"):
+        other = [p for p in phases if p.get("phase") in ("eval", "inference")]
+        if len(other) == 1:
+            return other[0]
+    return None
 
 
 # --- recommendation judgement -----------------------------------------------------------
@@ -351,8 +389,11 @@ def evaluate(script: dict[str, Any], timeout: float, skip_sofa: bool = False) ->
     steps = summary.get("steps") or {}
     stacks = summary.get("stacks") or {}
     src = _sources(script)
-    frac = steps.get("input_wait_fraction")
+    truth_phase = (row["probe"].get("detail") or {}).get("phase") or script.get("phase")
+    matched = sofa_phase(steps, truth_phase)
+    frac = matched.get("input_wait_fraction") if matched else steps.get("input_wait_fraction")
     truth = row["probe"].get("fraction")
+    truth_detail = ((row["probe"].get("detail") or {}).get("phases") or {}).get(truth_phase or "")
     row["result"] = {
         "verdict": verdict.get("kind"),
         "confidence": verdict.get("confidence"),
@@ -361,6 +402,15 @@ def evaluate(script: dict[str, Any], timeout: float, skip_sofa: bool = False) ->
         "steps_count": steps.get("count"),
         "median_step_s": steps.get("median_step_s"),
         "input_wait_fraction": frac,
+        "overall_input_wait_fraction": steps.get("input_wait_fraction"),
+        "phase": truth_phase,
+        "sofa_phase": matched.get("phase") if matched else None,
+        "sofa_phases": steps.get("phases"),
+        "self_phases": row["probe"].get("phases"),
+        "self_host_fraction": (truth_detail or {}).get("host_fraction"),
+        "steps_reason": steps.get("reason"),
+        "p50_s": steps.get("p50_s"),
+        "p99_s": steps.get("p99_s"),
         "self_input_fraction": truth,
         "difference": None if frac is None or truth is None else round(frac - truth, 4),
         "step_sources": row.get("sofa", {}).get("step_sources"),
@@ -402,8 +452,12 @@ def render(rows: list[dict[str, Any]]) -> None:
         print(
             f"   input wait: sofa-top {_fmt(r['input_wait_fraction'])}"
             f"  self {_fmt(r['self_input_fraction'])}"
-            f"  diff {_fmt(r['difference'])}{flag}"
+            f"  diff {_fmt(r['difference'])}{flag}{_phase_note(r)}"
         )
+        if r.get("sofa_phases") or r.get("self_phases"):
+            print(f"   phases: sofa-top {_sofa_phases(r)}; self {_self_phases(r)}")
+        if r.get("steps_reason"):
+            print(f"   no steps: {r['steps_reason']}")
         split = ", ".join(f"{k} {v:.0%}" for k, v in (r["stacks_split"] or {}).items())
         print(f"   stacks: {split or '-'}   top: {'; '.join(r['stacks_top'])}")
         if r["headline"]:
@@ -413,6 +467,31 @@ def render(rows: list[dict[str, Any]]) -> None:
         for e in errs:
             if e:
                 print(f"   ! {e}")
+
+
+def _phase_note(r: dict[str, Any]) -> str:
+    """Which phase the two sides are: the truth's, and sofa-top's that was compared."""
+    if not r.get("phase"):
+        return ""
+    sofa = r.get("sofa_phase") or "all steps"
+    note = f" [{r['phase']} phase; sofa-top: {sofa}]"
+    if r.get("self_host_fraction") is not None:
+        note += f" (self host time {_fmt(r['self_host_fraction'])})"
+    return note
+
+
+def _sofa_phases(r: dict[str, Any]) -> str:
+    return (
+        ", ".join(
+            f"{p.get('phase')} {p.get('count')} steps {_fmt(p.get('input_wait_fraction'))}"
+            for p in r.get("sofa_phases") or []
+        )
+        or "-"
+    )
+
+
+def _self_phases(r: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {_fmt(v)}" for k, v in (r.get("self_phases") or {}).items()) or "-"
 
 
 def rejudge(row: dict[str, Any], script: dict[str, Any]) -> None:
@@ -445,8 +524,9 @@ def markdown(rows: list[dict[str, Any]]) -> None:
             verdict += " **run failed**"
         print(
             f"| {row['id']} | {verdict} | {_fmt(r['steps_count'])} ({src}) "
-            f"| {_fmt(r['input_wait_fraction'])} / {_fmt(r['self_input_fraction'])} "
-            f"({_fmt(r['difference'])}) | {split or '-'} | {recs or '-'} |".replace("\n", " ")
+            f"| {_fmt(r.get('input_wait_fraction'))} / {_fmt(r.get('self_input_fraction'))} "
+            f"({_fmt(r.get('difference'))}){_phase_note(r)} | {split or '-'} "
+            f"| {recs or '-'} |".replace("\n", " ")
         )
 
 

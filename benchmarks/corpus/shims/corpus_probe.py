@@ -4,6 +4,14 @@ Three ways in, all ending in one line at exit: ``SELF_INPUT_FRACTION 0.4213`` (p
 ``SELF_INPUT_DETAIL`` JSON line with the raw numbers), the time the script's training loop
 spent fetching its next batch over that loop's wall time.
 
+Each loop belongs to a phase (``phase=`` of every call below: ``"train"`` by default, or
+``"eval"`` / ``"inference"``), as sofa-top's ``steps.phases`` does: the phases are tallied apart,
+each printed as ``SELF_PHASE <phase> <fraction>``, and ``SELF_INPUT_FRACTION`` is the phase
+named by ``CORPUS_TRUTH_PHASE`` (the manifest's ``phase``), else ``train``, else the only one.
+``compute_begin()`` / ``compute_end()`` around a model call add the time outside the model
+(``host_fraction`` in the detail: input, postprocessing, logging), for loops whose host work is
+not a fetch (a generation loop that samples each next token from the last output).
+
 - ``iter(iterable)``: wraps the iterable a script's own loop runs over (``for batch in
   corpus_probe.iter(loader)``). Each ``next()`` is a fetch; the loop's wall time runs from the
   first ``next()`` to the last one (the one that ends the loop, or the last batch's fetch when
@@ -29,24 +37,48 @@ from __future__ import annotations
 import atexit
 import builtins
 import json
+import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
-_wait = 0.0
-_wall = 0.0
-_fetches = 0
 _detail: dict[str, Any] = {}
-_first_begin: float | None = None
-_last_begin: float | None = None
-_open: float | None = None
 _loaders: dict[tuple[int, int], dict[str, Any]] = {}
 _keras: list[dict[str, Any]] = []
 
 
-def iter(iterable: Iterable[Any]) -> Iterator[Any]:
-    global _wait, _wall, _fetches
+@dataclass
+class _Phase:
+    """One phase's tally: fetch time, compute time and the loop's wall time."""
+
+    wait: float = 0.0
+    wall: float = 0.0  # closed spans of wrapped iterables
+    fetches: int = 0
+    compute: float = 0.0
+    computes: int = 0
+    first_begin: float | None = None  # markers: the first and last step boundary
+    last_begin: float | None = None
+    open_fetch: float | None = None
+    open_compute: float | None = None
+
+    def total_wall(self) -> float:
+        marked = 0.0
+        if self.first_begin is not None and self.last_begin is not None:
+            marked = self.last_begin - self.first_begin
+        return self.wall + marked
+
+
+_phases: dict[str, _Phase] = {}
+
+
+def _phase(name: str) -> _Phase:
+    return _phases.setdefault(name, _Phase())
+
+
+def iter(iterable: Iterable[Any], phase: str = "train") -> Iterator[Any]:
+    ph = _phase(phase)
     it = builtins.iter(iterable)
     first: float | None = None
     last = 0.0
@@ -60,35 +92,53 @@ def iter(iterable: Iterable[Any]) -> Iterator[Any]:
                 item = next(it)
             except StopIteration:
                 return
-            _wait += time.perf_counter() - t0
-            _fetches += 1
+            ph.wait += time.perf_counter() - t0
+            ph.fetches += 1
             yield item
     finally:
         if first is not None:
-            _wall += last - first
+            ph.wall += last - first
 
 
-def mark() -> float:
+def mark(phase: str = "train") -> float:
     """A step boundary of a hand-written loop: extends the measured wall time to now."""
-    global _first_begin, _last_begin
+    ph = _phase(phase)
     t = time.perf_counter()
-    if _first_begin is None:
-        _first_begin = t
-    _last_begin = t
+    if ph.first_begin is None:
+        ph.first_begin = t
+    ph.last_begin = t
     return t
 
 
-def fetch_begin() -> None:
-    global _open
-    _open = mark()
+def fetch_begin(phase: str = "train") -> None:
+    _phase(phase).open_fetch = mark(phase)
 
 
-def fetch_end() -> None:
-    global _wait, _fetches, _open
-    if _open is not None:
-        _wait += time.perf_counter() - _open
-        _fetches += 1
-        _open = None
+def fetch_end(phase: str = "train") -> None:
+    ph = _phase(phase)
+    if ph.open_fetch is not None:
+        ph.wait += time.perf_counter() - ph.open_fetch
+        ph.fetches += 1
+        ph.open_fetch = None
+
+
+def compute_begin(phase: str = "train") -> None:
+    """The model call starts (also a step boundary when nothing else marks one)."""
+    ph = _phase(phase)
+    t = time.perf_counter()
+    if ph.first_begin is None:
+        ph.first_begin = t
+    ph.open_compute = t
+
+
+def compute_end(phase: str = "train") -> None:
+    ph = _phase(phase)
+    if ph.open_compute is not None:
+        t = time.perf_counter()
+        ph.compute += t - ph.open_compute
+        ph.computes += 1
+        ph.open_compute = None
+        ph.last_begin = t
 
 
 def watch_dataloaders() -> None:
@@ -205,16 +255,32 @@ def watch_keras_fit(ablation_batches: int = 60) -> None:
     keras.Model.fit = fit  # type: ignore[method-assign]
 
 
-def _report() -> None:
-    wait, wall, fetches = _wait, _wall, _fetches
-    source = "iter"
-    if _first_begin is not None and _last_begin is not None:
-        wall += _last_begin - _first_begin
-        source = "markers"
+def _phase_numbers() -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for name, ph in _phases.items():
+        wall = ph.total_wall()
+        out[name] = {
+            "source": "iter/markers",
+            "wait_s": ph.wait,
+            "wall_s": wall,
+            "fetches": ph.fetches,
+            "fraction": ph.wait / wall if wall > 0 else None,
+        }
+        if ph.computes:
+            out[name].update(
+                compute_s=ph.compute,
+                computes=ph.computes,
+                host_fraction=max(0.0, 1 - ph.compute / wall) if wall > 0 else None,
+            )
     if _loaders:
         best = max(_loaders.values(), key=lambda s: s["fetches"])
-        wait, wall, fetches = best["wait"], best["wall"], best["fetches"]
-        source = "dataloaders"
+        out["train"] = {
+            "source": "dataloaders",
+            "wait_s": best["wait"],
+            "wall_s": best["wall"],
+            "fetches": best["fetches"],
+            "fraction": best["wait"] / best["wall"] if best["wall"] > 0 else None,
+        }
         _detail["loaders"] = [
             {k: v for k, v in s.items() if k in ("dataset", "wait", "wall", "fetches")}
             for s in _loaders.values()
@@ -225,13 +291,37 @@ def _report() -> None:
             k["batches"] * max(0.0, k["real_s_per_batch"] - k["compute_s_per_batch"])
             for k in _keras
         )
-        fetches = sum(k["batches"] for k in _keras)
-        source = "keras-ablation"
+        out["train"] = {
+            "source": "keras-ablation",
+            "wait_s": wait,
+            "wall_s": wall,
+            "fetches": sum(k["batches"] for k in _keras),
+            "fraction": wait / wall if wall > 0 else None,
+        }
         _detail["fits"] = _keras
-    frac = wait / wall if wall > 0 else None
-    _detail.update(source=source, wait_s=wait, wall_s=wall, fetches=fetches)
+    return out
+
+
+def _report() -> None:
+    phases = _phase_numbers()
+    want = os.environ.get("CORPUS_TRUTH_PHASE") or ("train" if "train" in phases else None)
+    if want is None and len(phases) == 1:
+        want = next(builtins.iter(phases))
+    truth = phases.get(want or "", {})
+    frac = truth.get("fraction")
+    _detail.update(
+        phase=want,
+        source=truth.get("source"),
+        wait_s=truth.get("wait_s", 0.0),
+        wall_s=truth.get("wall_s", 0.0),
+        fetches=truth.get("fetches", 0),
+        phases=phases,
+    )
     out = sys.__stdout__ or sys.stdout
     print(f"SELF_INPUT_DETAIL {json.dumps(_detail)}", file=out, flush=True)
+    for name, p in phases.items():
+        f = p.get("fraction")
+        print(f"SELF_PHASE {name} {'nan' if f is None else f'{f:.4f}'}", file=out, flush=True)
     print(
         f"SELF_INPUT_FRACTION {frac:.4f}" if frac is not None else "SELF_INPUT_FRACTION nan",
         file=out,

@@ -1,7 +1,8 @@
-"""Random stand-ins for the torchvision datasets the corpus uses (no download, no files).
+"""Stand-ins for the torchvision datasets the corpus uses (no download).
 
-Each dataset has the real length and sample shape (MNIST 60000/10000 x 28x28 uint8, CIFAR10
-50000/10000 x 32x32x3); ``CORPUS_SHIM_SCALE`` (a float, default 1) scales the lengths."""
+The named data sets are random images with the real length and sample shape (MNIST 60000/10000
+x 28x28 uint8, CIFAR10 50000/10000 x 32x32x3); ``CORPUS_SHIM_SCALE`` (a float, default 1)
+scales the lengths. ``ImageFolder`` reads a folder of image files (a fixture's) with PIL."""
 
 from __future__ import annotations
 
@@ -79,3 +80,43 @@ class FakeData(_RandomImages):
         self.sizes = (size, size)
         self.classes_n = num_classes
         super().__init__(transform=transform, target_transform=target_transform)
+
+
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+class ImageFolder(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """``root/<class>/<image>`` files, decoded with PIL (RGB) per item, as torchvision's."""
+
+    def __init__(
+        self,
+        root: str,
+        transform: Callable[[Any], Any] | None = None,
+        target_transform: Callable[[Any], Any] | None = None,
+    ) -> None:
+        self.classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        self.samples = [
+            (os.path.join(root, c, f), i)
+            for c, i in self.class_to_idx.items()
+            for f in sorted(os.listdir(os.path.join(root, c)))
+            if f.lower().endswith(IMG_EXTENSIONS)
+        ]
+        self.targets = [t for _, t in self.samples]
+        self.transform = transform
+        self.target_transform = target_transform
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        from PIL import Image
+
+        path, target = self.samples[index]
+        with open(path, "rb") as f:
+            img: Any = Image.open(f).convert("RGB")
+        if self.transform is not None:
+            img = self.transform(img)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return img, target
