@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/cause_levers.py [--repeats 3] [--max-repeats 5] [--steps 30]
                                                 [--only SHAPE ...] [--hog only|both|none]
+                                                [--share MS ...] [--levers prefetch,threads]
                                                 [--json FILE]
 
 For each shape (``SHAPES``: the test set of ``tests/test_cause_truth.py`` plus the demo) and
@@ -14,6 +15,11 @@ offered as not measured, ``ruled out``, ``-``: not mentioned), and what compare 
 speedup median (the run spread over the baseline median, n runs) and whether its interval
 cleared the baseline's (``faster`` / ``slower`` / ``unclear``). The load average before and
 after each row says how quiet "quiet" was.
+
+``--share MS`` (repeatable) runs ``tests/workloads/input_share.py --input-ms MS`` instead: a
+compute-heavy loop whose serial input costs MS of CPU per batch, for the input share at which
+the input lever starts to pay (``analysis.verdicts.INPUT_BOUND_FRACTION``); its rows add the
+verdict's input fraction and the bound ``1/(1-f)`` on what any input lever can gain.
 """
 
 from __future__ import annotations
@@ -54,6 +60,13 @@ SHAPES: dict[str, tuple[list[str], str]] = {
 }
 STEPS_JUDGED = 40
 LEVERS = ("prefetch", "threads")
+
+
+def share_shape(ms: float) -> str:
+    """A ``--share`` row's shape name (added to ``SHAPES``)."""
+    name = f"share-{ms:g}ms"
+    SHAPES[name] = ([str(W / "input_share.py"), "--input-ms", f"{ms:g}"], "torch")
+    return name
 
 
 def _load() -> str:
@@ -106,7 +119,7 @@ def _parallelism(verdict: dict[str, Any]) -> str | None:
 def _compare(argv: list[str], out: Path, a: argparse.Namespace, par: str | None) -> Any:
     steps = a.steps if "lbfgs" not in argv[0] else max(6, a.steps // 4)
     cmd = [
-        SOFA, "compare", "--json", "--configs", "baseline,prefetch,threads",
+        SOFA, "compare", "--json", "--configs", ",".join(("baseline", *a.levers)),
         "--repeats", str(a.repeats), "--max-repeats", str(a.max_repeats),
         "--steps", str(steps), "--warmup-steps", "3", "-o", str(out),
     ]  # fmt: skip
@@ -158,7 +171,8 @@ def row(shape: str, hog: bool, a: argparse.Namespace, work: Path) -> dict[str, A
         "split": ev.get("input_time_split"),
         "others_cores": ev.get("others_cores"),
         "stances": stances(v, fw),
-        "levers": {t: _lever_row(result, t) for t in LEVERS},
+        "levers": {t: _lever_row(result, t) for t in a.levers},
+        "input_fraction": ev.get("input_fraction"),
         "best": result["best"],
         "load": f"{load0} -> {_load()}",
         "headline": v["headline"],
@@ -173,13 +187,16 @@ def _fmt(r: dict[str, Any]) -> str:
         else f"{split['on_cpu']:.2f}/{split['cpu_wait']:.2f}/{split['blocked']:.2f}"
     )
     cells = []
-    for t in LEVERS:
+    for t in r["levers"]:
         m = r["levers"][t]
         lo, hi = m["spread"]
         speed = "-" if m["speedup"] is None else f"{m['speedup']:.2f}x"
         rng = "" if lo is None else f" ({lo:.2f}-{hi:.2f}, n={m['n']})"
         cells.append(f"{r['stances'][t]}: {speed}{rng} {m['effect']}")
     cause = r["cause"] or r["kind"]
+    if r["shape"].startswith("share-") and r["input_fraction"] is not None:
+        f = r["input_fraction"]
+        cause = f"{r['kind']} ({cause}), input {f:.0%}, bound {1 / (1 - f):.2f}x"
     return (
         f"| {r['shape']} | {'hog' if r['hog'] else 'quiet'} | {cause} | {sp} | "
         f"{r['others_cores'] if r['others_cores'] is not None else '-'} | "
@@ -195,12 +212,15 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--only", choices=SHAPES, action="append")
     ap.add_argument("--hog", choices=("both", "only", "none"), default="both")
+    ap.add_argument("--share", type=float, action="append", metavar="MS")
+    ap.add_argument("--levers", type=lambda v: tuple(v.split(",")), default=LEVERS)
     ap.add_argument("--json", metavar="FILE")
     a = ap.parse_args()
+    shapes = [share_shape(ms) for ms in a.share or ()] + list(a.only or ([] if a.share else SHAPES))
     conditions = {"both": (False, True), "only": (True,), "none": (False,)}[a.hog]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="sofa-top-cause-levers-") as tmp:
-        for shape in a.only or SHAPES:
+        for shape in shapes:
             for hog in conditions:
                 r = row(shape, hog, a, Path(tmp))
                 rows.append(r)

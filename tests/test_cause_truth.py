@@ -11,7 +11,9 @@ the verdict must say so (``contention``) rather than misname the cause.
 Shapes: (a) a serial ``__getitem__`` that burns CPU; (b) one that waits on storage; (c) (b)
 beside a hog; (d) (a) beside a hog; (e) a compute-bound LBFGS loop with torch's own thread
 pool beside a hog; (f) periodic streams: a small tf.data dataset under ``.repeat()`` and a
-short-epoch ``IterableDataset`` (the data check must compare like with like).
+short-epoch ``IterableDataset`` (the data check must compare like with like); and a
+compute-heavy loop whose serial input is a moderate share of each step, quiet and beside a hog
+(the step is compute's: its input share and the most an input lever can gain come second).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from conftest import (
     validate_record_json,
 )
 
+from sofa_top.analysis.verdicts import INPUT_BOUND_FRACTION, MODERATE_INPUT_FRACTION
 from sofa_top.optimizers.advice import toggles_off
 from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.report import session_summary
@@ -52,6 +55,8 @@ SHAPES: dict[str, tuple[list[str], set[str] | None, str]] = {
         "torch",
     ),
     "compute": ([str(WORKLOADS / "lbfgs_threads.py"), "--hidden", "128"], None, "torch"),
+    # a compute-heavy loop whose serial input is a moderate share of the step: compute's
+    "moderate": ([str(WORKLOADS / "input_share.py"), "--input-ms", "2"], None, "torch"),
     "tf-repeat": (
         [str(WORKLOADS / "periodic_streams.py"), "--framework", "tf", "--items", "40"],
         {"latency"},
@@ -116,6 +121,8 @@ def _compare(
         ("latency", True),  # (c)
         ("cpu", True),  # (d)
         ("compute", True),  # (e)
+        ("moderate", False),
+        ("moderate", True),
         ("tf-repeat", False),  # (f)
         ("short-epoch", False),  # (f)
     ],
@@ -147,6 +154,15 @@ def test_cause_and_advice_agree_with_what_compare_measures(
             assert ev["oversubscribed_by"] in ("neighbours", "both"), ev
             caps = [r for r in recs if "set_num_threads" in r]
             assert caps and all(UNMEASURED in r for r in caps), recs
+        frac = ev["input_fraction"]
+        assert frac < INPUT_BOUND_FRACTION, ev
+        if frac >= MODERATE_INPUT_FRACTION:
+            # the input share, and at most 1/(1-f) from its lever, offered after the compute
+            # advice and not as a sure thing
+            said = re.search(r"at most (\d+\.\d\d)x", v["headline"])
+            assert said and float(said.group(1)) == pytest.approx(1 / (1 - frac), abs=0.01), v
+            lever = [r for r in recs if levers_of[r] == "prefetch"]
+            assert lever and recs[0] not in lever and UNMEASURED in lever[0], recs
     for p in hogs:
         assert p.poll() is None  # it ran beside the workload the whole time
 

@@ -10,6 +10,7 @@ from sofa_top.analysis.causes import Neighbours
 from sofa_top.analysis.steps import HOOKED, RunFacts
 from sofa_top.analysis.verdicts import (
     HIGH_INPUT_FRACTION,
+    INPUT_BOUND_FRACTION,
     MODERATE_INPUT_FRACTION,
     Evidence,
     judge,
@@ -23,6 +24,7 @@ from sofa_top.model.samples import (
     SystemSample,
 )
 from sofa_top.model.snapshot import StackSummary, ThreadStat
+from sofa_top.optimizers.advice import toggles_off
 
 
 def _steps(n: int, wait_fraction: float, step_s: float = 0.1) -> list[StepSample]:
@@ -56,15 +58,35 @@ SERIAL_TF = PipelineSample(
         (0.78, "input-bound", "high"),
         (HIGH_INPUT_FRACTION, "input-bound", "high"),
         (HIGH_INPUT_FRACTION - 0.01, "input-bound", "moderate"),
-        (MODERATE_INPUT_FRACTION, "input-bound", "moderate"),
-        (MODERATE_INPUT_FRACTION - 0.01, "compute-bound", ""),
+        (INPUT_BOUND_FRACTION, "input-bound", "moderate"),
+        (INPUT_BOUND_FRACTION - 0.01, "compute-bound", ""),
+        (MODERATE_INPUT_FRACTION, "compute-bound", ""),
         (0.0, "compute-bound", ""),
     ],
 )
-def test_step_thresholds_follow_xprof(fraction: float, kind: str, severity: str) -> None:
+def test_step_thresholds(fraction: float, kind: str, severity: str) -> None:
     v = judge(Evidence(steps=_steps(20, fraction), tree_cpu=100.0, cpu_count=2))
     assert (v.kind, v.severity) == (kind, severity)
     assert v.evidence["input_fraction"] == pytest.approx(fraction, abs=1e-3)
+
+
+def test_a_moderate_input_wait_is_a_line_of_the_compute_verdict() -> None:
+    """Between XProf's 5% and INPUT_BOUND_FRACTION the step is compute's: the headline says
+    so, then the input share and what an input lever can gain at most; the lever comes after
+    the compute advice."""
+    v = judge(Evidence(steps=_steps(20, 0.10), pipeline=SERIAL_TF, cpu_count=2))
+    assert v.kind == "compute-bound"
+    assert "an input lever gains at most 1.11x" in v.headline
+    assert v.evidence["input_speedup_bound"] == pytest.approx(1 / 0.9, abs=1e-3)
+    toggles = [r.toggle for r in v.recommendations]
+    assert "prefetch" in toggles and toggles[0] != "prefetch"
+    lever = next(r.text for r in v.recommendations if r.toggle == "prefetch")
+    assert lever.startswith("at most 1.11x from the input: 10% of each step waits for it: ")
+    assert "prefetch" not in toggles_off("tensorflow", v.kind, None, set(toggles))
+    # below XProf's moderate bar the input is not mentioned
+    low = judge(Evidence(steps=_steps(20, 0.03), pipeline=SERIAL_TF, cpu_count=2))
+    assert "input_speedup_bound" not in low.evidence
+    assert "prefetch" not in [r.toggle for r in low.recommendations]
 
 
 def test_input_bound_names_the_stage_and_the_fix() -> None:

@@ -339,6 +339,10 @@ def runtime_stages(
         name = str(n.name)
         kind = _kind(name, bool(n.inputs))
         par, buf = _param(n, "parallelism"), _param(n, "buffer_size")
+        if kind == "map" and par is None and "Parallel" not in name:
+            # the model's Map node (Dataset.map without num_parallel_calls) has no parallelism
+            # parameter: it runs one element at a time (per interleave cycle above it)
+            par = max(outer, 1)
         if name == "FlatMap" and any(
             int(i) in nodes and nodes[int(i)].name == "Generator" for i in n.inputs
         ):

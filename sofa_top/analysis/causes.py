@@ -41,7 +41,7 @@ from sofa_top.model.samples import (
     ThreadTimes,
     TreeSched,
 )
-from sofa_top.model.verdict import InputCauseKind, TimeSplit
+from sofa_top.model.verdict import InputCause, InputCauseKind, TimeSplit
 from sofa_top.optimizers.advice.stages import view
 
 LATENCY_BLOCKED = 0.60  # producers blocked this share of their time: they wait on I/O
@@ -274,3 +274,32 @@ def oversubscribed_by(
     if own:
         return "both" if others else "own-pool"
     return "neighbours" if others else "unknown"
+
+
+def cause_text(c: InputCause, cores: int, neighbours: Neighbours | None) -> str:
+    """The cause as the headline says it: the producers' split, their cores, the neighbours."""
+    busy = f"{min(c.cpu_cores, cores):.1f} of {cores} core{'s' if cores > 1 else ''} busy"
+    if c.usable_cores < cores:
+        busy += ", serial stage" if c.usable_cores == 1 else f", {c.usable_cores} producers"
+    sp = c.split
+    if sp is None:
+        if c.cause == "cpu":
+            return f"CPU-bound preprocessing ({busy})"
+        if c.cause == "latency":
+            return f"the input stage waits on I/O ({busy})"
+        return f"partly CPU, partly I/O ({busy})"
+    who = c.producers or "its producers"
+    split = (
+        f"{who}: on a CPU {sp.on_cpu:.0%}, waiting for a CPU {sp.cpu_wait:.0%}, "
+        f"blocked {sp.blocked:.0%} of their time"
+    )
+    around = "" if neighbours is None else f"; {neighbours.text(cores)}"
+    # what other processes take, said beside any cause once it is a core's worth of contention
+    more = around if neighbours and neighbours.others_cores >= NEIGHBOURS_BUSY else ""
+    if c.cause == "cpu":
+        return f"CPU-bound preprocessing ({split}; {busy}){more}"
+    if c.cause == "latency":
+        return f"the input stage waits on I/O ({split}){more}"
+    if c.cause == "contention":
+        return f"the input stage waits for a CPU that other processes hold ({split}{around})"
+    return f"partly CPU, partly I/O ({split})"
