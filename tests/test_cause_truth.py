@@ -56,7 +56,7 @@ SHAPES: dict[str, tuple[list[str], set[str] | None, str]] = {
     ),
     "compute": ([str(WORKLOADS / "lbfgs_threads.py"), "--hidden", "128"], None, "torch"),
     # a compute-heavy loop whose serial input is a moderate share of the step: compute's
-    "moderate": ([str(WORKLOADS / "input_share.py"), "--input-ms", "2"], None, "torch"),
+    "moderate": ([str(WORKLOADS / "input_share.py"), "--input-ms", "1"], None, "torch"),
     "tf-repeat": (
         [str(WORKLOADS / "periodic_streams.py"), "--framework", "tf", "--items", "40"],
         {"latency"},

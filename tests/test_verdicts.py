@@ -57,8 +57,7 @@ SERIAL_TF = PipelineSample(
     [
         (0.78, "input-bound", "high"),
         (HIGH_INPUT_FRACTION, "input-bound", "high"),
-        (HIGH_INPUT_FRACTION - 0.01, "input-bound", "moderate"),
-        (INPUT_BOUND_FRACTION, "input-bound", "moderate"),
+        (INPUT_BOUND_FRACTION, "input-bound", "high"),
         (INPUT_BOUND_FRACTION - 0.01, "compute-bound", ""),
         (MODERATE_INPUT_FRACTION, "compute-bound", ""),
         (0.0, "compute-bound", ""),
@@ -78,6 +77,7 @@ def test_a_moderate_input_wait_is_a_line_of_the_compute_verdict() -> None:
     assert v.kind == "compute-bound"
     assert "an input lever gains at most 1.11x" in v.headline
     assert v.evidence["input_speedup_bound"] == pytest.approx(1 / 0.9, abs=1e-3)
+    assert judge(Evidence(steps=_steps(20, 0.18), cpu_count=2)).kind == "compute-bound"
     toggles = [r.toggle for r in v.recommendations]
     assert "prefetch" in toggles and toggles[0] != "prefetch"
     lever = next(r.text for r in v.recommendations if r.toggle == "prefetch")

@@ -3,8 +3,8 @@
 Thresholds live here and nowhere else. A step spending a fraction f of its time waiting for
 input gains at most 1/(1-f) from any input lever (prefetch, workers, parallel calls), so input
 leads the verdict only where that bound is worth the lever: f >= ``INPUT_BOUND_FRACTION``,
-measured (see there); >= 20% is *highly* input-bound (the TensorBoard/XProf input-pipeline
-analyzer's bar). Between XProf's 5% ("moderately input-bound") and ``INPUT_BOUND_FRACTION`` the
+20%, the TensorBoard/XProf input-pipeline analyzer's *highly* input-bound, where compare
+measured the lever ahead (see there). Between XProf's 5% ("moderately input-bound") and it the
 verdict names what dominates the step, with the input share, its bound and the input lever
 after its own advice.
 
@@ -85,11 +85,12 @@ from sofa_top.optimizers import advice
 
 HIGH_INPUT_FRACTION = 0.20  # XProf: "highly input-bound"
 MODERATE_INPUT_FRACTION = 0.05  # XProf: "moderately input-bound": worth a line, not the verdict
-# Input leads the verdict from here (an input lever gains at most 1/(1-f) = 1.18x): below it,
-# compare did not find the lever clearly ahead on a shared 2-core machine (benchmarks/README,
-# "Input share vs lever": prefetch beside the model at 4-12% input measured within compare's
-# noise, at 15% and more clearly faster), and the peers' compute-bound workload read 8-11%.
-INPUT_BOUND_FRACTION = 0.15
+# Input leads the verdict from here (an input lever gains at most 1/(1-f) = 1.25x, XProf's
+# "highly input-bound"): below it compare did not find the lever clearly ahead on a shared
+# 2-core machine (benchmarks/README, "Input share vs lever": DataLoader workers beside the
+# model at 2-16% input measured 1.07-1.22x, every interval overlapping the baseline's; at 24-25%
+# clearly faster), and the peers' compute-bound workload read 8-11%.
+INPUT_BOUND_FRACTION = HIGH_INPUT_FRACTION
 MIN_STEPS = 3  # fewer steps in the window say too little
 MIN_THREAD_SAMPLES = 50  # about half a second of stacks at 100 Hz
 STACK_INPUT_FRACTION = HIGH_INPUT_FRACTION  # same bar for the stack-based estimate
