@@ -48,6 +48,7 @@ SHAPES: dict[str, tuple[list[str], str]] = {
     "latency": ([str(W / "input_shapes_torch.py"), "--shape", "latency"], "torch"),
     "tf-latency": ([str(W / "input_shapes_tf.py"), "--shape", "latency"], "tensorflow"),
     "compute": ([str(W / "lbfgs_threads.py"), "--hidden", "128"], "torch"),
+    "moderate": ([str(W / "input_share.py"), "--input-ms", "1"], "torch"),
     "tf-repeat": (
         [str(W / "periodic_streams.py"), "--framework", "tf", "--items", "40"],
         "tensorflow",

@@ -88,7 +88,7 @@ MODERATE_INPUT_FRACTION = 0.05  # XProf: "moderately input-bound": worth a line,
 # Input leads the verdict from here (an input lever gains at most 1/(1-f) = 1.25x, XProf's
 # "highly input-bound"): below it compare did not find the lever clearly ahead on a shared
 # 2-core machine (benchmarks/README, "Input share vs lever": DataLoader workers beside the
-# model at 2-16% input measured 1.07-1.22x, every interval overlapping the baseline's; at 24-25%
+# model at 2-18% input measured 1.03-1.22x, every interval overlapping the baseline's; at 24-25%
 # clearly faster), and the peers' compute-bound workload read 8-11%.
 INPUT_BOUND_FRACTION = HIGH_INPUT_FRACTION
 MIN_STEPS = 3  # fewer steps in the window say too little
