@@ -33,6 +33,7 @@ CHROMIUM_FLAGS = (
     "--headless",
     "--no-sandbox",  # root, as CI and this machine run the tests
     "--disable-gpu",
+    "--disable-dev-shm-usage",  # a container's /dev/shm may be too small for the renderer
     "--disable-quic",
     "--no-first-run",
     "--disable-background-networking",
@@ -147,6 +148,14 @@ class Page:
         await self.evaluate("document.querySelector('.xterm-helper-textarea')?.focus(), true")
         await self.send("Input.dispatchKeyEvent", type="keyDown", key=key, text=key)
         await self.send("Input.dispatchKeyEvent", type="keyUp", key=key)
+
+    async def ctrl(self, letter: str) -> None:
+        """Press Ctrl and a letter (xterm.js turns it into the control character)."""
+        await self.evaluate("document.querySelector('.xterm-helper-textarea')?.focus(), true")
+        upper = letter.upper()
+        key = {"key": letter, "code": f"Key{upper}", "windowsVirtualKeyCode": ord(upper)}
+        await self.send("Input.dispatchKeyEvent", type="keyDown", modifiers=2, **key)
+        await self.send("Input.dispatchKeyEvent", type="keyUp", modifiers=2, **key)
 
     async def type_text(self, text: str) -> None:
         """Type ``text`` into the terminal."""

@@ -14,7 +14,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import psutil
@@ -65,6 +65,14 @@ class Owner:
     def wait_url(self, timeout: float = 60) -> str:
         assert self._url.wait(timeout), f"no URL printed: {''.join(self.err)}"
         return self.url
+
+    async def on_page(self, waiting: Awaitable[str]) -> str:
+        """``waiting``'s screen; a timeout also says what the server printed."""
+        try:
+            return await waiting
+        except TimeoutError as exc:
+            printed = "".join(self.err[-40:] + self.out[-20:])
+            raise TimeoutError(f"{exc}\nthe server printed:\n{printed}") from None
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -217,7 +225,7 @@ def test_launch_web_in_chromium(served: tuple[Owner, Path], tmp_path: Path) -> N
     async def first_page() -> str:
         async with browser_page(CHROMIUM) as page:
             await page.open(url)
-            screen = await page.wait_text("INPUT-BOUND", 150)
+            screen = await owner.on_page(page.wait_text("INPUT-BOUND", 150))
             await page.press("p")
             await page.wait_text("paused view", 30)
             size = await page.screenshot(tmp_path / "dashboard.png")
@@ -271,6 +279,9 @@ def test_serve_home_launches_a_run_the_page_does_not_own(tmp_path: Path) -> None
                 # (a key that arrived before the page had focus would leave it elsewhere)
                 for _ in range(5):
                     await page.press("/")
+                    # a retry finds the line focused, the "/" and the earlier text in it:
+                    # Ctrl+U empties it (Textual's Input: delete everything left of the cursor)
+                    await page.ctrl("u")
                     await page.type_text(command)
                     try:
                         await page.wait_text("torch_input_bound.py 300", 5)
@@ -278,7 +289,7 @@ def test_serve_home_launches_a_run_the_page_does_not_own(tmp_path: Path) -> None
                     except TimeoutError:
                         continue
                 await page.enter()
-                screen = await page.wait_text("INPUT-BOUND", 180)
+                screen = await owner.on_page(page.wait_text("INPUT-BOUND", 180))
                 assert "/view/" in await page.location()
                 return screen
 
