@@ -7,7 +7,7 @@ spread (min .. max) of ``--repeats`` runs, against the goal each line names. Usa
     python benchmarks/latency.py [--repeats 5] [--only NAME[,NAME...]]
 
 Names: import, cli, process-cpu, stop-process, stop-gpu, stop-stacks, stop-agent, commit,
-agent-exit, doctor.
+agent-exit, failure-headline, doctor.
 """
 
 from __future__ import annotations
@@ -235,6 +235,43 @@ def bench_agent_exit() -> float:
         return ended - float(proc.stdout.split("FLOOD_DONE_AT=")[1].split()[0])
 
 
+def bench_failure_headline() -> float:
+    """A launched workload that fails at import: seconds from its last line to the first
+    snapshot whose verdict names its error (goal < 1 s; the dashboard draws that snapshot at
+    once, ``tests/test_lifecycle_tmux.py``)."""
+    from sofa_top.launch import LaunchRequest, Sampling, open_launch
+    from sofa_top.model.snapshot import Snapshot
+
+    with tempfile.TemporaryDirectory() as d:
+        died = Path(d) / "died"
+        code = (
+            "import pathlib, time\ntime.sleep(1)\n"
+            f"pathlib.Path({str(died)!r}).write_text(repr(time.time()))\n"
+            "import no_such_module_sofa_top\n"
+        )
+        run = open_launch(
+            LaunchRequest(
+                cmd=(sys.executable, "-c", code),
+                output=str(Path(d) / "f.sofa"),
+                sampling=Sampling(),
+            )
+        )
+        seen: list[float] = []
+
+        def on_snapshot(s: Snapshot) -> None:
+            if not seen and s.verdict is not None and "ModuleNotFoundError" in s.verdict.headline:
+                seen.append(time.time())
+
+        run.start(on_snapshot)
+        deadline = time.monotonic() + 60
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        run.finish("done")
+        if not seen:
+            raise RuntimeError("no snapshot named the error within 60 s")
+        return seen[0] - float(died.read_text())
+
+
 def bench_doctor() -> float:
     """A full ``sofa-top doctor`` (goal < 60 s; it imports torch and tensorflow)."""
     t0 = time.monotonic()
@@ -252,6 +289,7 @@ BENCHES: dict[str, tuple[Callable[[], float], str]] = {
     "stop-agent": (bench_stop_agent, "s"),
     "commit": (bench_commit, "s"),
     "agent-exit": (bench_agent_exit, "s"),
+    "failure-headline": (bench_failure_headline, "s"),
     "doctor": (bench_doctor, "s"),
 }
 
@@ -271,7 +309,7 @@ def main() -> int:
         values = [fn() for _ in range(a.repeats)]
         first = (fn.__doc__ or "").split("\n")[0]
         print(
-            f"{name:13s} median {statistics.median(values):8.3f} {unit}"
+            f"{name:16s} median {statistics.median(values):8.3f} {unit}"
             f"  ({min(values):.3f} .. {max(values):.3f}, n={len(values)})  {first}"
         )
     return 0

@@ -6,13 +6,24 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sofa_top.agent.protocol import BUSY_SOURCES, GPU_STEP_FIELDS, STEP_FIELDS, FrameError
+from sofa_top.agent.protocol import (
+    BUSY_SOURCES,
+    COMPUTE_STEP_FIELDS,
+    GPU_STEP_FIELDS,
+    PHASE_AUTOGRAD,
+    PHASE_EVAL,
+    PHASE_TORCH,
+    PHASE_TRAIN,
+    STEP_FIELDS,
+    FrameError,
+)
 from sofa_top.model.ranks import RankId
 from sofa_top.model.samples import (
     AgentInfo,
     CudaSample,
     CudaWindow,
     Event,
+    PhaseHint,
     PipelineSample,
     PipelineStage,
     Sample,
@@ -91,6 +102,31 @@ def _gpu_rows(frame: dict[str, Any], rows: int) -> list[tuple[float | None, floa
     return out
 
 
+_ComputeRow = tuple[float | None, float | None, float | None, PhaseHint, bool | None]
+
+
+def _compute_rows(frame: dict[str, Any], rows: int) -> list[_ComputeRow]:
+    """The optional ``compute`` field of a steps frame: (forward s, backward s, optimizer s,
+    phase hint, autograd) per row."""
+    if "compute" not in frame:
+        return [(None, None, None, "", None)] * rows
+    raw = _list(frame, "compute")
+    width = len(COMPUTE_STEP_FIELDS)
+    if len(raw) != rows * width:
+        raise FrameError(f"steps.compute: length {len(raw)} is not {width} per step")
+    out: list[_ComputeRow] = []
+    for i in range(0, len(raw), width):
+        spans = [_opt_int(v, "steps.compute: a span") for v in raw[i : i + 3]]
+        if any(v is not None and v < 0 for v in spans):
+            raise FrameError("steps.compute: a span < 0")
+        flags = _opt_int(raw[i + 3], "steps.compute: flags") or 0
+        hint: PhaseHint = "train" if flags & PHASE_TRAIN else "eval" if flags & PHASE_EVAL else ""
+        f, b, o = (None if v is None else v / 1e6 for v in spans)
+        autograd = bool(flags & PHASE_AUTOGRAD) if flags & PHASE_TORCH else None
+        out.append((f, b, o, hint, autograd))
+    return out
+
+
 def _steps(frame: dict[str, Any], pid: int) -> list[Sample]:
     source = _str(frame, "source")
     data = _list(frame, "data")
@@ -100,11 +136,13 @@ def _steps(frame: dict[str, Any], pid: int) -> list[Sample]:
     collective = _collective(frame, len(data) // width)
     gpu = _gpu_rows(frame, len(data) // width)
     sched = _sched_rows(frame, len(data) // width)
+    compute = _compute_rows(frame, len(data) // width)
     out: list[Sample] = []
     for i in range(0, len(data), width):
         step, start_us, end_us, wait_us, bs, cpu_us = data[i : i + width]
         span, busy, code = gpu[i // width]
         run, queue = sched[i // width]
+        forward, backward, optimizer, hint, autograd = compute[i // width]
         for v in (step, start_us, end_us, wait_us):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise FrameError("steps.data: step and times must be integers")
@@ -130,6 +168,11 @@ def _steps(frame: dict[str, Any], pid: int) -> list[Sample]:
                 gpu_busy_source=gpu_busy_source(BUSY_SOURCES[code]) if busy is not None else None,
                 wait_run_s=run,
                 wait_queue_s=queue,
+                forward_s=forward,
+                backward_s=backward,
+                optimizer_s=optimizer,
+                phase_hint=hint,
+                autograd=autograd,
             )
         )
     return out

@@ -49,7 +49,12 @@ from pathlib import Path
 
 import psutil
 
-from sofa_top.analysis.classify import classify_stack, reconcile_activity, reconcile_gil
+from sofa_top.analysis.classify import (
+    classify_stack,
+    in_model_call,
+    reconcile_activity,
+    reconcile_gil,
+)
 from sofa_top.collectors.base import Emit
 from sofa_top.collectors.gil import GilPlanner, GilRun, GilShares, suspects
 from sofa_top.collectors.pyspy_raw import RawStack, parse_raw
@@ -254,32 +259,43 @@ def build_stacks(
     active_after: dict[tuple[Pid, int], float] | None = None,
     wall_s: float = 0.0,
     gil: GilShares | None = None,
+    model_threads: set[tuple[Pid, int]] | None = None,
 ) -> tuple[tuple[StackCount, ...], int]:
     """Classify parsed py-spy stacks into counts; return them and the window's sampling instants.
 
-    With per-thread activity readings (:func:`read_thread_activity`) around the window, each
-    thread's ``python`` samples beyond its active share become ``idle``
-    (:func:`sofa_top.analysis.classify.reconcile_activity`); with the window's GIL readings,
-    those beyond its GIL-holding share become ``compute`` (``reconcile_gil``).
+    A thread that calls a model (some stacks inside a model call, in this window or an earlier
+    one: ``model_threads``, which this adds to) is classified in its model-call context
+    (:func:`sofa_top.analysis.classify.classify_stack`). With per-thread activity readings
+    (:func:`read_thread_activity`) around the window, each thread's ``python`` samples beyond
+    its active share become ``idle`` (:func:`sofa_top.analysis.classify.reconcile_activity`);
+    with the window's GIL readings, those beyond its GIL-holding share become ``compute``
+    (``reconcile_gil``), or ``input`` outside the model's call in its context.
     """
-    per_thread: dict[tuple[Pid, int], list[StackCount]] = {}
+    per_thread: dict[tuple[Pid, int], list[RawStack]] = {}
     for r in raw:
         if r.count <= 0 or r.thread_name.startswith(OWN_THREADS):
             continue
         pid = r.pid if r.pid is not None else default_pid
         tid = r.tid if r.tid is not None else 0
-        count = StackCount(
-            pid=pid,
-            tid=tid,
-            thread_name=r.thread_name,
-            frames=r.frames,
-            count=r.count,
-            klass=classify_stack(r.frames),
-        )
-        per_thread.setdefault((pid, tid), []).append(count)
+        per_thread.setdefault((pid, tid), []).append(r)
+    known = model_threads if model_threads is not None else set()
     stacks: list[StackCount] = []
     instants = 0
-    for key, counts in per_thread.items():
+    for key, rows in per_thread.items():
+        context = key in known or any(in_model_call(r.frames) for r in rows)
+        if context:
+            known.add(key)
+        counts = [
+            StackCount(
+                pid=key[0],
+                tid=key[1],
+                thread_name=r.thread_name,
+                frames=r.frames,
+                count=r.count,
+                klass=classify_stack(r.frames, context),
+            )
+            for r in rows
+        ]
         instants = max(instants, sum(c.count for c in counts))
         fraction: float | None = None
         before = active_before.get(key) if active_before else None
@@ -287,7 +303,7 @@ def build_stacks(
         if before is not None and after is not None and wall_s > 0:
             fraction = (after - before) / wall_s
         held = gil.fraction(key) if gil is not None else None
-        stacks.extend(reconcile_gil(reconcile_activity(counts, fraction), held))
+        stacks.extend(reconcile_gil(reconcile_activity(counts, fraction), held, context))
     return tuple(stacks), instants
 
 
@@ -325,6 +341,7 @@ class StackCollector:
             base_window=max(1, round(window_s)),
         )
         self._names: dict[tuple[Pid, int | None], str] = {}
+        self._model_threads: set[tuple[Pid, int]] = set()  # threads seen calling a model
         self._tree: list[Pid] = [pid]
         self._tree_at: float | None = None
 
@@ -469,7 +486,9 @@ class StackCollector:
         scan_s = _scan_cost_per_s() * wall if use_sub else 0.0
         self.controller.observe(window, rate, max(0.0, cpu_s - scan_s))
         raw = self._fill_thread_names(raw)
-        stacks, instants = build_stacks(raw, self.pid, active_before, active_after, wall, gil)
+        stacks, instants = build_stacks(
+            raw, self.pid, active_before, active_after, wall, gil, self._model_threads
+        )
         # frames-only classes of this window: is a thread in python worth asking the GIL about?
         self._gil_plan.suspect = suspects(
             build_stacks(raw, self.pid, active_before, active_after, wall)[0]

@@ -37,6 +37,7 @@ class Diagnosis:
     rss: int | None
     others_cores: float | None = None  # cores other processes kept busy meanwhile
     step_s: float | None = None  # the baseline's median step
+    wait_s: float | None = None  # the baseline's median input wait per step (part of step_s)
     serial_source: str | None = None  # a source stage no toggle parallelizes
     serial_s: float | None = None  # its time per step (measured, else the input wait)
 
@@ -140,6 +141,7 @@ def diagnose(baseline: Sequence[RunOutcome], cores: int) -> Diagnosis | None:
         rss=None if rss is None else int(rss),
         others_cores=med([x.others_cores for x in stats]),
         step_s=step,
+        wait_s=wait,
         serial_source=serial,
         serial_s=serial_s,
     )

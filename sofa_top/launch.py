@@ -71,6 +71,8 @@ class LaunchRequest:
     cwd: str | None = None  # default: sofa-top's own working directory
     env: Mapping[str, str] | None = None  # the base environment (default: sofa-top's own)
     metrics: MetricsSpec | None = None  # serve /metrics for Prometheus (off by default)
+    # more session metadata: ``compare`` marks a run of a comparison (its group, its run)
+    meta: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,10 @@ class Run:
         self.session_path = session.session_path
         self.target = session.target
         self.injection: InjectResult | None = None  # attach mode: what injecting the agent did
+        self.left_running: int | None = None  # the PID of a workload left running at the end
+        self.keep_running = False  # --keep-running: a signal that ends sofa-top leaves the job
+        self.ended_by: str | None = None  # the signal that ended sofa-top (SIGHUP, SIGTERM)
+        self._finish_lock = threading.Lock()
 
     def start(self, on_snapshot: OnSnapshot | None = None) -> None:
         """SnapshotSource: start the session (its snapshots also feed the metrics exporter)."""
@@ -125,37 +131,95 @@ class Run:
         """SnapshotSource: the user quit the dashboard (and confirmed stopping a launch)."""
         self.finish("user quit")
 
-    def finish(self, reason: str) -> None:
-        """Stop the workload sofa-top launched (if still running), then the session."""
+    def detach(self) -> None:
+        """The quit dialog's "detach": finalize the session and leave the workload running."""
+        self.finish("user detached", stop_job=False)
+
+    def signalled(self, name: str) -> None:
+        """A signal ends sofa-top (SIGHUP: its terminal closed): stop the workload as the quit
+        dialog's "stop" does, or leave it running with ``keep_running``. Then sofa-top ends
+        within ``SIGNAL_EXIT_S``, drawn or not: a closed terminal may never let the dashboard
+        draw its way out, and the session is final, the job handled."""
+        self.ended_by = self.ended_by or name
+        self.finish(name, stop_job=not self.keep_running)
+        code = 128 + int(signal.Signals[name])
+        watchdog = threading.Timer(SIGNAL_EXIT_S, os._exit, (code,))
+        watchdog.daemon = True  # a normal exit comes first and does not wait for it
+        watchdog.start()
+
+    def finish(self, reason: str, *, stop_job: bool = True, interrupt: bool = True) -> None:
+        """Stop the workload sofa-top launched (if still running), then the session.
+
+        ``interrupt``: SIGINT first, as Ctrl-C would (the job may save its work), then SIGTERM,
+        then SIGKILL (``terminate_workload``); else SIGTERM first. ``stop_job=False`` leaves it
+        running (detach, ``--keep-running``): its output goes on to ``output_dir``, kept."""
+        with self._finish_lock:  # a SIGHUP may come while the dashboard's quit is finishing
+            self._finish(reason, stop_job, interrupt)
+
+    def _finish(self, reason: str, stop_job: bool, interrupt: bool) -> None:
         if self.popen is not None and self.popen.poll() is None:
-            # The session ends for the user's reason (q, Ctrl-C, SIGTERM), not "target exited":
-            # the workload exits below because sofa-top stops it.
-            self.session.end_reason = self.session.end_reason or reason
-            terminate_workload(self.popen)
-            # Let the process collector see the exit, so the session records its code.
-            self.session.wait(2.0)
+            if stop_job:
+                # The session ends for the user's reason (q, Ctrl-C, SIGTERM), not "target
+                # exited": the workload exits below because sofa-top stops it.
+                self.session.stopping_job(reason)
+                terminate_workload(self.popen, interrupt=interrupt)
+                # Let the process collector see the exit, so the session records its code.
+                self.session.wait(2.0)
+            else:
+                self.left_running = self.popen.pid
+                self.popen = None
         self.session.stop(reason)
         if self.exporter is not None:
             self.exporter.close()
         if self.server is not None:
             self.server.close()
-        if self.output_dir is not None:
+        if self.output_dir is not None and self.left_running is None:
             # The session holds the (bounded) output now.
             shutil.rmtree(self.output_dir, ignore_errors=True)
 
 
-def terminate_workload(popen: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
-    """SIGTERM the workload's process group, then SIGKILL it after ``grace_s``."""
-    if popen.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(popen.pid, signal.SIGTERM)
-    try:
-        popen.wait(grace_s)
-    except subprocess.TimeoutExpired:
+SIGNAL_EXIT_S = 5.0  # after a signal's stop: the most the dashboard may take to exit
+INTERRUPT_GRACE_S = 5.0  # after SIGINT: a training script may save a checkpoint
+TERMINATE_GRACE_S = 5.0  # after SIGTERM, before SIGKILL
+
+
+def terminate_workload(
+    popen: subprocess.Popen[bytes],
+    *,
+    interrupt: bool = True,
+    interrupt_s: float = INTERRUPT_GRACE_S,
+    grace_s: float = TERMINATE_GRACE_S,
+) -> None:
+    """Stop the workload's process group: SIGINT (with ``interrupt``), then SIGTERM after
+    ``interrupt_s``, then SIGKILL after ``grace_s``. Returns once the workload has exited and
+    no process of its group is left (a DataLoader worker, a rank)."""
+    group = popen.pid
+    steps = ([(signal.SIGINT, interrupt_s)] if interrupt else []) + [(signal.SIGTERM, grace_s)]
+    for sig, wait_s in steps:
+        if not _group_alive(popen, group):
+            return
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(popen.pid, signal.SIGKILL)
-        popen.wait()
+            os.killpg(group, sig)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and _group_alive(popen, group):
+            time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
+    popen.wait()
+
+
+def _group_alive(popen: subprocess.Popen[bytes], group: int) -> bool:
+    """Whether the workload or any process of its group is still there (the workload is
+    reaped here, so that its zombie does not count)."""
+    if popen.poll() is None:
+        return True
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _collectors(
@@ -301,9 +365,8 @@ def open_launch(req: LaunchRequest) -> Run:
     target = TargetInfo(pid=popen.pid, name=name, cmdline=tuple(cmd), launched=True)
     collectors = _collectors(req.sampling, popen.pid, popen)
     collectors += [AgentCollector(server), LogCollector(outputs)]
-    session = Session(
-        target, collectors, store, mode=req.mode, extra_meta={"settings": settings, "name": name}
-    )
+    meta = {**req.meta, "settings": settings, "name": name}
+    session = Session(target, collectors, store, mode=req.mode, extra_meta=meta)
     return Run(session, popen, server, out_dir, exporter)
 
 

@@ -13,6 +13,7 @@ import pytest
 from other_uid import OtherUser, stage
 from procs import read_now, spawned, wait_for
 from recordings import Recordings
+from tmux_term import Tmux
 
 from sofa_top.recording.reader import SessionReader
 
@@ -78,6 +79,16 @@ def _isolated_data_dir(
 
 
 @pytest.fixture
+def tmux() -> Iterator[Tmux]:
+    """A private tmux server (``tmux_term.Tmux``), killed after the test."""
+    t = Tmux()
+    try:
+        yield t
+    finally:
+        t.kill()
+
+
+@pytest.fixture
 def busy_python() -> Iterator[subprocess.Popen[bytes]]:
     """A real pure-Python busy loop (function ``spin_here``), in its loop when yielded; it runs
     until the test ends (600 s at most, so that nothing outlives a killed pytest for long)."""
@@ -138,6 +149,9 @@ def run_cli(
     )
 
 
+CTRL_C = 130  # record's exit status when Ctrl-C (SIGINT) stops it, as a shell reports it
+
+
 def judged_from_stacks(r: SessionReader) -> bool:
     """The session holds a verdict marker its stacks decided: enough samples to judge (py-spy's
     rate is what its CPU budget buys, so a slow or busy machine takes longer to get there)."""
@@ -148,8 +162,8 @@ def record_until(
     out: Path, done: Callable[[SessionReader], bool], what: str, *args: str, timeout: float = 180
 ) -> subprocess.CompletedProcess[str]:
     """``sofa-top record --json -o OUT ARGS`` until ``done`` holds of its session file (``what``
-    names it for the timeout's message), then SIGINT, as a user's Ctrl-C: its exit, summary
-    and errors."""
+    names it for the timeout's message), then SIGINT, as a user's Ctrl-C: its exit (``CTRL_C``),
+    summary and errors."""
     rec = subprocess.Popen(
         [SOFA_TOP, "record", "--json", "-o", str(out), *args],
         stdout=subprocess.PIPE,

@@ -148,8 +148,13 @@ class Recording:
 class Recordings:
     """Records each shape of ``SHAPES`` on first use, into one directory."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        shapes: dict[str, tuple[str, tuple[str, ...], int]] | None = None,
+    ) -> None:
         self.directory = directory
+        self.shapes = SHAPES if shapes is None else shapes
         self._done: dict[str, Recording | str] = {}
 
     def get(self, name: str) -> Recording:
@@ -161,7 +166,7 @@ class Recordings:
         return done
 
     def _record(self, name: str) -> Recording | str:
-        script, args, warmup = SHAPES[name]
+        script, args, warmup = self.shapes[name]
         out = self.directory / (name.replace(" ", "-") + ".sofa")
         cmd = [sys.executable, str(WORKLOADS / script), *args, "--warmup", str(warmup)]
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}

@@ -188,25 +188,26 @@ def test_oversubscription_tells_its_own_pools_from_the_neighbours() -> None:
     # with the pool's size known, the runnable count does not decide: a 2-thread pool that
     # waits 0.9 cores is oversubscribed at 1.4 runnable threads (seen: LBFGS on a busy machine)
     wide = ModelReport("torch", "Net", "__main__", 100, 0, "", intra_op_threads=2)
-    assert _pool(1.4, HOG).kind == "compute-bound"  # unknown size: 1.4 is no pool
+    # unknown size: 1.4 is no pool (an optimizer clock without stacks then abstains)
+    assert _pool(1.4, HOG).kind != "cpu-oversubscribed"
     assert judge(replace(_pool_evidence(1.4, HOG), model=wide)).kind == "cpu-oversubscribed"
     # a pool no wider than the cores it gets: no thread cap lowers it (neighbours starve it)
     sized = replace(wide, intra_op_threads=1)
-    assert judge(replace(_pool_evidence(2.0, HOG), model=sized)).kind == "compute-bound"
+    assert judge(replace(_pool_evidence(2.0, HOG), model=sized)).kind != "cpu-oversubscribed"
     # the loop's thread alone waiting is not a pool
     alone = Evidence(
         steps=[StepSample(float(i), i, i - 0.1, 0.1, 0.0, "torch-optimizer") for i in range(20)],
         cpu_count=2, runnable_threads=1.0, tree_cpu=20.0, neighbours=HOG,
         sched={"tree": ThreadTimes(0.2, 0.8, 1), "loop": ThreadTimes(0.2, 0.8, 1)},  # type: ignore[dict-item]
     )  # fmt: skip
-    assert judge(alone).kind == "compute-bound"
+    assert judge(alone).kind != "cpu-oversubscribed"
     # threads that do not wait for a CPU are not oversubscribed, however many are runnable
     calm = Evidence(
         steps=[StepSample(float(i), i, i - 0.1, 0.1, 0.0, "torch-optimizer") for i in range(20)],
         cpu_count=2, runnable_threads=4.0, tree_cpu=190.0,
         sched={"tree": ThreadTimes(1.9, 0.2, 4)},  # type: ignore[dict-item]
     )  # fmt: skip
-    assert judge(calm).kind == "compute-bound"
+    assert judge(calm).kind != "cpu-oversubscribed"
 
 
 def _input_verdict() -> Verdict:

@@ -103,8 +103,13 @@ def test_launch_bound_loop_is_told_apart(tmp_path: Path) -> None:
         "profiler",
         "estimate",
     }
-    assert all(s.gpu_span_s is not None for s in steps[-10:])
     assert snap is not None and snap.verdict is not None and snap.verdict.kind == v["kind"]
+    # every step had its GPU span, but those still waiting for their CUDA events when the
+    # stop (SIGINT, as Ctrl-C) ended the loop: sent at its exit, unmeasured
+    measured = [i for i, s in enumerate(steps) if s.gpu_span_s is not None]
+    tail = len(steps) - 1 - measured[-1]
+    assert tail <= 16, tail
+    assert all(s.gpu_span_s is not None for s in steps[-10 - tail : len(steps) - tail])
     # a replay shows the same: the CUDA reading with its window, GPU busy per step
     replay = ReplaySource(path)
     try:

@@ -20,7 +20,7 @@ def _session(tmp_path: Path) -> Session:
 def _steps(end: float, n: int, each_s: float) -> list[StepSample]:
     return [
         StepSample(
-            end - (n - 1 - i) * each_s, i, end - (n - i) * each_s, each_s, 0.0, "torch-optimizer"
+            end - (n - 1 - i) * each_s, i, end - (n - i) * each_s, each_s, 0.0, "torch-dataloader"
         )
         for i in range(n)
     ]
@@ -33,7 +33,7 @@ def test_steps_longer_than_the_window_still_judge_the_live_verdict(tmp_path: Pat
     s._record(list(_steps(now - 5.0, 3, 1.5 * WINDOW_S)))
     v = s.snapshot().verdict
     assert v is not None and v.kind == "compute-bound", v
-    assert v.evidence["step_source"] == "torch-optimizer" and v.evidence["steps"] == 3
+    assert v.evidence["step_source"] == "torch-dataloader" and v.evidence["steps"] == 3
     s.stop()
 
 

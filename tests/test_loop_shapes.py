@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import (
+    CTRL_C,
     WORKLOADS,
     log_lines,
     record_until,
@@ -41,8 +42,9 @@ def record(tmp_path: Path, *cmd: str, timeout: float = 240) -> tuple[dict[str, A
 
 
 def summary_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    """The ``record --json`` summary of a clean run, checked against its schema."""
-    assert proc.returncode == 0, proc.stderr
+    """The ``record --json`` summary of a clean run (the workload ended well, or the test's
+    Ctrl-C stopped it), checked against its schema."""
+    assert proc.returncode in (0, CTRL_C), proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr  # sofa-top's own stderr
     summary: dict[str, Any] = json.loads(proc.stdout)
     validate_record_json(summary)
@@ -102,15 +104,17 @@ def shape_cmd(name: str, *args: str, seconds: str) -> list[str]:
     ]
 
 
-# (shape, its clock, extra args)
+# (shape, its clock, extra args): the model-call clock marks every loop whose model it sees
+# called once per iteration outside an optimizer step (and sees the host time between the
+# calls); LBFGS calls its model inside step(closure): its optimizer's clock marks it
 SHAPES = [
-    ("forward-forward", "torch-optimizer", ("--min-iterations", "120")),
-    ("layerwise", "torch-optimizer", ()),
-    ("upfront", "torch-optimizer", ("--min-iterations", "200")),
-    ("hand-sgd", "torch-backward", ()),
+    ("forward-forward", "torch-model-call", ("--min-iterations", "120")),
+    ("layerwise", "torch-model-call", ()),
+    ("upfront", "torch-model-call", ("--min-iterations", "200")),
+    ("hand-sgd", "torch-model-call", ()),
     ("lbfgs", "torch-optimizer", ()),
-    ("compile", "torch-optimizer", ("--min-iterations", "60")),
-    ("generator", "torch-optimizer", ()),
+    ("compile", "torch-model-call", ("--min-iterations", "60")),
+    ("generator", "torch-model-call", ()),
 ]
 
 
@@ -126,9 +130,24 @@ def test_loop_shape_has_steps_from_its_clock(
     assert iterations - 4 <= steps["sources"][source] <= iterations, (iterations, steps)
     verdict = summary["verdict"]
     assert verdict["evidence"]["step_source"] == source, verdict
-    assert verdict["kind"] == "compute-bound", verdict  # all of them compute on in-memory data
-    assert verdict["evidence"]["input_wait_measured"] is False
-    assert "not measured" in verdict["headline"]
+    measured = source == "torch-model-call"
+    assert verdict["evidence"]["input_wait_measured"] is measured
+    assert (summary["steps"]["input_wait_fraction"] is None) is not measured
+    if name == "generator":
+        # its batches are made by a Python generator in the loop: input, now that it is seen
+        assert verdict["kind"] in ("compute-bound", "input-bound"), verdict
+    elif not measured:
+        # the optimizer's clock cannot see input: the loop thread's stacks decide, or, too
+        # few of them on a busy machine, the verdict abstains and says how to mark the steps
+        assert verdict["kind"] in ("compute-bound", "unknown"), verdict
+        if verdict["kind"] == "unknown":
+            assert any("api.iterate" in r for r in verdict["recommendations"]), verdict
+    else:
+        assert verdict["kind"] == "compute-bound", verdict  # they compute on in-memory data
+    assert ("not measured" in verdict["headline"]) is not measured
+    if measured:  # forward, backward and the update, each timed
+        split = summary["steps"]["compute_split"]
+        assert split is not None and split["forward"] > 0 and split["backward"] > 0, split
     assert_no_sofa_top_in_stacks(summary)
     if name == "forward-forward":
         # iterations, not optimizer steps (three per iteration)

@@ -92,17 +92,19 @@ def test_a_dataset_that_raises_is_a_failed_run_with_its_reason(tmp_path: Path) -
         "--warmup-steps", "3", "--parallelism", "2", "--json", "-o", str(tmp_path / "cmp"),
         "--", *cmd, timeout=600,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    # the baseline fails as the script does: compare stops there (exit 1) and says why
+    assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr  # the workload's traceback is in its session log
+    assert "compare stopped: the baseline failed: exit code 1: RuntimeError: corrupt record" in (
+        proc.stderr
+    )
     result = json.loads(proc.stdout)
     validate_compare_json(result)
-    for run in result["runs"]:
-        assert "run-failed" in run["flags"], run
-        assert any("exit code 1: RuntimeError" in e for e in run["errors"]), run["errors"]
-        # in a worker the loop gets the worker's error: the reason says where it came from
-        if run["config"] == "baseline":
-            assert any("corrupt record" in e for e in run["errors"]), run["errors"]
-    assert result["best"] is None
+    (run,) = result["runs"]
+    assert run["config"] == "baseline" and "run-failed" in run["flags"], run
+    assert any("exit code 1: RuntimeError" in e for e in run["errors"]), run["errors"]
+    assert any("corrupt record" in e for e in run["errors"]), run["errors"]
+    assert result["best"] is None and result["stopped"].startswith("the baseline failed")
 
 
 # -- advice per stage kind and framework ---------------------------------------------------------

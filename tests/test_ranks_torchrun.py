@@ -22,6 +22,7 @@ from procs import wait_until
 from prom import free_port
 from test_tui_pilot import run_async, wait_for
 
+from sofa_top.cli.exits import workload_status
 from sofa_top.recording.reader import SessionReader
 
 pytestmark = pytest.mark.slow
@@ -68,17 +69,22 @@ def rank_steps(path: Path) -> dict[int, int]:
         reader.close()
 
 
-def record_until(path: Path, cmd: list[str], ranks: int, steps: int, env: dict[str, str]) -> Any:
-    """``record --json`` on ``cmd`` until each of ``ranks`` ranks has ``steps`` steps; then
-    Ctrl-C (sofa-top stops the job) and the summary."""
-    proc = subprocess.Popen(
-        [SOFA_TOP, "record", "--json", "-o", str(path), "--", *cmd],
+def start_record(path: Path, cmd: list[str], env: dict[str, str], *flags: str) -> Any:
+    """``sofa-top record --json`` on ``cmd``, started (stdout and stderr piped)."""
+    return subprocess.Popen(
+        [SOFA_TOP, "record", "--json", *flags, "-o", str(path), "--", *cmd],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         text=True,
         env=env,
     )
+
+
+def record_until(path: Path, cmd: list[str], ranks: int, steps: int, env: dict[str, str]) -> Any:
+    """``record --json`` on ``cmd`` until each of ``ranks`` ranks has ``steps`` steps; then
+    Ctrl-C (sofa-top stops the job) and the summary."""
+    proc = start_record(path, cmd, env)
     try:
         ok = wait_until(
             lambda: (
@@ -95,7 +101,7 @@ def record_until(path: Path, cmd: list[str], ranks: int, steps: int, env: dict[s
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 0, err
+    assert proc.returncode == 128 + signal.SIGINT, err  # Ctrl-C
     assert "Traceback" not in err
     return json.loads(out)
 
@@ -191,7 +197,7 @@ async def test_replay_shows_the_ranks_pane_and_the_straggler(
         # at the end of the recording sofa-top had stopped the job: the verdict stands, and the
         # exit says so (the rank's status went to torchrun, its parent, not to sofa-top)
         assert "input-bound (latency)" in row2.plain, row2.plain
-        assert "killed by SIGTERM" in row2.plain or "stopped by sofa-top" in row2.plain
+        assert "stopped by sofa-top" in row2.plain, row2.plain
         assert row2.style and "bold" in str(row2.style)  # the straggler stands out
         verdict = "\n".join(t.plain for t in app.verdict.text_lines())
         assert "STRAGGLER" in verdict and "rank 2" in verdict
@@ -209,11 +215,11 @@ def test_a_rank_that_dies_shows_as_that_rank_s_exit(tmp_path: Path) -> None:
         timeout=240,
         env=env,
     )
-    assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr  # sofa-top's own stderr: the rank's traceback is logged
     summary = json.loads(r.stdout)
     validate_record_json(summary)
     assert summary["exit_code"] not in (0, None)  # the job failed, and says so
+    assert r.returncode == workload_status(summary["exit_code"]), r.stderr  # so does sofa-top
     ranks = {x["rank"]: x for x in summary["ranks"]}
     assert "RuntimeError: rank 1 failed on purpose" in (ranks[1]["exit"] or "")
     assert ranks[1]["alive"] is False
@@ -229,6 +235,45 @@ def test_a_rank_that_dies_shows_as_that_rank_s_exit(tmp_path: Path) -> None:
     assert summary["steps"]["count"] == len(steps)  # nothing recorded is lost
     logs = "\n".join(log_lines(path))
     assert "failed on purpose" in logs  # the rank's own traceback, as the workload printed it
+
+
+def test_a_rank_killed_mid_run_is_not_called_stopped_by_sofa_top(tmp_path: Path) -> None:
+    """SIGKILL to one rank while sofa-top records: torchrun takes its status and ends the job.
+    sofa-top signalled nothing, so no rank reads "stopped by sofa-top"."""
+    env = {**os.environ, "SOFA_TOP_DATA_DIR": str(tmp_path / "data")}
+    path = tmp_path / "killed.sofa"
+    rec = start_record(path, torchrun(2, "3600"), env, "--no-stacks")
+    try:
+        two = wait_until(lambda: len(rank_steps(path)) == 2, 240, 0.5)
+        assert two and wait_until(lambda: min(rank_steps(path).values()) >= 20, 240, 0.5)
+        reader = SessionReader(path)
+        try:
+            ranks = reader.events("rank")
+        finally:
+            reader.close()
+        pids = {int(str(e.data["rank"])): int(str(e.data["pid"])) for e in ranks}
+        os.kill(pids[1], signal.SIGKILL)
+        out, err = rec.communicate(timeout=120)
+    finally:
+        if rec.poll() is None:
+            rec.kill()
+            rec.communicate()
+    summary = json.loads(out)
+    assert summary["end_reason"] == "target exited", err  # torchrun ended it, not sofa-top
+    assert rec.returncode == workload_status(summary["exit_code"]) != 0, err
+    reader = SessionReader(path)
+    try:
+        exits = {e.data["rank"]: e for e in reader.events("rank-exit")}
+        stopped_job = reader.meta()["stopped_job"]
+    finally:
+        reader.close()
+    assert stopped_job is False
+    assert set(exits) == {0, 1}
+    for e in exits.values():
+        assert e.data["stopped"] is False, e
+        assert "stopped by sofa-top" not in e.message, e.message
+    ranks = {x["rank"]: x for x in summary["ranks"]}
+    assert not any("stopped by sofa-top" in (x["exit"] or "") for x in ranks.values()), ranks
 
 
 def test_ddp_results_and_the_user_s_comm_hook_are_untouched(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from sofa_top.model.samples import ProcessSample
 from sofa_top.recording.catalogue import (
     human_duration,
     human_size,
+    list_entries,
     list_sessions,
     prune,
     render_sessions,
@@ -73,16 +74,20 @@ def test_list_sessions(sessions: tuple[Path, SessionStore]) -> None:
 def test_render_and_json(sessions: tuple[Path, SessionStore]) -> None:
     d, live = sessions
     live.close()
-    infos = list_sessions(d)
+    infos = list_entries(d)
     buf = io.StringIO()
     render_sessions(infos, Console(file=buf, width=200, color_system=None))
     text = buf.getvalue()
-    assert "train (4242)" in text and "compute-bound" in text and "10s" in text
-    assert "unreadable" in text and "junk.sofa" in text and "serve (99)" in text
+    # the script as people name it, not the interpreter with its PID
+    assert "train.py" in text and "compute-bound" in text and "10s" in text
+    assert "(4242)" not in text
+    assert "unreadable" in text and "junk.sofa" in text and "serve" in text
 
     doc = json.loads(json.dumps(sessions_json(infos)))
-    assert doc["schema"] == 1
+    assert doc["schema"] == 2
     by_name = {Path(s["path"]).name: s for s in doc["sessions"]}
+    assert by_name["done.sofa"]["command"] == "train.py"
+    assert by_name["done.sofa"]["kind"] == "session"
     assert by_name["done.sofa"]["verdict"] == {"headline": "compute-bound", "kind": "compute-bound"}
     assert by_name["done.sofa"]["target"] == {
         "pid": PID,

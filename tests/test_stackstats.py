@@ -7,7 +7,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sofa_top.analysis.stackstats import list_threads, summarize
+from sofa_top.analysis.stackstats import IDLE_THREAD, list_threads, summarize
 from sofa_top.model.samples import STACK_CLASSES, Frame, StackClass, StackCount, StackWindow
 
 MOD = Frame("<module>", "train.py", 30)
@@ -52,31 +52,33 @@ W2 = window([count((MOD, LOOP, BACKWARD), 50, "compute")], t=1.0, rate=50.0, cpu
 
 
 def test_summary_of_two_windows() -> None:
+    """The loop's thread fills the split and the hot functions; the pin-memory thread, idle in
+    every sample, is a helper counted apart."""
     s = summarize([W1, W2])
     assert s is not None
-    assert s.thread_samples == 250
+    assert s.thread_samples == 150
+    assert (s.idle_threads, s.idle_thread_samples) == (1, 100)
     assert (s.ts_start, s.ts_end) == (0.0, 2.0)
-    assert s.split == {"input": 0.24, "compute": 0.32, "python": 0.04, "idle": 0.4}
+    assert s.split == {"input": 0.4, "compute": 80 / 150, "python": 10 / 150, "idle": 0.0}
     assert math.isclose(s.rate_hz, 75.0) and s.sampler_cpu is not None
     assert math.isclose(s.sampler_cpu, 3.0)
     by_name = {f.function: f for f in s.functions}
-    assert [f.function for f in s.functions[:3]] == [
-        "Condition.wait",
-        "_engine_run_backward",
-        "Ds.__getitem__",
-    ]
+    assert [f.function for f in s.functions[:2]] == ["_engine_run_backward", "Ds.__getitem__"]
+    assert "Condition.wait" not in by_name
     back = by_name["_engine_run_backward"]
-    assert (back.own_pct, back.total_pct, back.klass, back.thread) == (
-        32.0,
-        32.0,
-        "compute",
-        "MainThread",
-    )
+    assert math.isclose(back.own_pct, 100 * 80 / 150) and back.own_pct == back.total_pct
+    assert (back.klass, back.thread) == ("compute", "MainThread")
     main = by_name["main"]
-    assert (main.own_pct, main.total_pct, main.line) == (4.0, 60.0, 20)
-    assert by_name["Condition.wait"].thread == "pin"
+    assert math.isclose(main.own_pct, 100 * 10 / 150) and main.total_pct == 100.0
+    assert main.line == 20
     # never innermost: class of the samples it appears in
     assert by_name["_BaseDataLoaderIter.__next__"].klass == "input"
+
+
+def test_an_idle_process_is_all_helpers_and_shows_them() -> None:
+    s = summarize([window([count((WAIT,), 40, "idle"), count((WAIT,), 40, "idle", tid=11)])])
+    assert s is not None
+    assert s.split["idle"] == 1.0 and s.idle_threads == 0 and s.thread_samples == 80
 
 
 def test_threads_busiest_first() -> None:
@@ -142,19 +144,25 @@ def test_summary_laws(spec: list[list[StackCount]]) -> None:
         assert s is None
         return
     assert s is not None
-    assert s.thread_samples == total
+    # the loop's threads and the idle helpers partition the samples
+    assert s.thread_samples + s.idle_thread_samples == total
+    helpers = {t.tid for t in s.threads if t.split["idle"] >= IDLE_THREAD}
+    if s.idle_threads:
+        assert s.idle_threads == len(helpers) < len(s.threads)
+    loop = [c for w in windows for c in w.stacks if c.tid not in helpers or not s.idle_threads]
+    assert s.thread_samples == sum(c.count for c in loop)
     assert math.isclose(sum(s.split.values()), 1.0)
     assert set(s.split) == set(STACK_CLASSES)
     assert sum(t.samples for t in s.threads) == total
     assert math.isclose(
         sum(f.own_pct for f in s.functions),
-        100.0 * sum(c.count for w in windows for c in w.stacks if c.frames) / total,
+        100.0 * sum(c.count for c in loop if c.frames) / s.thread_samples,
     )
     for f in s.functions:
         assert 0.0 <= f.own_pct <= f.total_pct <= 100.0 + 1e-9
     assert [f.own_pct for f in s.functions] == sorted(
         (f.own_pct for f in s.functions), reverse=True
     )
-    # per-thread summaries partition the whole
+    # per-thread summaries partition the whole (one thread has no helpers)
     per = [summarize(windows, tid=t.tid) for t in s.threads]
     assert sum(p.thread_samples for p in per if p is not None) == total

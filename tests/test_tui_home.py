@@ -117,7 +117,8 @@ async def test_enter_on_a_session_opens_its_replay_and_broken_ones_explain() -> 
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot, app)
         table = rows(app.session_table)
-        assert "python (4242)" in table[0][1] and table[0][2].strip() == "5m02s"
+        # the script, not the interpreter and its PID
+        assert table[0][1] == "train.py" and table[0][2].strip() == "5m02s"
         assert table[0][3].startswith("input-bound: 60%")
         assert table[1][3].startswith("unreadable: not a readable")
         await pilot.press("tab", "tab")

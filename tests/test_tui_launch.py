@@ -3,6 +3,7 @@ workload log, and the confirmation before quitting stops a launched workload."""
 
 from __future__ import annotations
 
+import signal
 import threading
 from dataclasses import replace
 
@@ -18,6 +19,7 @@ from tui_fakes import (
     T0,
     TARGET_PID,
     FakeSource,
+    LaunchSource,
     compute_bound_verdict,
     input_bound_verdict,
     launch_snapshot,
@@ -199,8 +201,9 @@ async def test_steps_view_shows_throughput_and_chart() -> None:
     source = FakeSource()
     app = make_app(source)
     async with app.run_test(size=SIZE) as pilot:
-        snapshot = launch_snapshot(steps=steps_of([(0.5, 0.2)] * 30, batch=BATCH))
-        await deliver(pilot, source, snapshot)
+        steps = steps_of([(0.5, 0.2)] * 30, batch=BATCH)
+        # no verdict yet: the pane's own figures
+        await deliver(pilot, source, launch_snapshot(steps=steps, verdict=None))
         await pilot.press("2")
         await pilot.pause()
         assert app.views.active == "tab-steps"
@@ -208,6 +211,11 @@ async def test_steps_view_shows_throughput_and_chart() -> None:
         assert "2.00 steps/s" in summary
         assert f"{2 * BATCH} samples/s" in summary
         assert "median 500 ms" in summary and "input wait 40%" in summary
+        # judged from steps (its own window): the screen gives that share as the verdict does
+        await deliver(pilot, source, launch_snapshot(steps=steps))
+        await pilot.pause()
+        summary = app.steps.summary.render().plain
+        assert "input wait 60%" in summary and "60% of each step" in app.verdict.render().plain
         assert "step 29" in summary
         chart = app.steps.chart.render().plain
         assert "last 30 steps" in chart
@@ -405,6 +413,35 @@ async def test_quit_asks_before_stopping_a_running_workload() -> None:
     assert app.stopped_workload
     assert source.stop_calls == 1
     assert source.stop_threads[0] != threading.main_thread().ident
+
+
+@run_async
+async def test_quit_can_detach_and_leave_the_workload_running() -> None:
+    source = LaunchSource(session_path="/tmp/sessions/launch-2.sofa")
+    app = make_app(source)
+    async with app.run_test(size=SIZE) as pilot:
+        await deliver(pilot, source, launch_snapshot())
+        await pilot.press("q")
+        await pilot.pause()
+        labels = [str(b.label) for b in app.screen.query(Button)]
+        assert labels == ["[y] stop & quit", "[d] detach: leave it running", "[n] cancel"]
+        await pilot.press("d")
+        await wait_for(lambda: app.return_value is not None)
+    assert app.detached_workload and not app.stopped_workload
+    assert (source.detach_calls, source.stop_calls) == (1, 0)
+
+
+@run_async
+async def test_a_closed_terminal_ends_the_dashboard_as_stop_does() -> None:
+    """SIGHUP (the signal handler's path, through the event loop): no question asked."""
+    source = LaunchSource()
+    app = make_app(source)
+    async with app.run_test(size=SIZE) as pilot:
+        await deliver(pilot, source, launch_snapshot())
+        app.on_os_signal(signal.SIGHUP, None)
+        await wait_for(lambda: app.return_value is not None)
+    assert app.signalled == "SIGHUP" and source.signals == ["SIGHUP"]
+    assert source.stop_calls == 0 and source.detach_calls == 0
 
 
 @run_async

@@ -94,7 +94,9 @@ def fake_result(cmd: Sequence[str], configs: Sequence[str], repeats: int) -> Com
                 outcomes=outcomes,
             )
         )  # fmt: skip
-    diag = Diagnosis("cpu", 0.74, 0.98, 1, 2, 0.0021, 0.0075, 0.0117, 4.0, 300_000_000, None)
+    diag = Diagnosis(
+        "cpu", 0.74, 0.98, 1, 2, 0.0021, 0.0075, 0.0117, 4.0, 300_000_000, None, wait_s=0.0075
+    )
     search = SearchResult("cpu", 2, "cpu-bound input: parallelism stays at the core count")
     result = CompareResult(
         list(cmd), repeats, 50, None, 5, runs, "prefetch", [], diagnosis=diag, search=search

@@ -19,11 +19,13 @@ from tui_fakes import (
     PTRACE_HINT,
     T0,
     FakeSource,
+    LaunchSource,
     compute_bound_verdict,
     gpu_loop_snapshot,
     launch_snapshot,
     make_snapshot,
     nvml_gpu,
+    phases_snapshot,
 )
 
 from sofa_top.model.snapshot import Snapshot
@@ -34,10 +36,11 @@ SnapCompare = Callable[..., bool]
 
 
 def scenario(
-    snapshot: Snapshot, *keys: str
+    snapshot: Snapshot, *keys: str, source: FakeSource | None = None
 ) -> tuple[DashboardApp, Callable[[Pilot[Any]], Awaitable[None]]]:
     """An app fed ``snapshot`` through a FakeSource, then ``keys`` pressed."""
-    source = FakeSource([snapshot])
+    source = source if source is not None else FakeSource()
+    source.script.append(snapshot)
     app = DashboardApp(source, clock=lambda: snapshot.ts)
 
     async def run_before(pilot: Pilot[Any]) -> None:
@@ -113,13 +116,20 @@ def test_step_timeline(snap_compare: SnapCompare, size: tuple[int, int]) -> None
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
+def test_steps_phases_160x48(snap_compare: SnapCompare) -> None:
+    """Training with an evaluation pass: a phase per row (steps, input wait, p50/p90/p99),
+    the compute split, the model-call clock in the title; the verdict about training."""
+    app, run_before = scenario(phases_snapshot(), "2")
+    assert snap_compare(app, terminal_size=(160, 48), run_before=run_before)
+
+
 def test_log_view_80x24(snap_compare: SnapCompare) -> None:
     app, run_before = scenario(launch_snapshot(logs_dropped=12), "3")
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
 
 
 def test_launch_quit_confirmation_80x24(snap_compare: SnapCompare) -> None:
-    app, run_before = scenario(launch_snapshot(), "q")
+    app, run_before = scenario(launch_snapshot(), "q", source=LaunchSource())
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
 
 

@@ -11,6 +11,7 @@ from sofa_top.analysis.steps import HOOKED, RunFacts
 from sofa_top.analysis.verdicts import (
     HIGH_INPUT_FRACTION,
     INPUT_BOUND_FRACTION,
+    MIN_STEPS,
     MODERATE_INPUT_FRACTION,
     Evidence,
     judge,
@@ -204,7 +205,7 @@ def test_input_cause(
 
 
 def test_input_cause_thresholds_on_both_sides() -> None:
-    from sofa_top.analysis.verdicts import INPUT_CPU_BUSY, INPUT_CPU_IDLE
+    from sofa_top.analysis.inputs import INPUT_CPU_BUSY, INPUT_CPU_IDLE
 
     def cause(busy: float) -> object:
         v = judge(Evidence(steps=_waited(20, 0.8, busy), pipeline=SERIAL_TF, cpu_count=2))
@@ -286,13 +287,37 @@ def replace_ev(v: object, busy: float) -> object:
 
 def test_the_verdict_names_its_step_source() -> None:
     steps = [replace(s, source="torch-backward") for s in _steps(20, 0.0)]
-    v = judge(Evidence(steps=steps, facts=RunFacts(mode="launch", launched=True)))
+    facts = RunFacts(mode="launch", launched=True)
+    v = judge(Evidence(steps=steps, stacks=_stacks(compute=0.9, python=0.1), facts=facts))
     assert v.kind == "compute-bound"
     assert v.evidence["step_source"] == "torch-backward"
     assert v.evidence["step_sources"] == {"torch-backward": 20}
     assert v.evidence["input_wait_measured"] is False and "not measured" in v.headline
+    assert v.evidence["input_fraction"] is None  # not measured is not zero
     timed = judge(Evidence(steps=_steps(20, 0.0)))
     assert timed.evidence["input_wait_measured"] is True and "not measured" not in timed.headline
+
+
+@pytest.mark.parametrize(
+    ("stacks", "kind"),
+    [
+        (None, "unknown"),
+        (_stacks(compute=0.3, python=0.4, input=0.1, idle=0.2), "unknown"),
+        (_stacks(input=0.6, compute=0.4), "input-bound"),
+        (_stacks(compute=0.7, input=0.3), "compute-bound"),
+    ],
+)
+def test_a_clock_blind_to_input_abstains_unless_the_stacks_tell(
+    stacks: StackSummary | None, kind: str
+) -> None:
+    """Optimizer steps cannot see input: with no stacks, or stacks that show no dominant
+    class, the verdict says what is missing and how to mark the steps instead of a guess."""
+    steps = [replace(s, source="torch-optimizer") for s in _steps(20, 0.0)]
+    v = judge(Evidence(steps=steps, stacks=stacks, facts=RunFacts("launch", True)))
+    assert v.kind == kind, v.headline
+    assert v.evidence["input_fraction"] is None and "not measured" in v.headline
+    if kind == "unknown":
+        assert any("api.iterate" in r.text for r in v.recommendations), v.recommendations
 
 
 def test_a_step_note_is_carried_into_the_evidence() -> None:
@@ -321,11 +346,6 @@ def test_a_step_note_is_carried_into_the_evidence() -> None:
             "keras-fit: a tf.distribute strategy",
             "api.iterate",
         ),
-        (
-            RunFacts("record", True, None, 2, "python: can't open file 'x.py'"),
-            "exited with code 2 before any step: python: can't open file",
-            "fix the workload's error",
-        ),
     ],
 )
 def test_unknown_says_why_and_a_next_step_this_mode_allows(
@@ -335,6 +355,23 @@ def test_unknown_says_why_and_a_next_step_this_mode_allows(
     assert v.kind == "unknown"
     assert reason in v.headline and reason in str(v.evidence["steps_reason"])
     assert next_step in v.recommendations[0].text
+
+
+@pytest.mark.parametrize("steps", [0, MIN_STEPS - 1])
+def test_a_workload_that_failed_before_a_verdict_heads_with_its_error(steps: int) -> None:
+    """Whatever the stacks saw (its import machinery), the headline is the failure."""
+    facts = RunFacts("record", True, None, 2, "python: can't open file 'x.py'")
+    v = judge(Evidence(steps=_steps(steps, 0.0) if steps else [], facts=facts))
+    assert v.kind == "unknown"
+    assert (
+        v.headline == "unknown: the workload failed (exit code 2): python: can't open file 'x.py'"
+    )
+    assert v.evidence["workload_error"] == "python: can't open file 'x.py'"
+    if not steps:
+        assert "exited with code 2 before any step" in str(v.evidence["steps_reason"])
+    assert "fix the workload's error" in v.recommendations[0].text
+    stopped = judge(Evidence(facts=replace(facts, exit_code=-2, stopped=True)))
+    assert "failed" not in stopped.headline  # sofa-top's own SIGINT is no failure
     if facts.launched:  # never "run it under launch" when it already runs under launch
         assert "sofa-top launch" not in " ".join(r.text for r in v.recommendations)
 
@@ -398,3 +435,16 @@ def test_oversubscription_on_both_sides_of_its_thresholds() -> None:
     # input-bound stays input-bound: the input is what the loop waits for
     both = replace(_pool(3.0, 50.0), steps=_steps(20, 0.5))
     assert judge(both).kind == "input-bound"
+
+
+def test_an_injected_agent_is_never_called_missing() -> None:
+    """Attached with the agent injected: the verdict says what the agent saw, as the header
+    says ``agent injected`` (one agent state on a screen), and does not send the user to
+    ``launch`` for what the injected agent already does."""
+    agent = AgentInfo(0.0, 1, "3.11", (("torch", "2"),), (), ())
+    v = judge(Evidence(facts=RunFacts("attach", False, agent)))
+    assert "(no agent)" not in v.headline and "no step telemetry" not in v.headline
+    assert f"the loop used none of {HOOKED}" in v.headline
+    assert "sofa-top launch" not in v.recommendations[0].text
+    assert RunFacts("attach", False, agent).mode_text().endswith("sofa-top's agent injected")
+    assert "(no agent)" in RunFacts("attach", False, None).mode_text()

@@ -93,6 +93,22 @@ class FakeSource:
         return snap
 
 
+class LaunchSource(FakeSource):
+    """A launch-mode source (``launch.Run``'s shape): it can also detach, leaving the workload
+    running, and be ended by a signal."""
+
+    def __init__(self, snapshots: Iterable[Snapshot] = (), **kw: str) -> None:
+        super().__init__(snapshots, **kw)
+        self.detach_calls = 0
+        self.signals: list[str] = []
+
+    def detach(self) -> None:
+        self.detach_calls += 1
+
+    def signalled(self, name: str) -> None:
+        self.signals.append(name)
+
+
 # -- builders -----------------------------------------------------------------------------------
 
 
@@ -414,7 +430,7 @@ def make_pipeline(now: float = T0 + 75) -> PipelineSample:
         ),
         pid=TARGET_PID,
         note="runtime (tf.data model, 30720 elements produced); slowest stage: "
-        "ParallelMapDatasetV2 (0.58 ms per element)",
+        "ParallelMapDatasetV2 (the most time per element produced)",
     )
 
 
@@ -576,3 +592,37 @@ def gpu_loop_snapshot(now: float = T0 + 75, **kw: object) -> Snapshot:
     history["gpu.0.mem_used"] = series(T0, now, lambda t: 9311 * MIB)
     history["gpu.0.power"] = series(T0, now, _scaled(215, 20, 11, 1))
     return dataclasses.replace(snapshot, gpu=gpu, cuda=cuda, history=history)
+
+
+# -- a training loop with its evaluation pass, steps from the model-call clock ------------------
+
+
+def phases_snapshot(now: float = T0 + 75) -> Snapshot:
+    """A torch training loop that preprocesses in its body, with an evaluation pass every 20
+    steps: the model-call clock's steps, each phase apart, and their compute split."""
+    steps: list[StepSample] = []
+    t = now - 40.0
+    for k in range(140):
+        evaluating = k % 30 >= 20
+        duration = 0.060 if evaluating else 0.110
+        host = 0.045 if evaluating else 0.060
+        compute = duration - host
+        steps.append(
+            StepSample(
+                ts=t + duration,
+                step=k,
+                start=t,
+                duration_s=duration,
+                input_wait_s=host,
+                source="torch-model-call",
+                batch_size=16,
+                forward_s=compute if evaluating else compute * 0.35,
+                backward_s=0.0 if evaluating else compute * 0.5,
+                optimizer_s=0.0 if evaluating else compute * 0.15,
+                phase_hint="eval" if evaluating else "train",
+                autograd=not evaluating,
+            )
+        )
+        t += duration
+    verdict = judge(Evidence(steps=steps[-60:], cpu_count=2, training=True))
+    return make_snapshot(now, verdict=verdict, steps=tuple(steps), launched=True)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
+from types import FrameType
 from typing import Protocol, runtime_checkable
 
 from rich.text import Text
@@ -20,7 +23,7 @@ from textual.widgets import Footer, Static, TabbedContent, TabPane, Tabs
 
 from sofa_top.model.snapshot import Snapshot, TargetInfo
 from sofa_top.model.source import SnapshotSource
-from sofa_top.tui.confirm_quit import ConfirmQuitScreen
+from sofa_top.tui.confirm_quit import ConfirmQuitScreen, QuitChoice
 from sofa_top.tui.formatting import cmdline_text, truncate, window_label
 from sofa_top.tui.header import DashboardHeader
 from sofa_top.tui.help_screen import HelpScreen
@@ -38,6 +41,7 @@ MIN_WIDTH = 60
 MIN_HEIGHT = 15
 WIDE_WIDTH = 120  # from here the processes pane gets a share of the width, not a fixed one
 ROOMY_HEIGHT = 40  # from here timelines get taller graphs and the system-memory row
+END_SIGNALS = (signal.SIGHUP, signal.SIGTERM)  # end the dashboard as its quit does
 REPLAY_DRAW_S = 0.1  # a scrub must show at once; the live 1 s throttle would feel stuck
 VIEWS = ("overview", "steps", "log")
 
@@ -151,6 +155,9 @@ class DashboardApp(App[str]):
         self.stopping = False
         self.stop_error: str | None = None
         self.stopped_workload = False  # the user confirmed stopping a launched workload
+        self.detached_workload = False  # the user chose to leave it running
+        self.signalled: str | None = None  # SIGHUP (the terminal closed) or SIGTERM ended us
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.replay = isinstance(source, ReplayControls)
         self._draw_interval = min(self.refresh_s, REPLAY_DRAW_S) if self.replay else self.refresh_s
         self._move_lock = threading.Lock()  # replay moves run one at a time, in key order
@@ -197,6 +204,7 @@ class DashboardApp(App[str]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._loop = asyncio.get_running_loop()
         # Tabs switch with 1/2/3 or a click; a focusable tab strip would add a stop to the
         # tab-key cycle between panes.
         self.views.query_one(Tabs).can_focus = False
@@ -242,8 +250,14 @@ class DashboardApp(App[str]):
 
     @on(SnapshotArrived)
     def _snapshot_arrived(self, message: SnapshotArrived) -> None:
-        self.latest = message.snapshot
-        if not self.paused:
+        snapshot = self.latest = message.snapshot
+        if self.paused:
+            return
+        if snapshot.target_exited and snapshot.recording:
+            # how the workload ended (its error line comes a little after the exit) is news:
+            # not a second later; the hub sends these only until the session is final
+            self._draw_latest()
+        else:
             self._schedule_draw()
 
     def _schedule_draw(self) -> None:
@@ -399,7 +413,9 @@ class DashboardApp(App[str]):
         if self.stopping or isinstance(self.screen, ConfirmQuitScreen):
             return
         if self.workload_running():
-            self.push_screen(ConfirmQuitScreen(self._target_line()), self._quit_answered)
+            can_detach = callable(getattr(self.source, "detach", None))
+            screen = ConfirmQuitScreen(self._target_line(), can_detach=can_detach)
+            self.push_screen(screen, self._quit_answered)
             return
         self._begin_stop()
 
@@ -410,10 +426,44 @@ class DashboardApp(App[str]):
             return ""
         return truncate(f"pid {target.pid}: {cmdline_text(target.cmdline, target.name)}", 70)
 
-    def _quit_answered(self, stop: bool | None) -> None:
-        if stop:
+    def _quit_answered(self, choice: QuitChoice | None) -> None:
+        if choice == "stop":
             self.stopped_workload = True
             self._begin_stop()
+        elif choice == "detach":
+            self.detached_workload = True
+            self._begin_stop()
+
+    def on_os_signal(self, signum: int, _frame: FrameType | None) -> None:
+        """SIGHUP (the terminal closed: an ssh drop, a killed tmux pane) or SIGTERM: end as the
+        quit dialog's stop does, without asking (``--keep-running``: leave the job running).
+        A signal handler: it only hands the work to the event loop."""
+        name = signal.Signals(signum).name
+        loop = self._loop
+        if loop is None or loop.is_closed():  # not running (yet): end without the UI
+            threading.Thread(target=self._end_unseen, args=(name,), daemon=False).start()
+            return
+        loop.call_soon_threadsafe(self._signal_stop, name)
+
+    def _signal_stop(self, name: str) -> None:
+        self.signalled = self.signalled or name
+        self.stopping = False  # a quit in progress ends the same way: finish is serialized
+        self._begin_stop()
+
+    def _end_unseen(self, name: str) -> None:
+        self.signalled = name
+        self._stop_with(self.source)
+
+    def _stop_with(self, source: SnapshotSource) -> None:
+        """Stop ``source`` the way the user or the signal asked."""
+        detach = getattr(source, "detach", None)
+        signalled = getattr(source, "signalled", None)
+        if self.signalled is not None and callable(signalled):
+            signalled(self.signalled)
+        elif self.detached_workload and callable(detach):
+            detach()
+        else:
+            source.stop()
 
     def _begin_stop(self) -> None:
         """Stop the source (off the UI thread), then exit with the session path."""
@@ -422,6 +472,10 @@ class DashboardApp(App[str]):
         self.stopping = True
         if self.replay:
             status = "closing the replay…"
+        elif self.signalled:
+            status = f"{self.signalled}: stopping the workload, finalizing the session…"
+        elif self.detached_workload:
+            status = "detaching: finalizing the session, the workload keeps running…"
         elif self.stopped_workload:
             status = "stopping: finalizing the session, then the workload…"
         else:
@@ -480,7 +534,7 @@ class DashboardApp(App[str]):
     def _stop_source(self) -> None:
         error: str | None = None
         try:
-            self.source.stop()
+            self._stop_with(self.source)
         except Exception as exc:  # reported on exit; the session path is still worth printing
             error = f"{type(exc).__name__}: {exc}"
         self.post_message(SourceStopped(error))
@@ -533,9 +587,14 @@ def run_dashboard(
 ) -> str | None:
     """Run the dashboard until the user quits; returns the session path (None if it died)."""
     app = DashboardApp(source, refresh_s=refresh_s, title=title)
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, app.on_os_signal) for sig in END_SIGNALS}
     try:
         return app.run()
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         # Idempotent: after a normal quit this is a no-op; after a crash it still finalizes.
         source.stop()
 

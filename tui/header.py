@@ -8,6 +8,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 
+from sofa_top.model.samples import agent_state
 from sofa_top.model.snapshot import Snapshot
 from sofa_top.tui.formatting import cmdline_text, human_duration, truncate, truncate_left
 from sofa_top.tui.line_cache import LineCachedWidget
@@ -114,7 +115,7 @@ class DashboardHeader(LineCachedWidget):
                 seconds = (self.now if self.now is not None else snapshot.ts) - snapshot.started
                 elapsed = Text.assemble(("elapsed ", DIM), (human_duration(seconds), BOLD))
             who = Text.assemble(("pid ", DIM), (str(target.pid), BOLD), " ")
-            if not target.launched and snapshot.agent is not None:
+            if agent_state(target.launched, snapshot.agent) == "injected":
                 # attach mode has an agent only when sofa-top injected it
                 who.append("agent injected ", INJECTED_STYLE)
             command = cmdline_text(target.cmdline, target.name)

@@ -45,8 +45,11 @@ PANES: tuple[tuple[str, str], ...] = (
     ),
     (
         "2 steps",
-        "Launch mode: one bar per training step, newest at the right, the input wait "
-        "(yellow) under the compute (green); steps/s, samples/s, median step time. Below: the "
+        "Launch mode: one bar per step (training, evaluation or inference: a model call "
+        "marks the steps of a loop no fetch does), newest at the right, the input wait "
+        "(yellow) under the compute (green); steps/s, samples/s, median and p90/p99 step "
+        "time; per phase its steps, input wait and median; the compute split into forward, "
+        "backward, optimizer and collectives. Below: the "
         "tf.data / DataLoader stages (parallelism, buffer, time per element, ◀ bottleneck) "
         "and which hooks the in-process agent applied or skipped, and why.",
     ),

@@ -25,7 +25,7 @@ from sofa_top.collectors.discovery import PyProc, PythonProcessScanner, sort_pro
 from sofa_top.tui.formatting import cmdline_text, human_bytes, percent, truncate
 
 if TYPE_CHECKING:
-    from sofa_top.recording.catalogue import SessionInfo
+    from sofa_top.recording.catalogue import SessionEntry, SessionInfo
 
 REFRESH_S = 2.0
 MAX_SESSIONS = 100
@@ -135,7 +135,7 @@ class HomeApp(App[HomeChoice | None]):
         self.refresh_s = refresh_s
         self.clock = clock
         self.processes: list[PyProc] = []
-        self.sessions: list[SessionInfo] = []
+        self.sessions: list[SessionEntry] = []  # a comparison's runs are one entry
         self.scans = 0  # finished scans (tests wait on it)
         self.sessions_loaded = False
         self._scanning = threading.Lock()
@@ -180,7 +180,7 @@ class HomeApp(App[HomeChoice | None]):
             self.proc_table.add_column(heading, key=key, width=width)
         for label, key, width in (
             ("started", "started", 16),
-            ("target", "target", 20),
+            ("command", "command", 24),
             ("length", "length", 7),
             ("last verdict", "verdict", None),
         ):
@@ -221,7 +221,7 @@ class HomeApp(App[HomeChoice | None]):
         except Exception as exc:  # a bad directory must not hide the other two choices
             self.post_message(SessionsListed(None, str(exc)))
             return
-        self.post_message(SessionsListed(sessions[:MAX_SESSIONS]))
+        self.post_message(SessionsListed(sessions))
 
     @on(ProcessesScanned)
     def _scanned(self, message: ProcessesScanned) -> None:
@@ -239,7 +239,9 @@ class HomeApp(App[HomeChoice | None]):
             self.session_table.border_subtitle = f"cannot list sessions: {message.error}"
             self.sessions = []
         else:
-            self.sessions = message.sessions
+            from sofa_top.recording.catalogue import group_sessions
+
+            self.sessions = group_sessions(message.sessions)[:MAX_SESSIONS]
         self._fill_sessions()
 
     # -- tables ----------------------------------------------------------------------------------
@@ -280,7 +282,7 @@ class HomeApp(App[HomeChoice | None]):
         table = self.session_table
         if not table.columns or not self.sessions_loaded:
             return
-        width = self._command_width(table, 16 + 20 + 7)
+        width = self._command_width(table, 16 + 24 + 7)
         table.columns[next(k for k in table.columns if k.value == "verdict")].width = width
         table.clear()
         if not self.sessions:
@@ -288,23 +290,25 @@ class HomeApp(App[HomeChoice | None]):
             return
         from sofa_top.recording.catalogue import human_duration
 
-        for index, info in enumerate(self.sessions):
+        for index, entry in enumerate(self.sessions):
+            info = entry.first
             if info.error is not None:
                 cells = [
                     Text(session_date(info.modified)),
-                    Text(truncate(info.path.name, 20), DIM),
+                    Text(truncate(info.path.name, 24), DIM),
                     Text("-"),
                     Text(truncate(f"unreadable: {info.error}", width), DIM),
                 ]
             else:
-                target = info.target_name or "?"
-                if info.target_pid:
-                    target += f" ({info.target_pid})"
-                length = human_duration(info.duration_s) + ("…" if info.recording else "")
+                command = info.command or "?"
                 verdict = info.verdict or "-"
+                if entry.kind == "compare":
+                    command = f"compare ({len(entry.runs)} runs): {command}"
+                    verdict = f"{info.run_label}: {verdict}"
+                length = human_duration(entry.duration_s) + ("…" if entry.recording else "")
                 cells = [
-                    Text(session_date(info.started)),
-                    Text(truncate(target, 20)),
+                    Text(session_date(entry.started)),
+                    Text(truncate(command, 24)),
                     Text(length, justify="right"),
                     Text(
                         truncate(verdict, width),
@@ -342,7 +346,7 @@ class HomeApp(App[HomeChoice | None]):
         if key is None or key == NONE_KEY:
             self.notify("no session to open", severity="warning", timeout=3)
             return
-        info = self.sessions[int(key)]
+        info = self.sessions[int(key)].first  # a comparison: its first run (the baseline)
         if info.error is not None:
             self.notify(f"{info.path.name}: {info.error}", severity="error", timeout=5)
             return

@@ -151,15 +151,12 @@ class CompareDone(Message):
     """The comparison finished (``result``, and what it measured) or failed (``error``)."""
 
     def __init__(
-        self,
-        result: CompareResult | None,
-        error: str | None = None,
-        measured: Sequence[Measured] = (),
+        self, result: CompareResult | None, error: str | None = None, m: Sequence[Measured] = ()
     ) -> None:
         super().__init__()
         self.result = result
         self.error = error
-        self.measured = tuple(measured)
+        self.measured = tuple(m)
 
 
 class MeasuredSink(Protocol):
@@ -255,9 +252,13 @@ def results_table(
 def winner_text(result: CompareResult) -> RenderableType:
     """The best configuration, the code changes that reproduce it and its session files."""
     parts: list[RenderableType] = [Text(line) for line in diagnosis_lines(result)]
-    if result.best is None:
+    if result.stopped is not None:
+        parts.append(Text(f"stopped: {result.stopped}", style="bold red"))
+    elif result.best is None:
         note = result.best_note or "no configuration produced a usable throughput"
         parts.append(Text(f"best: none: {note}", style="bold"))
+    elif result.best == "baseline":
+        parts.append(Text("best: baseline: no optimizer toggle was faster", style="bold"))
     else:
         best_run = next(r for r in result.runs if r.config == result.best)
         parts.append(
@@ -544,7 +545,7 @@ class OptimizerScreen(Screen[None]):
             measured = note_measured(result)  # into the comparison's own session files
         except Exception:  # the result stands without it
             measured = []
-        self.post_message(CompareDone(result, measured=measured))
+        self.post_message(CompareDone(result, m=measured))
 
     def _report(self, event: CompareEvent) -> None:
         """``on_progress``, called on the worker thread: post_message is thread-safe."""

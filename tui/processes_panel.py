@@ -242,7 +242,8 @@ class ProcessesPane(VerticalScroll, QuietTitles, can_focus=True):
 
     def show(self, sample: ProcessSample | None) -> None:
         """Draw ``sample``; the title counts processes, exited ones and threads."""
-        self.query_one(ProcessesBody).show(sample)
+        for body in self.query(ProcessesBody):  # none while the pane is still composing
+            body.show(sample)
         if sample is None:
             return
         exited = sum(1 for p in sample.procs if not p.alive or p.state == "exited")

@@ -1,12 +1,13 @@
 """Steps view: per-step input wait vs compute (and, in CUDA loops, how busy the GPU was),
-throughput, the tf.data / DataLoader stages and what the in-process agent hooked (launch
-mode)."""
+throughput, each phase's steps (training, evaluation, inference) with their input wait and
+step-time percentiles, the compute split, the tf.data / DataLoader stages and what the
+in-process agent hooked (launch mode)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from rich.style import Style
 from rich.table import Table
@@ -16,7 +17,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.geometry import Size
 from textual.widget import Widget
 
-from sofa_top.model.samples import AgentInfo, PipelineSample, StepSample
+from sofa_top.analysis import steps as step_facts
+from sofa_top.model.samples import AgentInfo, PipelineSample, StepSample, agent_state
 from sofa_top.model.snapshot import Snapshot
 from sofa_top.model.workload import ModelReport
 from sofa_top.tui.formatting import truncate
@@ -41,8 +43,8 @@ NO_STEPS_ATTACH = (
     "no step telemetry (attach mode) — use sofa-top launch -- CMD for per-step input wait"
 )
 NO_STEPS_YET = (
-    "waiting for the first training steps… (the agent times tf.function / Keras fit / "
-    "DataLoader / optimizer steps)"
+    "waiting for the first steps… (the agent times model calls, Keras fit, tf.data and "
+    "DataLoader fetches, optimizer steps)"
 )
 
 
@@ -55,7 +57,7 @@ class StepStats:
     steps_per_s: float | None
     samples_per_s: float | None  # None when the batch size is unknown
     median_s: float | None
-    input_fraction: float | None
+    input_fraction: float | None  # None: the clock cannot see input (not measured)
     batch_size: int | None
     source: str
     # CUDA loops: GPU busy time over the wall time of the steps whose busy time is known, and
@@ -64,8 +66,14 @@ class StepStats:
     gpu_source: str = ""
 
 
-def step_stats(steps: Sequence[StepSample], window_s: float = STATS_WINDOW_S) -> StepStats | None:
-    """Figures over the steps that ran in the last ``window_s`` up to the newest one."""
+def step_stats(
+    steps: Sequence[StepSample],
+    window_s: float = STATS_WINDOW_S,
+    host: Mapping[str, float] | None = None,
+    host_samples: int = 0,
+) -> StepStats | None:
+    """Figures over the steps that ran in the last ``window_s`` up to the newest one
+    (``host``: the loop's host-time split, for model-call steps' input share)."""
     if not steps:
         return None
     last = steps[-1]
@@ -74,7 +82,6 @@ def step_stats(steps: Sequence[StepSample], window_s: float = STATS_WINDOW_S) ->
     cutoff = last.ts - window_s - 1e-9
     recent = [s for s in steps if s.ts - s.duration_s >= cutoff] or [last]
     busy = sum(max(s.duration_s, 0.0) for s in recent)
-    wait = sum(max(s.input_wait_s, 0.0) for s in recent)
     # Durations run from the end of one step to the end of the next, so they tile the
     # wall-clock time: their sum is the time the window's steps took.
     rate = len(recent) / busy if busy > 0 else None
@@ -88,12 +95,31 @@ def step_stats(steps: Sequence[StepSample], window_s: float = STATS_WINDOW_S) ->
         steps_per_s=rate,
         samples_per_s=None if rate is None or batch is None else rate * batch,
         median_s=_median([s.duration_s for s in recent]),
-        input_fraction=min(1.0, wait / busy) if busy > 0 else None,
+        input_fraction=step_facts.input_fraction(recent, host, host_samples),
         batch_size=batch,
         source=last.source,
         gpu_busy=min(1.0, sum(s.gpu_busy_s or 0.0 for s in timed) / timed_s) if timed_s else None,
         gpu_source="profiler" if sources == {"profiler"} else "estimate" if sources else "",
     )
+
+
+def shown_stats(snapshot: Snapshot) -> StepStats | None:
+    """The step figures a screen shows (the steps pane and the verdict's evidence line): the
+    recent steps', with the share of each step spent waiting for input taken from the verdict
+    when it was judged from steps, so that the screen says that one fact with one number (the
+    verdict's window; at the end of a session: the whole session)."""
+    stacks = snapshot.stacks
+    host = stacks.host_split if stacks is not None else None
+    host_n = stacks.host_samples if stacks is not None else 0
+    phases = step_facts.by_phase(snapshot.steps)
+    main = step_facts.main_phase(phases)
+    # the main phase's figures: an evaluation pass never mixes into them
+    stats = step_stats(phases[main] if main else snapshot.steps, host=host, host_samples=host_n)
+    verdict = snapshot.verdict
+    judged = verdict.evidence.get("input_fraction") if verdict is not None else None
+    if stats is None or not isinstance(judged, int | float) or isinstance(judged, bool):
+        return stats
+    return replace(stats, input_fraction=float(judged))
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -322,38 +348,155 @@ class StepsSummary(LineCachedWidget):
         return [self.render()]
 
 
+@dataclass(frozen=True, slots=True)
+class PhaseRow:
+    """One phase's figures over the recent steps."""
+
+    phase: str  # "train", "eval", "inference"
+    count: int
+    input_fraction: float | None
+    median_s: float | None
+    p90_s: float | None
+    p99_s: float | None
+
+
+def phase_rows(
+    phases: Mapping[step_facts.Phase, Sequence[StepSample]],
+    host: Mapping[str, float] | None = None,
+    host_samples: int = 0,
+) -> list[PhaseRow]:
+    """Each phase's figures apart (an evaluation pass never mixes into training's)."""
+    rows = []
+    for phase, group in phases.items():
+        durations = [s.duration_s for s in group]
+        rows.append(
+            PhaseRow(
+                phase,
+                len(group),
+                step_facts.input_fraction(group, host, host_samples),
+                _median(durations),
+                step_facts.percentile(durations, 0.9),
+                step_facts.percentile(durations, 0.99),
+            )
+        )
+    return sorted(rows, key=lambda r: step_facts.PHASES.index(r.phase))
+
+
+def phases_lines(rows: Sequence[PhaseRow], split: Mapping[str, float] | None) -> list[Text]:
+    """The phase table (phase, steps, input wait, p50 = median, p90, p99) and the compute
+    split."""
+    lines: list[Text] = []
+    if rows:
+        lines.append(
+            Text(
+                f"{'phase':<10}{'steps':>6}{'input':>7}{'p50':>10}{'p90':>10}{'p99':>10}",
+                AXIS_STYLE,
+            )
+        )
+    for r in rows:
+        wait = "-" if r.input_fraction is None else f"{r.input_fraction:.0%}"
+        line = Text(f"{r.phase:<10}", BOLD)
+        line.append(f"{r.count:>6}")
+        line.append(f"{wait:>7}", INPUT_STYLE)
+        line.append(
+            f"{human_seconds(r.median_s):>10}{human_seconds(r.p90_s):>10}"
+            f"{human_seconds(r.p99_s):>10}"
+        )
+        lines.append(line)
+    if split is not None:
+        line = Text("compute ", COMPUTE_STYLE)
+        line.append(
+            " · ".join(f"{name} {split[name]:.0%}" for name in COMPUTE_PARTS if name in split)
+        )
+        lines.append(line)
+    return lines
+
+
+COMPUTE_PARTS = ("forward", "backward", "optimizer", "collective")
+TABLE_MIN_HEIGHT = 14  # a pane this tall shows the phase table even for one phase
+
+
+class StepsPhases(LineCachedWidget):
+    """Per phase: steps, input wait, median, p90, p99; then the compute split."""
+
+    DEFAULT_CSS = """
+    StepsPhases { height: auto; width: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.lines: list[Text] = []
+
+    def show(self, lines: list[Text]) -> None:
+        """Replace the table."""
+        grew = len(lines) != len(self.lines)
+        self.lines = lines
+        if grew:
+            self.refresh(layout=True)
+        self.redraw()
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self.lines)
+
+    def render(self) -> Text:
+        return Text("\n").join(self.text_lines())
+
+    def text_lines(self) -> list[Text]:
+        """The table's lines, cut to the width."""
+        out = []
+        for line in self.lines:
+            cut = line.copy()
+            cut.truncate(self.size.width)
+            out.append(cut)
+        return out
+
+
 class StepsPane(Vertical, QuietTitles):
-    """Throughput line plus the chart."""
+    """Throughput line, the phases and the compute split, then the chart."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.border_title = "steps"
         self.stats: StepStats | None = None
         self.summary = StepsSummary(id="steps-summary")
+        self.phases = StepsPhases(id="steps-phases")
         self.chart = StepChart(id="step-chart")
 
     def compose(self) -> ComposeResult:
         yield self.summary
+        yield self.phases
         yield self.chart
 
     def show(self, snapshot: Snapshot) -> None:
         """Draw the steps of ``snapshot`` (or why there are none)."""
         steps = snapshot.steps
-        self.stats = step_stats(steps)
+        stacks = snapshot.stacks
+        host = stacks.host_split if stacks is not None else None
+        host_n = stacks.host_samples if stacks is not None else 0
+        phases = step_facts.by_phase(steps)
+        self.stats = shown_stats(snapshot)
         summary = self.summary
         if not steps:
-            message = NO_STEPS_YET if snapshot.target.launched else NO_STEPS_ATTACH
+            state = agent_state(snapshot.target.launched, snapshot.agent)
+            message = NO_STEPS_ATTACH if state == "none" else NO_STEPS_YET
             summary.show(None)
             summary.display = False
+            self.phases.show([])
             self.chart.show((), message)
             self.set_titles("steps")
             return
         summary.display = True
         summary.show(self.stats)
+        rows = phase_rows(phases, host, host_n)
+        # one phase in a short pane: its name goes in the title and the chart keeps the rows
+        table = len(rows) > 1 or self.size.height >= TABLE_MIN_HEIGHT
+        split = step_facts.compute_split(steps[-200:])
+        self.phases.show(phases_lines(rows, split) if table else [])
         self.chart.show(steps, None)
         assert self.stats is not None
         batch = f" · batch {self.stats.batch_size}" if self.stats.batch_size else ""
-        self.set_titles(f"steps · {self.stats.source}{batch}")
+        phase = f" · {rows[0].phase}" if len(rows) == 1 else ""
+        self.set_titles(f"steps · {self.stats.source}{batch}{phase}")
 
 
 # -- pipeline and agent -------------------------------------------------------------------------
@@ -399,7 +542,8 @@ def keras_used(
     """Whether the workload itself uses Keras: TensorFlow imports Keras on its own, so a hook
     installed (or a ``keras`` module loaded) says nothing; a Keras fit step, a fit the hook
     saw and could not measure, or a Keras model run by torch does."""
-    if any(s.source == "keras-fit" for s in steps) or (model is not None and model.keras_model):
+    keras_clocks = ("keras-fit", "keras-model-call", "keras-evaluate")
+    if any(s.source in keras_clocks for s in steps) or (model is not None and model.keras_model):
         return True
     if agent is None:
         return False
@@ -411,16 +555,21 @@ def keras_used(
 def agent_text(agent: AgentInfo | None, launched: bool, keras: bool = True) -> Text:
     """What the agent hooked and skipped (and why), on one line (wrapping when needed);
     without ``keras`` (the workload never used Keras) its Keras hook and module are left out."""
+    if agent_state(launched, agent) == "waiting":
+        return Text("agent: no report yet", DIM)
     if agent is None:
-        if launched:
-            return Text("agent: no report yet", DIM)
         return Text("agent: not loaded (attach mode)", DIM)
     text = Text.assemble(("agent ", BOLD), f"pid {agent.pid} · python {agent.python}")
     for name, version in agent.frameworks:
         if keras or name != "keras":
             text.append(f" · {name} {version}")
-    applied = [h for h in agent.hooks_applied if keras or h != "keras-fit"]
-    skipped = [(h, why) for h, why in agent.hooks_skipped if keras or h != "keras-fit"]
+    # (a hook of a library the workload never imported says nothing: left out)
+    applied = [h for h in agent.hooks_applied if keras or not h.startswith("keras-")]
+    skipped = [
+        (h, why)
+        for h, why in agent.hooks_skipped
+        if (keras or not h.startswith("keras-")) and why != NOT_IMPORTED
+    ]
     if applied:
         text.append(" · hooks ")
         text.append(" ".join(f"✓{h}" for h in applied), Style(color="green"))
@@ -448,6 +597,7 @@ class PipelineBody(Widget):
         self.agent: AgentInfo | None = None
         self.launched = False
         self.keras = False
+        self.in_body = False
 
     def show(
         self,
@@ -455,14 +605,17 @@ class PipelineBody(Widget):
         agent: AgentInfo | None,
         launched: bool,
         keras: bool = False,
+        in_body: bool = False,
     ) -> None:
-        """Replace what is drawn (``keras``: the workload uses Keras)."""
-        now = (pipeline, agent, launched, keras)
-        same = now == (self.pipeline, self.agent, self.launched, self.keras)
+        """Replace what is drawn (``keras``: the workload uses Keras; ``in_body``: its steps
+        come from its model calls, its input is prepared in the loop body)."""
+        now = (pipeline, agent, launched, keras, in_body)
+        same = now == (self.pipeline, self.agent, self.launched, self.keras, self.in_body)
         self.pipeline = pipeline
         self.agent = agent
         self.launched = launched
         self.keras = keras
+        self.in_body = in_body
         if not same:  # the agent reports rarely: most seconds there is nothing to redraw
             self.refresh(layout=True)
 
@@ -480,7 +633,15 @@ class PipelineBody(Widget):
         grid = Table.grid(expand=True)
         grid.add_column()
         pipeline = self.pipeline
-        if pipeline is None or not pipeline.stages:
+        if pipeline is None and self.in_body:
+            grid.add_row(
+                Text(
+                    "no input pipeline: the loop prepares its input in its own body (its steps "
+                    "come from its model calls; the time between them is the input's)",
+                    DIM,
+                )
+            )
+        elif pipeline is None or not pipeline.stages:
             grid.add_row(
                 Text(
                     "no input-pipeline report (the agent describes tf.data pipelines and "
@@ -514,7 +675,8 @@ class PipelinePane(VerticalScroll, QuietTitles, can_focus=True):
         """Draw the pipeline and agent of ``snapshot``."""
         pipeline = snapshot.pipeline
         keras = keras_used(snapshot.agent, snapshot.steps, snapshot.model)
-        self.body.show(pipeline, snapshot.agent, snapshot.target.launched, keras)
+        in_body = step_facts.main_source(snapshot.steps[-50:]) in step_facts.MODEL_CALL_SOURCES
+        self.body.show(pipeline, snapshot.agent, snapshot.target.launched, keras, in_body)
         if pipeline is None:
             self.set_titles("input pipeline")
         else:

@@ -13,7 +13,7 @@ from sofa_top.analysis.ranks import headline_verdict
 from sofa_top.model.snapshot import Snapshot
 from sofa_top.model.verdict import Verdict
 from sofa_top.tui.line_cache import LineCachedWidget
-from sofa_top.tui.steps_panel import human_rate, human_seconds, step_stats
+from sofa_top.tui.steps_panel import human_rate, human_seconds, shown_stats
 
 RED = "#d75f5f"
 AMBER = "#d7af00"
@@ -117,10 +117,10 @@ def evidence_parts(verdict: Verdict | None, snapshot: Snapshot) -> list[Text]:
         return straggler_parts(verdict)
     ev: Mapping[str, object] = verdict.evidence if verdict is not None else {}
     parts: list[Text] = []
-    stats = step_stats(snapshot.steps)
-    input_fraction = _fraction(ev.get("input_fraction"))
-    if input_fraction is None and stats is not None:
-        input_fraction = stats.input_fraction
+    stats = shown_stats(snapshot)
+    input_fraction = stats.input_fraction if stats is not None else None
+    if input_fraction is None:
+        input_fraction = _fraction(ev.get("input_fraction"))
     if input_fraction is not None:
         parts.append(Text.assemble("input wait ", (f"{input_fraction:.0%}", BOLD), " of step"))
     else:

@@ -7,8 +7,8 @@ model, and every recommendation that an optimizer toggle can try names that togg
 ``inputs``: input pipelines, per stage kind (generator, flat_map, interleave, map, batch, cache,
 Keras PyDataset, torch Dataset / IterableDataset) and framework; ``compute``: compilers,
 depth-first chains and thread pools, only where the agent's model report says they apply;
-``gpu``: CUDA loops (pinned copies, CUDA graphs, bf16); ``stages``: the pipeline as the advice
-reads it.
+``gpu``: CUDA loops (pinned copies, CUDA graphs, bf16); ``loops``: a loop that prepares its
+input in its own body (no pipeline); ``stages``: the pipeline as the advice reads it.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from sofa_top.optimizers.advice.gpu import (
     gpu_input_recommendations,
     gpu_underused_recommendations,
 )
+from sofa_top.optimizers.advice.loops import loop_input_recommendations
 from sofa_top.optimizers.advice.stages import PipelineView, view
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "gpu_underused_recommendations",
     "input_recommendations",
     "launch_recommendations",
+    "loop_input_recommendations",
     "memory_pressure_recommendations",
     "oversubscribed_recommendations",
     "pipeline_recommendations",
@@ -94,8 +96,17 @@ def gpu_recommendations() -> tuple[Recommendation, ...]:
     return (Recommendation("move the model and batches to the GPU, raise the batch size"),)
 
 
-def python_recommendations() -> tuple[Recommendation, ...]:
-    """Plain Python holds the training thread."""
+def python_recommendations(writer: str | None = None) -> tuple[Recommendation, ...]:
+    """Plain Python holds the loop's thread; ``writer``: the hot function writes a result out
+    (an image encoder), the host's work after the model."""
+    if writer is not None:
+        return (
+            Recommendation(
+                f"the time is writing results ({writer}: encoding, after the model): encode "
+                "less (a faster format or compression level, smaller outputs), or write them "
+                "from a background thread or process while the next input is handled"
+            ),
+        )
     return (Recommendation("move the hot Python function into vectorized framework ops"),)
 
 

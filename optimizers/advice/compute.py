@@ -33,7 +33,7 @@ def xla_text(keras: bool) -> str:
 def torch_compile_text(model: ModelReport | None) -> str | None:
     """``torch.compile`` in the workload's API; None when no model ran that it could compile."""
     if model is None:
-        return "model.compile() (torch.compile) before the training loop"
+        return "model.compile() (torch.compile) before the loop"
     if not model.module:
         return None
     if "transformers-trainer" in model.libraries:
@@ -63,10 +63,48 @@ def depth_first_text(model: ModelReport | None) -> str | None:
     )
 
 
+CALL_SETUP_SHARE = 0.3  # a Keras call spending this share of itself on its own setup
+
+
+OUTPUT_SHARE = 0.2  # a loop spending this share of its steps on the model's output
+
+
 def compute_recommendations(
-    fw: str, model: ModelReport | None = None, keras: bool = False
+    fw: str,
+    model: ModelReport | None = None,
+    keras: bool = False,
+    call_setup: float | None = None,
+    output: float | None = None,
 ) -> tuple[Recommendation, ...]:
-    """What to try on a compute-bound loop of framework ``fw``."""
+    """What to try on a compute-bound loop of framework ``fw``; ``call_setup``: the share of
+    the loop's Keras calls spent building their own data adapter (``predict`` per sample);
+    ``output``: the share of its steps spent on the model's output outside the model."""
+    recs = _compiler_recommendations(fw, model, keras, call_setup)
+    if output is None or output < OUTPUT_SHARE:
+        return recs
+    ops = "torch" if fw == "torch" else "TensorFlow" if fw == "tensorflow" else "framework"
+    return (
+        Recommendation(
+            f"{output:.0%} of each step is the loop's work on the model's output, outside "
+            "the model (sampling, argmax, decoding, writing): the model's compiler does not "
+            f"touch it; keep it in {ops} ops on the model's side (sample from the logits "
+            "before any `.cpu()`/`.numpy()`), or handle several sequences or requests per call"
+        ),
+        *recs,
+    )
+
+
+def _compiler_recommendations(
+    fw: str, model: ModelReport | None, keras: bool, call_setup: float | None
+) -> tuple[Recommendation, ...]:
+    if fw == "tensorflow" and keras and call_setup is not None and call_setup >= CALL_SETUP_SHARE:
+        return (
+            Recommendation(
+                "call the model without predict's per-call setup: `model.predict_on_batch(x)` "
+                f"(or `model(x, training=False)`) in the loop: {call_setup:.0%} of each "
+                "`predict` builds a data adapter and an iterator for the arrays it is given"
+            ),
+        )
     if fw == "tensorflow":
         return (Recommendation(xla_text(keras), "xla"),)
     if fw == "torch":

@@ -92,7 +92,7 @@ def gpu_underused_recommendations(
         )
     return (
         Recommendation(
-            "move host work off the training loop: preprocessing into DataLoader workers, no "
+            "move host work off the loop's thread: preprocessing into DataLoader workers, no "
             "per-step .item() / .cpu() / print of a tensor (each waits for the GPU)"
         ),
         Recommendation("bigger batches: the host's work per step is spread over more samples"),

@@ -102,7 +102,7 @@ def _torch_parallel(v: PipelineView, cores: int, n: int | None) -> list[Recommen
     want = n or default_workers(cores)
     if src is None or workers >= want or (n is None and workers > 0):
         return []
-    now = "it loads in the training loop's process" if workers == 0 else f"now {workers}"
+    now = "it loads in the loop's process" if workers == 0 else f"now {workers}"
     if src.kind == "iterable":
         return [
             Recommendation(

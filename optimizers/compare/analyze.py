@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sofa_top.agent.toggles import OptimizeSpec, Toggle, toggle_of, toggle_of_hook
+from sofa_top.analysis.steps import RAISED
 from sofa_top.model.samples import Event, PipelineSample, StepSample
 from sofa_top.optimizers.advice import view
 from sofa_top.optimizers.measures import (
@@ -115,13 +116,10 @@ def _steady(stored: _Stored, warmup: int, steps: int | None) -> _Steady:
     return out
 
 
-_RAISED = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit))\b.*")
-
-
 def _last_error(logs: Sequence[Event]) -> str | None:
     """The exception the workload's output ends with (its last ``SomethingError: ...`` line)."""
     for e in reversed(logs[-200:]):
-        if _RAISED.match(e.message):
+        if RAISED.match(e.message):
             return e.message.strip()[:200]
     return None
 
@@ -132,6 +130,8 @@ def _exit_failure(meta: dict[str, Any], logs: Sequence[Event] = ()) -> str | Non
     lies)."""
     exit_code = meta.get("exit_code")
     end_reason = str(meta.get("end_reason") or "")
+    if meta.get("stopped_job") is True:  # compare stopped it (it ran its steps)
+        return None
     if (
         isinstance(exit_code, int)
         and exit_code not in (0, -15, 143)

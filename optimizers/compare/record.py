@@ -61,10 +61,12 @@ def record_one(
     warmup: int,
     timeout_s: float,
     like: JobCopy | None = None,
+    group: str | None = None,
 ) -> int | None:
     """Launch ``cmd`` with ``spec`` and stop it after ``warmup`` + ``target_steps`` steps (or
     ``seconds`` past the warm-up, or its exit, or ``timeout_s``). Returns the tree's peak PSS.
-    ``like``: run in that job's working directory with its environment (``compare --like``)."""
+    ``like``: run in that job's working directory with its environment (``compare --like``).
+    ``group``: the comparison this run belongs to (the session lists show it as one entry)."""
     run = open_launch(
         LaunchRequest(
             cmd=tuple(cmd),
@@ -76,35 +78,53 @@ def record_one(
             settings={"optimize": replace(spec, check_data=True).to_json()},
             cwd=like.cwd if like is not None else None,
             env=like.env if like is not None else None,
+            meta={} if group is None else {"compare": {"id": group, "run": name}},
         )
     )
     session = run.session
-    session.start()
-    memory = _PeakMemory(run.popen.pid if run.popen is not None else None)
+    reason = "interrupted"
+    try:
+        session.start()
+        memory = _PeakMemory(run.popen.pid if run.popen is not None else None)
+        reason = _run_until_done(run, memory, target_steps, seconds, warmup, timeout_s)
+        time.sleep(FLUSH_GRACE_S)
+        memory.sample(force=True)
+    finally:
+        # compare's own stop (the run has what it needs): SIGTERM, as a job scheduler would;
+        # a Ctrl-C of compare lands here too, and the run it interrupted does not run on
+        finisher = threading.Thread(
+            target=run.finish, args=(reason,), kwargs={"interrupt": False}, daemon=True
+        )
+        finisher.start()
+        finisher.join(60.0)
+    return memory.peak
+
+
+def _run_until_done(
+    run: Run,
+    memory: _PeakMemory,
+    target_steps: int | None,
+    seconds: float | None,
+    warmup: int,
+    timeout_s: float,
+) -> str:
+    """Wait until the run has its steps (or time, or exits, or times out); returns why."""
+    session = run.session
     t_end = time.monotonic() + timeout_s
     warm_at: float | None = None
-    reason = "timeout"
     while time.monotonic() < t_end:
         memory.sample()
         if session.done or session.target_exited:
-            reason = "target exited"
-            break
+            return "target exited"
         session.wait(0.1)
         n = _steps_done(run)
         if target_steps is not None and n >= warmup + target_steps:
-            reason = "enough steps"
-            break
+            return "enough steps"
         if seconds is not None and n >= warmup:
             warm_at = warm_at or time.monotonic()
             if time.monotonic() - warm_at >= seconds:
-                reason = "enough time"
-                break
-    time.sleep(FLUSH_GRACE_S)
-    memory.sample(force=True)
-    finisher = threading.Thread(target=run.finish, args=(reason,), daemon=True)
-    finisher.start()
-    finisher.join(60.0)
-    return memory.peak
+                return "enough time"
+    return "timeout"
 
 
 def note_measured(result: CompareResult) -> list[Measured]:

@@ -102,6 +102,13 @@ class CompareResult:
     # why no configuration is named best ("no clear difference at this noise", with the
     # spread); None when one is
     best_note: str | None = None
+    stopped: str | None = None  # why the comparison stopped early (the baseline failed)
+
+    @property
+    def all_failed(self) -> bool:
+        """Whether every configuration's every run failed (nothing was measured)."""
+        outcomes = [o for r in self.runs for o in r.outcomes]
+        return bool(outcomes) and all(o.failed for o in outcomes)
 
     def run(self, config: str | None) -> ConfigResult | None:
         """The result of ``config`` (None when it was not run)."""
@@ -123,4 +130,5 @@ class CompareResult:
             "changes": self.changes,
             "diagnosis": None if self.diagnosis is None else self.diagnosis.to_json(),
             "search": {} if self.search is None else self.search.to_json(),
+            "stopped": self.stopped,
         }

@@ -32,6 +32,7 @@ them, in the run's unit; ``fraction_reached`` is the run's median throughput ove
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -112,7 +113,7 @@ class _Plan:
         try:
             memory = record_one(
                 self.cmd, spec, path, f"compare-{name}", self.steps, self.seconds, warmup,
-                self.timeout_s, self.like,
+                self.timeout_s, self.like, f"compare-{self.stamp}-{os.getpid()}",
             )  # fmt: skip
             return analyze_session(path, warmup, self.steps, spec, memory)
         except UserError:
@@ -177,20 +178,24 @@ def run_compare(
     searched = [c for c in configs if table[c].wants_search()]
     threaded = [c for c in configs if table[c].threads == AUTO_THREADS]
     found: SearchResult | None = None
-    first_done = False
+    first_done = "baseline" in results
+    if first_done:
+        # the baseline first: a workload that fails as it is fails every configuration, and
+        # re-running it under toggles only hides its own error among theirs
+        run("baseline", 0)
+        failure = results["baseline"].outcomes[0].failed
+        if failure is not None:
+            result = _result(plan, 1, {"baseline": results["baseline"]}, None, repeats)
+            result.stopped = f"the baseline failed: {failure}"
+            return result
     if searched and parallelism is not None:
         found = given(parallelism)
-    elif searched and search and "baseline" in results:
-        run("baseline", 0)
-        first_done = True
+    elif searched and search and first_done:
         found = _search(plan, results["baseline"], table[searched[0]], say, search_levels)
     if found is not None and found.chosen is not None:
         for c in searched:
             results[c].optimize = results[c].optimize.with_parallelism(found.chosen)
     if threaded:
-        if "baseline" in results and not first_done:
-            run("baseline", 0)
-            first_done = True
         base_diag = diagnose(results["baseline"].outcomes, usable_cores()) if first_done else None
         n = auto_threads(usable_cores(), None if base_diag is None else base_diag.others_cores)
         for c in threaded:

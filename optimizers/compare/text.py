@@ -38,10 +38,16 @@ def diagnosis_lines(result: CompareResult) -> list[str]:
         parts = [f"input cause: {d.cause}"]
         if d.input_cpu_cores is not None:
             parts.append(f"{d.input_cpu_cores:.2f} cores busy producing input")
-        if d.input_s is not None:
-            parts.append(f"{d.input_s * 1e3:.1f} ms input / step")
+        # one number per fact: the wait a step spends (part of the step's time), and how long
+        # one producer takes per input item only where that is another number (p0 > 1)
+        if d.wait_s is not None:
+            parts.append(f"{d.wait_s * 1e3:.1f} ms input wait / step")
         if d.compute_s is not None:
             parts.append(f"{d.compute_s * 1e3:.1f} ms compute / step")
+        if d.input_s is not None and d.input_parallelism and d.input_parallelism > 1:
+            parts.append(
+                f"{d.input_s * 1e3:.1f} ms per input item ({d.input_parallelism} producers)"
+            )
         parts.append(f"{d.cores} cores")
         lines.append(", ".join(parts))
     s = result.search

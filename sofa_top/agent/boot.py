@@ -20,6 +20,7 @@ from sofa_top.agent import (
     hooks_cuda,
     hooks_dist,
     hooks_keras,
+    hooks_model,
     hooks_tf,
     hooks_torch,
     midrun,
@@ -42,8 +43,14 @@ def installers() -> dict[str, Sequence[tuple[str, Installer]]]:
     return {
         "tensorflow.python.data.ops.iterator_ops": [("tf-eager", hooks_tf.install_eager)],
         "tensorflow.python.data.ops.dataset_ops": [("tf-data-pipeline", hooks_tf.install_pipeline)],
-        "keras.src.backend.tensorflow.trainer": [("keras-fit", hooks_keras.install_keras)],
-        "keras.src.callbacks.callback_list": [("keras-fit", hooks_keras.install_keras_epochs)],
+        "keras.src.backend.tensorflow.trainer": [
+            ("keras-fit", hooks_keras.install_keras),
+            ("keras-model-call", hooks_model.install_keras_trainer),
+        ],
+        "keras.src.callbacks.callback_list": [
+            ("keras-fit", hooks_keras.install_keras_epochs),
+            ("keras-evaluate", hooks_model.install_keras_test_batches),
+        ],
         "torch.utils.data.dataloader": [("torch-dataloader", hooks_torch.install_dataloader)],
         "torch.optim.optimizer": [("torch-optimizer", hooks_torch.install_optimizer)],
         "torch.distributed.distributed_c10d": [
@@ -52,8 +59,20 @@ def installers() -> dict[str, Sequence[tuple[str, Installer]]]:
         "torch.nn.parallel.distributed": [("torch-ddp", hooks_dist.install_ddp)],
         "torch.cuda": [("torch-cuda", hooks_cuda.install)],
         "torch.autograd": [("torch-backward", hooks_torch.install_backward)],
+        # the model-call clock and the compute spans of TensorFlow's eager training loops
+        "keras.src.models.model": [("keras-model-call", hooks_model.install_keras_model)],
+        "tensorflow.python.eager.polymorphic_function.polymorphic_function": [
+            ("tf-function-call", hooks_model.install_tf_function)
+        ],
+        "tensorflow.python.eager.backprop": [("tf-function-call", hooks_model.install_tf_tape)],
+        "keras.src.optimizers.base_optimizer": [
+            ("keras-model-call", hooks_model.install_keras_optimizer)
+        ],
         # what the advice needs to know of the model and thread pools (agent-model events)
-        "torch.nn.modules.module": [("model-probe", probes.install_torch_model)],
+        "torch.nn.modules.module": [
+            ("torch-model-call", hooks_model.install_torch_module),
+            ("model-probe", probes.install_torch_model),
+        ],
         "tensorflow": [("model-probe", probes.install_tf)],
     }
 

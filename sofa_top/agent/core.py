@@ -26,11 +26,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sofa_top.agent import output, protocol
 from sofa_top.agent.patches import Patches
 from sofa_top.agent.rankenv import rank_from_env
-from sofa_top.agent.sched import thread_sched, wait_times
+from sofa_top.agent.sched import add_waits, thread_sched, wait_times
 from sofa_top.agent.settings import (
     HOOK_NAMES,
     AgentSettings,
 )
+from sofa_top.agent.spans import CallDepth, ComputeSpans
+from sofa_top.agent.step_frames import steps_frame
 from sofa_top.agent.transport import Connection
 
 _STEPS_PER_FRAME = 1024  # ~100 bytes each: frames far below MAX_FRAME, sent one by one
@@ -65,9 +67,9 @@ class HookSkipped(Exception):
 
 if TYPE_CHECKING:  # aliases only for the checker: the agent also runs on Python 3.8
     # source, step, start, end, wait, batch size, process CPU during the wait (< 0: unknown);
-    # then the seconds blocked in collectives (< 0: not measured, no torch.distributed); a
-    # CUDA loop's records carry three more: GPU span, GPU busy (s, < 0: unknown) and the busy
-    # time's source code (protocol.BUSY_SOURCES)
+    # the seconds blocked in collectives (< 0: not measured); the step's forward, backward and
+    # optimizer time (< 0: not measured) and its phase flags (``spans``); a CUDA loop's records
+    # add GPU span, GPU busy (s, < 0: unknown) and the busy time's source (BUSY_SOURCES)
     StepRecord = tuple[Any, ...]
     Installer = Callable[["Agent", ModuleType], None]
     Wait = float | tuple[float, ...]  # a wait's CPU seconds, or ``wait_times``' tuple
@@ -88,23 +90,22 @@ def timed_next(
     """
     perf = time.perf_counter
     cpu = time.process_time
-    sched = thread_sched
     where = f"the {hook} hook"
+
+    tls = agent.tls
 
     def __next__(self: Any) -> Any:
         if not agent.enabled:
             return orig(self)
-        # the wall clock outside the CPU clock: reading the process's CPU time is a syscall,
-        # where a loaded machine preempts the loop, and that time is the fetch's (as the loop's
-        # own timer around next() counts it); outside, it read as compute: -20 points of input
-        # wait under two CPU hogs
+        # the wall clock outside the CPU clock: that preemptible syscall's time is the fetch's
         t0 = perf()
         c0 = cpu()
-        s0 = sched()
+        s0 = thread_sched()
+        tls.fetching += 1  # a model called inside the fetch (a Dataset's) is input work
         try:
             value = orig(self)
         except StopIteration:
-            s1 = sched()
+            s1 = thread_sched()
             c1 = cpu()
             t1 = perf()
             try:
@@ -112,7 +113,9 @@ def timed_next(
             except Exception as e:
                 agent.fail(where, e)
             raise
-        s1 = sched()
+        finally:
+            tls.fetching -= 1
+        s1 = thread_sched()
         c1 = cpu()
         t1 = perf()
         try:
@@ -132,21 +135,37 @@ class StepClock:
     """Step boundaries from consecutive fetches of one iterator.
 
     Step ``n`` runs from the return of fetch ``n`` to the return of fetch ``n + 1``: the compute
-    on batch ``n`` followed by the wait for batch ``n + 1`` (its ``input_wait_s``). Switching to
-    another iterator restarts the clock, so no step spans two iterators. ``cpu`` is the CPU time
-    the whole process used during the wait (all its threads: tf.data's pool, a DataLoader
-    running in the loop's thread); it tells input work from waiting on I/O. Negative: unknown.
-    It may also be ``wait_times``' tuple: that CPU time, then the loop thread's own seconds on
-    a CPU and waiting for one during the wait.
+    on batch ``n``, then the wait for batch ``n + 1`` (its ``input_wait_s``). Another iterator
+    restarts the clock. An iterator fetched from again after its end (``persistent_workers``)
+    carries that first fetch into its next step (the wait is the loop's; a step from the
+    epoch's end would span what the loop did between epochs). ``cpu``: the process's CPU time
+    during the wait (input work vs I/O; < 0: unknown), or ``wait_times``' tuple: that, then the
+    loop thread's own on-CPU and queued seconds.
     """
 
-    __slots__ = ("_agent", "_bs", "_cur", "_last", "resolve_batch_size", "source", "step")
+    __slots__ = (
+        "_agent",
+        "_bs",
+        "_carry",
+        "_cur",
+        "_ended",
+        "_last",
+        "feeds",
+        "resolve_batch_size",
+        "source",
+        "step",
+    )
 
     def __init__(self, agent: Agent, source: str) -> None:
         self._agent = agent
         self.source = source
         self.step = 0
+        # its boundaries mark the loop over the model-call clock (a fetch, a user's mark);
+        # the clocks that only see compute (optimizer, backward, model calls) say False
+        self.feeds = True
         self._cur: Callable[[], object] | None = None
+        self._ended: Callable[[], object] | None = None  # the iterator that ran out last
+        self._carry: tuple[float, Wait] | None = None  # a resumed iterator's first (wait, cpu)
         self._last = 0.0
         self._bs: int | None = None
         # called once per new iterator, never per step
@@ -166,28 +185,47 @@ class StepClock:
         """Record one fetch of ``it`` that ran from ``t0`` to ``t1`` (perf_counter).
 
         Returns True when ``it`` is a new iterator (no step was recorded)."""
+        if self.feeds:
+            self._agent.fed_now()
         cur = self._cur
         if cur is None or cur() is not it:
+            ended = self._ended
+            resumed = cur is None and ended is not None and ended() is it
             self._switch(it)
-            self._last = t1
-            return True
-        self._agent.push((self.source, self.step, self._last, t1, t1 - t0, self._bs, cpu))
+            self._last = t0 if resumed else t1
+            self._carry = (t1 - t0, cpu) if resumed else None
+            return not resumed
+        wait = t1 - t0
+        carry = self._carry
+        if carry is not None:
+            self._carry = None
+            wait += carry[0]
+            cpu = add_waits(cpu, carry[1])
+        self._agent.push((self.source, self.step, self._last, t1, wait, self._bs, cpu))
         self.step += 1
         self._last = t1
         return False
 
     def exhausted(self, it: object, t0: float, t1: float, cpu: Wait = -1.0) -> None:
         """A fetch of ``it`` found no more data: close the last step, forget the iterator."""
+        if self.feeds:
+            self._agent.fed_now()
         cur = self._cur
         if cur is not None and cur() is it:
-            self._agent.push((self.source, self.step, self._last, t1, t1 - t0, self._bs, cpu))
-            self.step += 1
+            if self._carry is None:  # (a resumed iterator that ended at once: no step)
+                push = (self.source, self.step, self._last, t1, t1 - t0, self._bs, cpu)
+                self._agent.push(push)
+                self.step += 1
+            self._ended = cur
+        self._carry = None
         self._cur = None
 
     def span(self, it: object, t0: float, t1: float, t2: float, cpu: Wait = -1.0) -> None:
         """A step that fetched from ``it`` (``t0``..``t1``) then computed until ``t2``.
 
         It starts where the previous step of the same iterator ended, else at its fetch."""
+        if self.feeds:
+            self._agent.fed_now()
         cur = self._cur
         if cur is None or cur() is not it:
             self._switch(it)
@@ -201,6 +239,8 @@ class StepClock:
     def span_many(self, it: object, t0: float, t2: float, wait: float, n: int) -> None:
         """``n`` steps that ran in one call from ``t0`` to ``t2`` (their fetches inside it),
         waiting ``wait`` seconds for input in all: each gets an equal share of both."""
+        if self.feeds:
+            self._agent.fed_now()
         cur = self._cur
         if cur is None or cur() is not it:
             self._switch(it)
@@ -218,6 +258,8 @@ class StepClock:
 
     def tick(self, t: float) -> None:
         """A step boundary with no iterator (e.g. after each optimizer step); no input wait."""
+        if self.feeds:
+            self._agent.fed_now()
         if self._cur is not None:
             self._agent.push((self.source, self.step, self._last, t, 0.0, self._bs, 0.0))
             self.step += 1
@@ -227,6 +269,8 @@ class StepClock:
     def reset(self) -> None:
         """Forget the last boundary (the next fetch or tick starts a new run of steps)."""
         self._cur = None
+        self._ended = None
+        self._carry = None
 
 
 def _uncaught_error() -> str:
@@ -309,21 +353,39 @@ class Agent:
         # called by the drain thread before each flush (hooks_cuda releases stale records)
         self.before_flush: Callable[[bool], None] | None = None
         self._step_notes: dict[str, str] = {}  # source -> how its steps are measured
+        # the model-call clock's view of the loop (hooks_model, spans): which thread is inside
+        # a model call or a fetch, the compute spans of each step, and how many boundaries
+        # the clocks that see input (fetches, user marks) made, and on which thread
+        self.tls = CallDepth()
+        self.spans = ComputeSpans()
+        self.fed = 0
+        self.fed_thread = 0
+        # the model-call loop's gate: it holds a step another clock marks inside a model call
+        # (a Keras predict's own fetch) until it knows whether the call loops over many
+        self.step_gate: Callable[[StepRecord], bool] | None = None
 
     # -- hot path -------------------------------------------------------------------------
 
     def push(self, record: StepRecord) -> None:
         """Hand one step record on (to the CUDA observer, else the queue); never blocks.
 
-        The record gets the time blocked in collectives since the last step (-1: not measured)."""
+        The record gets the time blocked in collectives since the last step (-1: not measured)
+        and the step's compute spans and phase flags (``spans.ComputeSpans.take``)."""
         if self.collective_measured:
             # the collectives since the last step belong to this one (never more than its time)
             total = self.collective_s
             spent = min(total - self._collective_pushed, record[3] - record[2])
             self._collective_pushed = total
-            record = (*record, max(0.0, spent))
+            record = (*record, max(0.0, spent), *self.spans.take())
         else:
-            record = (*record, -1.0)
+            record = (*record, -1.0, *self.spans.take())
+        gate = self.step_gate
+        if gate is not None and gate(record):
+            return
+        self.deliver(record)
+
+    def deliver(self, record: StepRecord) -> None:
+        """A finished record to the CUDA observer, else the queue."""
         observer = self.step_observer
         if observer is not None:
             observer(record)
@@ -336,6 +398,12 @@ class Agent:
             self._steps.append(record)
         else:
             self.dropped += 1
+
+    def fed_now(self) -> None:
+        """A clock that sees input marked a boundary (outside any model call on this thread)."""
+        if not self.tls.depth:
+            self.fed += 1
+            self.fed_thread = threading.get_ident()
 
     def add_collective(self, seconds: float) -> None:
         """Count time blocked in a collective (``hooks_dist``); the next step carries it."""
@@ -444,55 +512,7 @@ class Agent:
     def _steps_frame(self, most: int = _STEPS_PER_FRAME) -> bytes:
         """One frame of up to ``most`` queued steps, all of the same source (the queue is not
         empty)."""
-        steps = self._steps
-        off = self._offset
-        source = steps[0][0]
-        data: list[int | None] = []
-        collective: list[int | None] = []
-        measured = False
-        gpu: list[int | None] = []
-        has_gpu = False
-        sched: list[int | None] = []
-        has_sched = False
-        limit = most * len(protocol.STEP_FIELDS)
-        while steps and len(data) < limit and steps[0][0] == source:
-            rec = steps.popleft()
-            _, n, start, end, wait, bs, cpu = rec[:7]
-            run = queue = -1.0
-            if isinstance(cpu, tuple):
-                cpu, run, queue = cpu
-            has_sched = has_sched or run >= 0
-            sched += (int(run * 1e6) if run >= 0 else None, int(queue * 1e6) if run >= 0 else None)
-            # a step's start is the previous one's end (same float): they stay equal in µs
-            data += (
-                n,
-                int((start + off) * 1e6),
-                int((end + off) * 1e6),
-                int(wait * 1e6),
-                bs,
-                int(cpu * 1e6) if cpu >= 0 else None,
-            )
-            spent = rec[7] if len(rec) > 7 else -1.0
-            measured = measured or spent >= 0
-            collective.append(int(spent * 1e6) if spent >= 0 else None)
-            if len(rec) > 8:
-                span, busy, src = rec[8:11]
-                has_gpu = True
-                gpu += (
-                    int(span * 1e6) if span >= 0 else None,
-                    int(busy * 1e6) if busy >= 0 else None,
-                    src,
-                )
-            else:
-                gpu += (None, None, 0)
-        frame: dict[str, Any] = {"type": "steps", "pid": self.pid, "source": source, "data": data}
-        if measured:  # optional fields: a sofa-top that does not know them ignores them
-            frame["collective_us"] = collective
-        if has_gpu:
-            frame["gpu"] = gpu
-        if has_sched:
-            frame["sched_us"] = sched
-        return protocol.encode(frame)
+        return steps_frame(self._steps, self.pid, self._offset, most)
 
     def _info_due(self) -> bool:
         return self._info_dirty or self.dropped != self._last_dropped

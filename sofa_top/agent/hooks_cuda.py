@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sofa_top.agent import cuda_trace
 from sofa_top.agent.core import Agent
+from sofa_top.agent.step_frames import RECORD_LEN
 
 if TYPE_CHECKING:
     from sofa_top.agent.core import StepRecord
@@ -337,7 +338,7 @@ class CudaSteps:
             busy, source = self._busy_per_step, 2
         if busy >= 0 and span >= 0:
             busy = min(busy, span)
-        self.agent.enqueue((*p.record[:8], span, busy, source))
+        self.agent.enqueue((*p.record[:RECORD_LEN], span, busy, source))
 
     def _window_tick(self, now: float) -> None:
         w = self._window

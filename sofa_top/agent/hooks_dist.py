@@ -116,14 +116,27 @@ def install_collectives(agent: Agent, module: ModuleType) -> None:
     if not names:
         raise HookSkipped("torch.distributed has no collectives in this build")
     for name in names:
-        setattr(module, name, _timed(agent, getattr(module, name)))
+        orig = getattr(module, name)
+        wrapper = _timed(agent, orig)
+        agent.patches.set(module, name, wrapper)
+        # torch.distributed copies these when it is imported: a copy of ours goes back too
+        agent.patches.on_detach(f"torch.distributed.{name}", _unshadow(name, wrapper, orig))
     work = getattr(module, "Work", None)
     orig_wait = getattr(work, "wait", None)
     if work is not None and callable(orig_wait):
         # a build whose Work type is closed: the blocking collectives are still timed
         with contextlib.suppress(AttributeError, TypeError):
-            work.wait = _timed_wait(agent, orig_wait)
+            agent.patches.set(work, "wait", _timed_wait(agent, orig_wait))
     agent.hook_applied("torch-collectives")
+
+
+def _unshadow(name: str, wrapper: object, orig: object) -> Callable[[], None]:
+    def undo() -> None:
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and getattr(dist, name, None) is wrapper:
+            setattr(dist, name, orig)
+
+    return undo
 
 
 class _Backward:
@@ -131,6 +144,11 @@ class _Backward:
 
     last_grad = 0.0
     wrapped = False
+
+    @classmethod
+    def forget(cls) -> None:
+        """At detach: a later agent wraps ``backward`` afresh."""
+        cls.wrapped = False
 
 
 def _stamp(_param: object) -> None:
@@ -156,7 +174,7 @@ def _wrap_backward(agent: Agent, autograd: ModuleType) -> None:
                 agent.fail("the torch-ddp hook", e)
         return result
 
-    autograd.backward = backward  # type: ignore[attr-defined]
+    agent.patches.set(autograd, "backward", backward)
 
 
 def _watch(agent: Agent, ddp: Any) -> None:
@@ -168,10 +186,16 @@ def _watch(agent: Agent, ddp: Any) -> None:
     if params and not hasattr(params[0], "register_post_accumulate_grad_hook"):
         agent.hook_skipped("torch-ddp", "this torch has no register_post_accumulate_grad_hook")
         return
-    for p in params:
-        p.register_post_accumulate_grad_hook(_stamp)
+    handles = [p.register_post_accumulate_grad_hook(_stamp) for p in params]
+
+    def remove() -> None:
+        for h in handles:
+            h.remove()
+
+    agent.patches.on_detach("DDP gradient hooks", remove)
     if not _Backward.wrapped:
         _Backward.wrapped = True
+        agent.patches.on_detach("torch.autograd.backward watch", _Backward.forget)
         _wrap_backward(agent, autograd)
 
 
@@ -191,5 +215,5 @@ def install_ddp(agent: Agent, module: ModuleType) -> None:
             except Exception as e:
                 agent.fail("the torch-ddp hook", e)
 
-    cls.__init__ = __init__
+    agent.patches.set(cls, "__init__", __init__)
     agent.hook_applied("torch-ddp")

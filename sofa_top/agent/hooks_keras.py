@@ -3,33 +3,35 @@
 keras-fit
     ``model.fit`` hands the tf.data iterator to a compiled function that calls ``get_next()``
     in the graph, so no Python code ever sees the wait. ``make_train_function`` is wrapped, and
-    the train function it makes is measured in one of two ways:
+    the train function it makes is measured without changing what Keras traces: its compiled
+    function still pulls each batch with the iterator's ``get_next()``, in the graph, with the
+    dataset's own (maybe unknown) shapes. Only the step function of Keras' closure is wrapped,
+    before it is first traced: the ``one_step_on_data`` it calls is replaced by one that takes
+    ``tf.timestamp()`` when its batch is ready and when its step is done, and adds
+    ``max(0, ready_k - done_(k-1))`` -- the time step ``k`` waited for its batch -- to a small
+    variable (``ExecutionTimer``). Python never writes it: it reads it once per execution, and
+    takes from the first step's wait the time between the previous execution's end and this
+    one's start (Keras' Python between executions: callbacks, logs), which it knows.
 
-    ``steps_per_execution == 1``: the wrapper fetches the batch eagerly with the (unwrapped)
-    ``OwnedIterator.__next__``, timing it, then passes ``(batch,)`` to Keras' own
-    ``train_function``, which for a non-iterator argument runs its compiled
-    ``one_step_on_data(batch)``. Same compiled step, same data, same order; the wait is timed
-    exactly. Cost: none measurable (0.92-0.95x the step time of Keras' in-graph fetch on a
-    2-core box, ``tests/agent/bench_overhead.py``).
-
+    ``steps_per_execution == 1`` (the default): one step per execution; its wait is exact.
     ``steps_per_execution = N > 1``: Keras runs N steps in one compiled ``tf.while_loop``, and
-    the fetch of batch ``k + 1`` runs *concurrently* with the compute of batch ``k`` (automatic
-    control dependencies order ops per resource: the iterator and the variables are
-    different). Fetching the N batches eagerly first would serialize that overlap (measured:
-    +60% step time on a small model) and time something the workload never does. So the
-    compiled loop is left as it is and only its step function is wrapped, in the graph: the
-    ``one_step_on_data`` of Keras' closure is replaced, before it is first traced, by one that
-    takes ``tf.timestamp()`` when its batch is ready and when its step is done, and adds
-    ``max(0, ready_k - done_(k-1))`` -- the time step ``k`` waited for its batch -- to a
-    small variable that Python reads once per execution. Per-step numbers are the
-    execution's divided by its steps (said in ``step_notes``); there is no CPU reading of the
-    wait (it happens inside the graph). Cost: 2 timestamp ops and a variable update per
-    step, and one eager assign plus one read per execution: 1.01x the step time of a 1.8 ms
-    step, 1.2x of a 0.17 ms one (``benchmarks/keras_spe.py``, busy 2-core machine).
+    the fetch of batch ``k + 1`` runs *concurrently* with the compute of batch ``k``
+    (automatic control dependencies order ops per resource: the iterator and the variables
+    are different); the timer leaves that overlap as it is. Per-step numbers are the
+    execution's divided by its steps (said in ``step_notes``).
 
-    Other settings (a distribution strategy, batches that do not come from a tf.data
-    iterator, a Keras without ``one_step_on_data`` in its closure) are reported as skipped
-    rather than guessed.
+    There is no CPU reading of the wait (it happens inside the graph): the input cause then
+    comes from the process tree's CPU. Cost: 2 timestamp ops and a variable update per step,
+    one variable read per execution (``tests/agent/bench_overhead.py``,
+    ``benchmarks/keras_spe.py``).
+
+    A fit whose train function was traced before the agent came (attach mode, mid-epoch)
+    cannot get the timer without a retrace; with ``steps_per_execution == 1`` its batches are
+    fetched eagerly with the (unwrapped) ``OwnedIterator.__next__`` and handed to the same
+    compiled ``one_step_on_data``, whose trace (made by Keras for the dataset's element spec)
+    accepts every batch of the dataset. Other settings (a distribution strategy, batches that
+    do not come from a tf.data iterator, a Keras without ``one_step_on_data`` in its closure)
+    are reported as skipped rather than guessed.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from sofa_top.agent import hooks_tf
+from sofa_top.agent import hooks_tf, keras_timer
 from sofa_top.agent.core import Agent, HookSkipped
+from sofa_top.agent.keras_timer import ExecutionTimer
 
 
 class _State:
@@ -70,50 +73,16 @@ def _closure_cell(fn: Callable[..., Any], name: str) -> Any:
     return None
 
 
-class ExecutionTimer:
-    """Times the input wait of each compiled multi-step execution inside the graph.
-
-    ``state`` is a float64 variable ``[done_s, wait_s, steps]``: the wall time the last step
-    finished, the waits summed since ``start`` and the steps run since ``start``. An execution
-    that first traced the function (Python runs ``timed_step`` only while tracing, which is how
-    ``traced`` knows) has the tracing inside its first step's wait: its wait is not counted.
-    """
-
-    def __init__(self, tf: Any, step_cell: Any) -> None:
-        self.state = tf.Variable([0.0, 0.0, 0.0], dtype=tf.float64, trainable=False)
-        self.traced = False
-        inner = step_cell.cell_contents
-        state = self.state
-        zero = tf.constant(0.0, tf.float64)
-        one = tf.constant(1.0, tf.float64)
-
-        def timed_step(data: Any) -> Any:
-            self.traced = True
-            tensors = [t for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
-            with tf.control_dependencies(tensors):
-                ready = tf.timestamp()  # the batch has reached the step
-            outputs = inner(data)
-            with tf.control_dependencies(
-                [t for t in tf.nest.flatten(outputs) if isinstance(t, tf.Tensor)]
-            ):
-                done = tf.timestamp()
-            prev = state.read_value()
-            wait = tf.maximum(zero, ready - prev[0])
-            state.assign(tf.stack([done, prev[1] + wait, prev[2] + one]))
-            return outputs
-
-        timed_step.__wrapped__ = inner  # type: ignore[attr-defined]
-        step_cell.cell_contents = timed_step
-
-    def start(self) -> None:
-        """Reset before an execution: its first batch is waited for from now."""
-        self.traced = False
-        self.state.assign([time.time(), 0.0, 0.0])
-
-    def read(self) -> tuple[float, int]:
-        """(input wait in seconds, steps) of the execution since ``start``."""
-        _done, wait, steps = (float(v) for v in self.state.numpy())
-        return (0.0 if self.traced else wait), round(steps)
+def _traced(fn: Callable[..., Any]) -> bool:
+    """Whether Keras' compiled ``multi_step_on_iterator`` of ``fn`` was traced already."""
+    cell = _closure_cell(fn, "multi_step_on_iterator")
+    count = getattr(
+        cell.cell_contents if cell is not None else None, "experimental_get_tracing_count", None
+    )
+    try:
+        return bool(count is not None and count() > 0)
+    except Exception:
+        return True  # unknown: do not rely on a timer that may never run
 
 
 def install_keras(agent: Agent, module: ModuleType) -> None:
@@ -126,7 +95,36 @@ def install_keras(agent: Agent, module: ModuleType) -> None:
     clock.resolve_batch_size = hooks_tf.resolve_batch_size
     perf = time.perf_counter
 
-    def one_step(trainer: Any, fn: Callable[[Any], Any], iterator: Any, fetch: Any) -> Any:
+    def after_step(iterator: Any, t2: float) -> None:
+        if t2 >= hooks_tf.stats_due():
+            hooks_tf.maybe_pull_stats(agent, iterator, t2)
+        _status(agent, None)
+
+    def timed(timer: ExecutionTimer, fn: Callable[[Any], Any], iterator: Any) -> Any:
+        t0 = perf()
+        try:
+            started = timer.begin()
+        except Exception as e:
+            agent.fail("the keras-fit hook", e)
+            return fn(iterator)
+        try:
+            outputs = fn(iterator)
+        except BaseException:
+            try:  # the executions before this one, then a fresh start
+                timer.flush()
+                clock.reset()
+            except Exception as e:
+                agent.fail("the keras-fit hook", e)
+            raise
+        t2 = perf()
+        try:
+            timer.end(iterator, t0, t2, started)
+            after_step(iterator, t2)
+        except Exception as e:
+            agent.fail("the keras-fit hook", e)
+        return outputs
+
+    def eager_step(fn: Callable[[Any], Any], iterator: Any, fetch: Any) -> Any:
         t0 = perf()  # the wall clock outside the CPU clock (see core.timed_next)
         c0 = time.process_time()
         try:
@@ -141,69 +139,52 @@ def install_keras(agent: Agent, module: ModuleType) -> None:
         t2 = perf()
         try:
             clock.span(iterator, t0, t1, t2, wait_cpu)
-            if t2 >= hooks_tf.stats_due():
-                hooks_tf.maybe_pull_stats(agent, iterator, t2)
-            _status(agent, None)
-        except Exception as e:
-            agent.fail("the keras-fit hook", e)
-        return outputs
-
-    def many_steps(timer: ExecutionTimer, fn: Callable[[Any], Any], iterator: Any, spe: int) -> Any:
-        t0 = perf()
-        try:
-            timer.start()
-        except Exception as e:
-            agent.fail("the keras-fit hook", e)
-            return fn(iterator)
-        try:
-            outputs = fn(iterator)
-        except StopIteration:
-            clock.reset()
-            raise
-        t2 = perf()
-        try:
-            wait, steps = timer.read()
-            if steps > 0:
-                clock.span_many(iterator, t0, t2, wait, steps)
-            agent.note_steps(
-                "keras-fit",
-                f"steps_per_execution={spe}: each execution's time and input wait, "
-                "divided by its steps",
-            )
-            _status(agent, None)
+            after_step(iterator, t2)
         except Exception as e:
             agent.fail("the keras-fit hook", e)
         return outputs
 
     def wrap(trainer: Any, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
         timer: ExecutionTimer | None = None
-        spe_at_wrap = getattr(trainer, "steps_per_execution", 1)
-        if spe_at_wrap != 1:
-            cell = _closure_cell(fn, "one_step_on_data")
-            tf = sys.modules.get("tensorflow")
-            if cell is not None and tf is not None:
-                timer = ExecutionTimer(tf, cell)
+        traced = _traced(fn)
+        cell = _closure_cell(fn, "one_step_on_data")
+        tf = sys.modules.get("tensorflow")
+        no_strategy = getattr(trainer, "_distribute_strategy", None) is None
+        spe = getattr(trainer, "steps_per_execution", 1)
+        if cell is not None and tf is not None and no_strategy and not traced:
+            timer = ExecutionTimer(tf, cell, spe, clock.span_many)
+            agent.patches.on_detach("keras one_step_on_data", timer.restore)
+            if spe != 1:
+                agent.note_steps(
+                    "keras-fit",
+                    f"steps_per_execution={spe}: each execution's time and input wait, "
+                    "divided by its steps",
+                )
 
         def train_function(iterator: Any) -> Any:
-            fetch = hooks_tf.orig_next()
-            if not agent.enabled or fetch is None or type(iterator) is not hooks_tf.owned_cls():
+            if timer is not None and timer.refused():
+                # Keras' own compile() would retrace too; our op must never fail a step
+                trainer.make_train_function(force=True)
+                return trainer.train_function(iterator)
+            if not agent.enabled or type(iterator) is not hooks_tf.owned_cls():
                 if agent.enabled:
                     _status(agent, "the batches do not come from a tf.data iterator")
                 return fn(iterator)
-            if getattr(trainer, "_distribute_strategy", None) is not None:
+            if not no_strategy:
                 _status(agent, "a tf.distribute strategy is in use")
                 return fn(iterator)
-            spe = getattr(trainer, "steps_per_execution", 1)
-            if spe == 1:
-                return one_step(trainer, fn, iterator, fetch)
-            if timer is None or spe != spe_at_wrap:
-                _status(
-                    agent,
-                    f"steps_per_execution={spe}: this Keras' train function has no "
-                    "one_step_on_data to time",
-                )
-                return fn(iterator)
-            return many_steps(timer, fn, iterator, spe)
+            if timer is not None:
+                return timed(timer, fn, iterator)
+            fetch = hooks_tf.orig_next()
+            if traced and spe == 1 and fetch is not None:
+                return eager_step(fn, iterator, fetch)
+            _status(
+                agent,
+                f"steps_per_execution={spe}: the train function was compiled before the agent came"
+                if traced
+                else "this Keras' train function has no one_step_on_data to time",
+            )
+            return fn(iterator)
 
         train_function._sofa_top_wrapped = True  # type: ignore[attr-defined]
         return train_function
@@ -220,7 +201,7 @@ def install_keras(agent: Agent, module: ModuleType) -> None:
 
     make_train_function.__wrapped__ = orig_make  # type: ignore[attr-defined]
     agent.patches.set(cls, "make_train_function", make_train_function)
-    if hooks_tf.orig_next() is None:
+    if hooks_tf.owned_cls() is None:
         _State.reason = "tf.data iterator hook (tf-eager) did not apply"
         agent.hook_skipped("keras-fit", _State.reason)
     else:
@@ -228,16 +209,31 @@ def install_keras(agent: Agent, module: ModuleType) -> None:
 
 
 def install_keras_epochs(agent: Agent, module: ModuleType) -> None:
-    """Restart the keras-fit step clock at each epoch (keras.src.callbacks.callback_list)."""
+    """At each epoch's end, hand on the timers' pending steps; at its start, restart the
+    keras-fit step clock (keras.src.callbacks.callback_list)."""
     cls = getattr(module, "CallbackList", None)
-    orig = getattr(cls, "on_epoch_begin", None)
-    if cls is None or orig is None:
-        return  # steps then span epoch ends; still correct, only less tidy
+    begin = getattr(cls, "on_epoch_begin", None)
+    end = getattr(cls, "on_epoch_end", None)
+    if cls is None or begin is None or end is None:
+        return  # steps then span epoch ends and wait for the next read; still counted
     clock = agent.clock("keras-fit")
 
-    def on_epoch_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
-        clock.reset()
-        return orig(self, *args, **kwargs)
+    def flush() -> None:
+        try:
+            keras_timer.flush_all()
+        except Exception as e:
+            agent.fail("the keras-fit hook", e)
 
-    on_epoch_begin.__wrapped__ = orig  # type: ignore[attr-defined]
+    def on_epoch_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
+        flush()  # (an epoch that ended in an error left its steps pending)
+        clock.reset()
+        return begin(self, *args, **kwargs)
+
+    def on_epoch_end(self: Any, *args: Any, **kwargs: Any) -> Any:
+        flush()
+        return end(self, *args, **kwargs)
+
+    on_epoch_begin.__wrapped__ = begin  # type: ignore[attr-defined]
+    on_epoch_end.__wrapped__ = end  # type: ignore[attr-defined]
     agent.patches.set(cls, "on_epoch_begin", on_epoch_begin)
+    agent.patches.set(cls, "on_epoch_end", on_epoch_end)

@@ -370,7 +370,9 @@ def runtime_stages(
     if cost and max(cost) > 0:
         worst = cost.index(max(cost))
         stages[worst]["is_bottleneck"] = True
-        note += f"; slowest stage: {stages[worst]['name']} ({max(cost) * 1e3:.2f} ms per element)"
+        # its time per element is in the stage's own row: the ranking's cost (that time over
+        # the elements produced and the stage's parallelism) would be a second "per element"
+        note += f"; slowest stage: {stages[worst]['name']} (the most time per element produced)"
     return stages, note
 
 

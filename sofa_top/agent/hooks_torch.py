@@ -18,6 +18,11 @@ torch-backward
     ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped: a boundary after
     each outermost backward outside an optimizer step, for loops that update their weights by
     hand (``p.data.add_(p.grad, alpha=-lr)``) and feed themselves without a DataLoader.
+
+Above the optimizer and backward clocks, the model-call clock (``model_loop``, ``hooks_model``)
+marks a loop whose model it sees called once per iteration. Backward passes, optimizer steps and
+``zero_grad`` are also timed as the step's compute spans (``spans``): the compute split, and
+what the model-call clock takes out of a step to leave its host time.
 """
 
 from __future__ import annotations
@@ -29,21 +34,19 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from sofa_top.agent import model_loop
 from sofa_top.agent.core import Agent, HookSkipped, timed_next
 from sofa_top.agent.loops import TorchLoop
+from sofa_top.agent.spans import BACKWARD, OPTIMIZER, TRAIN
 
 
 class _State:
-    loop: TorchLoop | None = None
     workers_sent: set[tuple[int, ...]] = set()
     pipelines_sent: set[int] = set()
 
 
 def _loop(agent: Agent) -> TorchLoop:
-    loop = _State.loop
-    if loop is None:
-        loop = _State.loop = TorchLoop(agent)
-    return loop
+    return model_loop.loops(agent)[1]
 
 
 def _batch_size(it: object) -> int | None:
@@ -66,7 +69,7 @@ def loader_stages(it: Any) -> tuple[list[dict[str, Any]], str]:
             "parallelism": max(workers, 1),
             "buffer": None,
             "self_time_s": None,
-            # with no workers every __getitem__ runs on the training loop's own thread
+            # with no workers every __getitem__ runs on the loop's own thread
             "is_bottleneck": workers == 0,
         }
     ]
@@ -107,7 +110,7 @@ def loader_stages(it: Any) -> tuple[list[dict[str, Any]], str]:
         )
     note = f"DataLoader num_workers={workers}, batch_size={bs}"
     if workers == 0:
-        note += "; batches are loaded on the training loop's thread"
+        note += "; batches are loaded on the loop's thread"
     return stages, note
 
 
@@ -154,6 +157,9 @@ def install_optimizer(agent: Agent, module: ModuleType) -> None:
         raise HookSkipped("torch.optim has no register_optimizer_step_pre/post_hook")
     loop = _loop(agent)
     perf = time.perf_counter
+    spans = agent.spans
+    # the outermost step() being timed (an optimizer that steps another inside is one span)
+    span: list[tuple[float, float, float]] = []
 
     def pre(optimizer: object, args: Any, kwargs: Any) -> None:
         if agent.enabled:
@@ -162,6 +168,7 @@ def install_optimizer(agent: Agent, module: ModuleType) -> None:
                 closure = (len(args) > 1 and args[1] is not None) or (
                     kwargs.get("closure") is not None
                 )
+                span.append(spans.start(agent.collective_s))
                 loop.optimizer_started(perf(), closure)
             except Exception as e:
                 agent.fail("the torch-optimizer hook", e)
@@ -169,13 +176,38 @@ def install_optimizer(agent: Agent, module: ModuleType) -> None:
     def post(optimizer: object, args: object, kwargs: object) -> None:
         if agent.enabled:
             try:
+                if span:
+                    start = span.pop()
+                    if not span:
+                        spans.end(OPTIMIZER, start, agent.collective_s, TRAIN)
                 loop.optimizer_stepped(optimizer, perf())
             except Exception as e:
                 agent.fail("the torch-optimizer hook", e)
 
     agent.patches.on_detach("the optimizer step pre-hook", register_pre(pre).remove)
     agent.patches.on_detach("the optimizer step post-hook", register_post(post).remove)
+    cls = getattr(module, "Optimizer", None)
+    if isinstance(cls, type) and callable(getattr(cls, "zero_grad", None)):
+        time_zero_grad(agent, cls)
     agent.hook_applied("torch-optimizer")
+
+
+def time_zero_grad(agent: Agent, owner: type) -> None:
+    """Time ``owner.zero_grad`` as optimizer work (a step's compute, not its host time)."""
+    orig: Callable[..., Any] = owner.zero_grad  # type: ignore[attr-defined]
+    spans = agent.spans
+
+    @functools.wraps(orig)
+    def zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not agent.enabled:
+            return orig(self, *args, **kwargs)
+        start = spans.start(agent.collective_s)
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            spans.end(OPTIMIZER, start, agent.collective_s, ends_compute=False)
+
+    agent.patches.set(owner, "zero_grad", zero_grad)
 
 
 def install_backward(agent: Agent, module: ModuleType) -> None:
@@ -185,6 +217,7 @@ def install_backward(agent: Agent, module: ModuleType) -> None:
         raise HookSkipped("torch.autograd.backward not found")
     loop = _loop(agent)
     perf = time.perf_counter
+    spans = agent.spans
     depth = [0]  # nested backward calls (reentrant checkpointing) end no step
 
     def compiling() -> bool:
@@ -196,13 +229,15 @@ def install_backward(agent: Agent, module: ModuleType) -> None:
     def backward(*args: Any, **kwargs: Any) -> Any:
         if not agent.enabled or compiling():
             return orig(*args, **kwargs)
+        start = spans.start(agent.collective_s) if depth[0] == 0 else None
         depth[0] += 1
         try:
             result = orig(*args, **kwargs)
         finally:
             depth[0] -= 1
-        if depth[0] == 0:
+        if start is not None:
             try:
+                spans.end(BACKWARD, start, agent.collective_s, TRAIN)
                 loop.backward_done(perf())
             except Exception as e:
                 agent.fail("the torch-backward hook", e)

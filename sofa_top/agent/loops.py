@@ -18,6 +18,11 @@ marks the steps only while the better ones do not:
   previous backward, and never inside an optimizer step (a closure's backward): a loop that
   updates its weights by hand and feeds itself.
 
+Above the optimizer and backward clocks sits the model-call clock (``model_loop``): when the
+lead model ran outside any optimizer step since the last iteration, the iteration's end (the
+lead optimizer's step, else the backward) is its boundary and these two stay quiet; it sees
+the host time between the model calls, which they cannot.
+
 Each switch costs one step: a clock that was quiet restarts (its first boundary only starts
 it), so no step spans the time another clock was marking.
 """
@@ -27,10 +32,16 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from sofa_top.agent.core import Agent
+
+
+class _ModelClock(Protocol):
+    """The model-call clock as this module uses it (``model_loop.ModelLoop``)."""
+
+    def mark(self, t: float) -> bool: ...
 
 
 def _ref(obj: object) -> Callable[[], object]:
@@ -43,9 +54,13 @@ def _ref(obj: object) -> Callable[[], object]:
 class TorchLoop:
     """The state the torch hooks share to decide which clock marks the steps."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, model: _ModelClock | None = None) -> None:
         self._opt = agent.clock("torch-optimizer")
         self._bw = agent.clock("torch-backward")
+        self._opt.feeds = self._bw.feeds = False  # they see compute only, never input
+        self.model = model
+        self.lead_steps = 0  # steps of the lead optimizer (the model-call clock reads these)
+        self.backwards = 0  # outermost backward passes outside optimizer steps
         self._ident = threading.get_ident
         self.fetches = 0  # DataLoader fetches so far
         self._fetch_thread = 0
@@ -67,6 +82,15 @@ class TorchLoop:
         """Whether a DataLoader fetched on this thread since ``since`` fetches."""
         return self.fetches != since and self._fetch_thread == self._ident()
 
+    @property
+    def in_step(self) -> bool:
+        """Inside an optimizer's ``step()`` (a closure's forward starts no step)."""
+        return self._in_step
+
+    def _model_marks(self, t: float) -> bool:
+        """Whether the model-call clock marks the iteration that ended at ``t``."""
+        return self.model is not None and self.model.mark(t)
+
     def optimizer_started(self, t: float, closure: bool) -> None:
         """An optimizer's ``step()`` began (``closure``: it was given one)."""
         self._in_step = True
@@ -87,11 +111,15 @@ class TorchLoop:
         if lead is None:
             self._lead = _ref(optimizer)
         self._other = None
+        self.lead_steps += 1
         if self._fed(self._fetches_at_lead):
             self._fetches_at_lead = self.fetches
             self._opt.reset()  # the DataLoader's clock marks these steps
             return
         self._fetches_at_lead = self.fetches
+        if self._model_marks(t):
+            self._opt.reset()  # the model-call clock marks these steps
+            return
         if self._closure and not self._opt.running:
             self._opt.tick(self._step_start)  # the closure's work is inside step()
         self._opt.tick(t)
@@ -100,9 +128,13 @@ class TorchLoop:
         """An outermost backward pass returned at ``t``."""
         if self._in_step:
             return  # inside step(closure): the optimizer's clock counts it
+        self.backwards += 1
         fetches, steps = self._bw_marks
         self._bw_marks = (self.fetches, self._steps)
         if self._steps != steps or self._fed(fetches):
             self._bw.reset()  # an optimizer or a DataLoader marks these steps
+            return
+        if self._steps == 0 and self._model_marks(t):
+            self._bw.reset()  # no optimizer: the model-call clock ends its steps here
             return
         self._bw.tick(t)

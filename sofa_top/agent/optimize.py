@@ -74,6 +74,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -87,6 +88,8 @@ from sofa_top.agent.optimize_state import bind as _bind
 from sofa_top.agent.optimize_state import check_guard as _check_guard
 from sofa_top.agent.optimize_state import default_workers
 from sofa_top.agent.optimize_state import guard as _guard
+from sofa_top.agent.optimize_state import on_detach as _on_detach
+from sofa_top.agent.optimize_state import patch as _patch
 from sofa_top.agent.optimize_state import skipped as _skipped
 from sofa_top.agent.toggles import XLA_FLAGS, PrefetchOptions, Toggle, hook_name
 
@@ -236,6 +239,26 @@ def _keras_py_dataset(ds: Any, depth: int = 4) -> bool:
     return False
 
 
+def _set_back(obj: Any, name: str, ours: Any, prior: Any) -> Callable[[], None]:
+    """An undo step: ``obj.name`` back to ``prior`` unless someone changed it since; holds
+    ``obj`` weakly (a dataset the workload dropped is not kept alive for the undo)."""
+
+    def strong() -> Any:
+        return obj
+
+    try:
+        ref: Callable[[], Any] = weakref.ref(obj)
+    except TypeError:  # no weak reference to it: a strong one
+        ref = strong
+
+    def undo() -> None:
+        target = ref()
+        if target is not None and getattr(target, name, None) == ours:
+            setattr(target, name, prior)
+
+    return undo
+
+
 def _install_py_dataset(agent: Agent, module: ModuleType) -> None:
     cls = getattr(module, "PyDatasetAdapter", None)
     if cls is None:
@@ -246,9 +269,10 @@ def _install_py_dataset(agent: Agent, module: ModuleType) -> None:
 
     def __init__(self: Any, x: Any, *args: Any, **kwargs: Any) -> None:
         try:
-            current = int(getattr(x, "workers", 1) or 1)
-            if current < workers and not getattr(x, "use_multiprocessing", False):
+            prior = getattr(x, "workers", 1)
+            if int(prior or 1) < workers and not getattr(x, "use_multiprocessing", False):
                 x.workers = workers  # threads: the OrderedEnqueuer keeps the batch order
+                _on_detach(f"{type(x).__name__}.workers", _set_back(x, "workers", workers, prior))
                 _applied(
                     "prefetch",
                     f"keras: {type(x).__name__} PyDataset(workers={workers})",
@@ -259,7 +283,7 @@ def _install_py_dataset(agent: Agent, module: ModuleType) -> None:
         orig(self, x, *args, **kwargs)
 
     __init__.__wrapped__ = orig  # type: ignore[attr-defined]
-    cls.__init__ = __init__
+    agent.patches.set(cls, "__init__", __init__)
 
 
 # -- PyTorch ------------------------------------------------------------------------------------
@@ -411,7 +435,26 @@ def _time_first_compiled_call(module: Any) -> None:
             )
         return out
 
-    module._compiled_call_impl = first
+    _patch(module, "_compiled_call_impl", first)
+
+
+def _compile_in_place(module: Any, **kwargs: Any) -> None:
+    """``module.compile(**kwargs)`` (torch.compile in place), undone at detach."""
+    prior = vars(module).get("_compiled_call_impl")
+    module.compile(**kwargs)
+    _on_detach(
+        f"{type(module).__name__}.compile()",
+        lambda: setattr(module, "_compiled_call_impl", prior),
+    )
+
+
+def _depth_first_in_place(module: Any) -> None:
+    _load_depth_first()(module)
+
+    def undo() -> None:
+        raise RuntimeError("depth_first rebuilt the model's layers in place; they stay so")
+
+    _on_detach(f"depth_first({type(module).__name__})", undo)
 
 
 def _on_top_module(module: Any) -> None:
@@ -422,20 +465,20 @@ def _on_top_module(module: Any) -> None:
         _autocast_bf16(module)
     if wanted.compile_mode is not None:
         mode = wanted.compile_mode
-        module.compile(mode=mode)
+        _compile_in_place(module, mode=mode)
         _time_first_compiled_call(module)
         _applied("compile_mode", f"torch: {name}.compile(mode={mode!r}) (torch.compile in place)")
         if wanted.xla:
             _skipped("xla", f"torch: compile_mode={mode!r} compiles the module instead")
     elif wanted.xla:
-        module.compile()
+        _compile_in_place(module)
         _time_first_compiled_call(module)
         _applied("xla", f"torch: {name}.compile() (torch.compile in place)")
     if wanted.depth_first:
         if compiles:
             _skipped("depth_first", "mutually exclusive with torch.compile (xla requested)")
         else:
-            _load_depth_first()(module)
+            _depth_first_in_place(module)
             _applied("depth_first", f"torch: depth_first({name}) in place")
 
 
@@ -464,6 +507,13 @@ def _install_torch_modules(agent: Agent, module: ModuleType) -> None:
 
     _State.top_module_hook = register(pre_hook)
 
+    def remove() -> None:
+        handle, _State.top_module_hook = _State.top_module_hook, None
+        if handle is not None:
+            handle.remove()
+
+    agent.patches.on_detach("the top-module forward pre-hook", remove)
+
 
 # -- threads ------------------------------------------------------------------------------------
 
@@ -490,7 +540,7 @@ def _install_torch_threads(agent: Agent, torch: ModuleType) -> None:
         orig(capped)
 
     set_num_threads.__wrapped__ = orig  # type: ignore[attr-defined]
-    torch.set_num_threads = set_num_threads  # type: ignore[attr-defined]
+    agent.patches.set(torch, "set_num_threads", set_num_threads)
     _applied(
         "threads",
         f"torch: set_num_threads({n}), OMP_NUM_THREADS={n}, OMP_WAIT_POLICY=PASSIVE",
@@ -536,14 +586,14 @@ def _install_check_torch(agent: Agent, module: ModuleType) -> None:
     cls = getattr(module, "_BaseDataLoaderIter", None)
     if cls is None:
         raise RuntimeError("torch _BaseDataLoaderIter not found")
-    cls.__next__ = datacheck.wrap_next(cls.__next__, _check())
+    agent.patches.set(cls, "__next__", datacheck.wrap_next(cls.__next__, _check()))
 
 
 def _install_check_tf(agent: Agent, module: ModuleType) -> None:
     cls = getattr(module, "OwnedIterator", None)
     if cls is None:
         raise RuntimeError("tf.data OwnedIterator not found")
-    cls.__next__ = datacheck.wrap_next(cls.__next__, _check())
+    agent.patches.set(cls, "__next__", datacheck.wrap_next(cls.__next__, _check()))
 
 
 # -- entry point --------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from sofa_top.agent.optimize_state import applied as _applied
 from sofa_top.agent.optimize_state import bind as _bind
+from sofa_top.agent.optimize_state import patch as _patch
 from sofa_top.agent.optimize_state import skipped as _skipped
 
 if TYPE_CHECKING:
@@ -88,8 +89,8 @@ def _non_blocking_copies(torch: Any) -> None:
     for fn, wrapped in ((to, orig_to), (cuda, orig_cuda)):
         fn.__wrapped__ = wrapped  # type: ignore[attr-defined]
         fn._sofa_top_non_blocking = True  # type: ignore[attr-defined]
-    torch.Tensor.to = to
-    torch.Tensor.cuda = cuda
+    _patch(torch.Tensor, "to", to)
+    _patch(torch.Tensor, "cuda", cuda)
 
 
 def autocast_bf16(module: Any) -> None:
@@ -108,7 +109,7 @@ def autocast_bf16(module: Any) -> None:
             return forward(*args, **kwargs)
 
     autocast_forward.__wrapped__ = forward  # type: ignore[attr-defined]
-    module.forward = autocast_forward
+    _patch(module, "forward", autocast_forward)
     _applied(
         "bf16", f"torch: {type(module).__name__}.forward under torch.autocast({device!r}, bf16)"
     )

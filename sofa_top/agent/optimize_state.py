@@ -36,6 +36,21 @@ class State:
     check: datacheck.DataCheck | None = None
 
 
+def patch(obj: Any, name: str, value: Any) -> None:
+    """``setattr(obj, name, value)`` through the agent's ``Patches`` (undone at detach)."""
+    agent = State.agent
+    if agent is None:
+        raise RuntimeError("no agent: the toggles' installers run under one")
+    agent.patches.set(obj, name, value)
+
+
+def on_detach(what: str, undo: Callable[[], None]) -> None:
+    """Register an undo step with the agent's ``Patches``."""
+    agent = State.agent
+    if agent is not None:
+        agent.patches.on_detach(what, undo)
+
+
 def applied(toggle: Toggle, where: str, **data: Any) -> None:
     """Report that ``toggle`` changed something (``where``), once per distinct place."""
     agent = State.agent

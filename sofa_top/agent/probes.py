@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -52,6 +53,22 @@ def _libraries(module_path: str) -> list[str]:
     return libs
 
 
+def _threads_in_torch() -> int:
+    """Other threads whose stacks are in torch's Python code right now."""
+    me = threading.get_ident()
+    busy = 0
+    for ident, frame in sys._current_frames().items():
+        f: FrameType | None = frame
+        depth = 0
+        while ident != me and f is not None and depth < 100:
+            if "/torch/" in f.f_code.co_filename.replace("\\", "/"):
+                busy += 1
+                break
+            f = f.f_back
+            depth += 1
+    return busy
+
+
 def torch_report(module: Any) -> dict[str, Any]:
     """The ``agent-model`` data for a torch model (``ModelReport.as_json``'s shape)."""
     import torch
@@ -61,11 +78,25 @@ def torch_report(module: Any) -> dict[str, Any]:
     path = type(module).__module__
     chains: int | None = None
     reason = ""
+    busy = _threads_in_torch()
     try:
-        count = _load_depth_first("count_chains")(module, CHAIN_BUDGET_S)
-        chains = int(count.chains)
-        if not count.complete:
-            reason = f"counted in the first {count.modules} modules ({CHAIN_BUDGET_S} s budget)"
+        if busy:
+            # fx patches nn.Module.__call__ for every thread while it traces: a model called
+            # from another thread then would return fx proxies to it
+            reason = (
+                f"not counted: {busy} other thread(s) run torch code (an fx trace would reach them)"
+            )
+        else:
+            # and no thread that starts now gets the GIL back before the trace is done
+            interval = sys.getswitchinterval()
+            sys.setswitchinterval(max(interval, 4 * CHAIN_BUDGET_S))
+            try:
+                count = _load_depth_first("count_chains")(module, CHAIN_BUDGET_S)
+            finally:
+                sys.setswitchinterval(interval)
+            chains = int(count.chains)
+            if not count.complete:
+                reason = f"counted in the first {count.modules} modules ({CHAIN_BUDGET_S} s budget)"
     except Exception as e:  # a model fx cannot read, or sofa-top's optimizers missing
         reason = f"{type(e).__name__}: {e}"[:200]
     return {
@@ -112,6 +143,13 @@ def install_torch_model(agent: Agent, module: ModuleType) -> None:
         return None
 
     _State.handle = register(pre_hook)
+
+    def remove() -> None:  # detached before the first model ran
+        handle, _State.handle = _State.handle, None
+        if handle is not None:
+            handle.remove()
+
+    agent.patches.on_detach("the model probe's forward pre-hook", remove)
 
 
 def _time_calls(agent: Agent, mod: Any, data: dict[str, Any]) -> None:

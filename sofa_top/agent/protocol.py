@@ -26,6 +26,10 @@ holding one object with a string ``"type"`` field. Frame types (agent to server 
               Optional ``sched_us: [run_us|null, queue_us|null, ...]``: per step row, the loop
               thread's own time on a CPU and runnable but waiting for one during the input
               wait (its ``schedstat``; null: not read)
+              Optional ``compute: [forward_us|null, backward_us|null, optimizer_us|null,
+              flags, ...]``: one row of ``COMPUTE_STEP_FIELDS`` per step row, the step's
+              compute spans (null: not measured) and its phase evidence (``PHASE_*`` bits;
+              the agent's ``spans`` module)
 ``cuda``      ``{pid, t, device, device_name, bf16_supported, capability, mem_allocated,
               mem_reserved, mem_total, mem_free, alloc_retries, ooms, error,
               window: {CudaWindow's fields} | null}`` -- CUDA readings (PyTorch on a GPU)
@@ -52,6 +56,10 @@ HEADER = struct.Struct(">I")
 FRAME_TYPES = ("hello", "info", "steps", "pipeline", "workers", "event", "bye", "cuda")
 STEP_FIELDS = ("step", "start_us", "end_us", "wait_us", "batch_size", "wait_cpu_us")
 GPU_STEP_FIELDS = ("gpu_span_us", "gpu_busy_us", "busy_source")
+COMPUTE_STEP_FIELDS = ("forward_us", "backward_us", "optimizer_us", "flags")
+# bits of a compute row's flags: training evidence, evaluation evidence (a model call that
+# cannot train), a torch model call ran with autograd on, a torch model call ran at all
+PHASE_TRAIN, PHASE_EVAL, PHASE_AUTOGRAD, PHASE_TORCH = 1, 2, 16, 32
 BUSY_SOURCES = (None, "profiler", "estimate")  # busy_source codes 0, 1, 2
 
 

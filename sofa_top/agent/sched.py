@@ -58,3 +58,11 @@ def wait_times(cpu: float, s0: tuple[int, int], s1: tuple[int, int]) -> tuple[fl
     if s0[0] < 0 or s1[0] < 0:
         return (cpu, -1.0, -1.0)
     return (cpu, max(0, s1[0] - s0[0]) / 1e9, max(0, s1[1] - s0[1]) / 1e9)
+
+
+def add_waits(a: float | tuple[float, ...], b: float | tuple[float, ...]) -> tuple[float, ...]:
+    """Two fetches' ``wait_times`` (or plain CPU seconds) summed field by field (< 0 where
+    either is unknown): a resumed iterator's first fetch and the one that closes its step."""
+    ta = a if isinstance(a, tuple) else (a, -1.0, -1.0)
+    tb = b if isinstance(b, tuple) else (b, -1.0, -1.0)
+    return tuple(ta[i] + tb[i] if ta[i] >= 0 and tb[i] >= 0 else -1.0 for i in range(len(ta)))

@@ -21,6 +21,10 @@ HOOK_NAMES = (
     "torch-ddp",
     "torch-cuda",
     "torch-backward",
+    "torch-model-call",
+    "keras-model-call",
+    "tf-function-call",
+    "keras-evaluate",
 )
 
 

@@ -10,6 +10,10 @@ Rules, first match wins:
    collate, workers), Keras epoch iterators and data adapters, ``tf.py_function`` bodies. This wins
    over everything else, so a main thread blocked in ``DataLoader.__next__`` waiting for workers
    (or in ``iterator_get_next`` waiting for tf.data's threads) is ``input``, not idle.
+   A stack writing a result out (PIL's ``Image.save``, imageio's writers: encoding, not
+   decoding) is ``python``: the host's work after the model, not its input.
+   So is a Keras ``predict``/``evaluate`` call building its data adapter and iterator (once
+   per call, for the arrays it was given): the call's overhead, not the loop's input.
 3. ``python`` while importing (a frame of ``<frozen importlib...>``): module bodies of a framework
    being imported are not compute.
 4. ``compute``: any frame of framework execution: torch ``nn`` modules/functional, autograd
@@ -17,6 +21,10 @@ Rules, first match wins:
    ``torch/distributed``; TensorFlow eager execution (``eager/execute.py`` ``quick_execute``,
    ``polymorphic_function``, ``backprop``), op wrappers under ``tensorflow/python/ops`` and
    ``framework``; Keras ``train_step``/``test_step``/``predict_step``/layer and optimizer calls.
+   With the *model-call context* (the thread calls a model: some of its stacks are inside a
+   model call), framework ops called outside any model call and outside the training ops
+   (backward, optimizer, collectives) are ``input``: a ``tf.image.resize`` in the loop body,
+   ``torch`` ops in a collate function are preprocessing, not the model's compute.
 5. ``idle``: innermost frame is a known blocking call (``threading`` waits/joins, ``queue`` get,
    ``selectors`` select, ``socket``/``ssl`` receives, ``multiprocessing`` connection waits,
    ``subprocess`` waits).
@@ -56,9 +64,10 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
+from sofa_top.analysis.sources import OUTPUT_LINE, SYNC_LINE, source_line
 from sofa_top.model.samples import Frame, StackClass, StackCount
 
 # (path fragment, function names or None for any function in that file/folder).
@@ -85,6 +94,65 @@ INPUT_RULES: tuple[_Rule, ...] = _rules(
     ("/keras/src/engine/data_adapter.py", None),
     ("/datasets/arrow_dataset.py", ("__getitem__", "_getitem", "__iter__", "iter")),
     ("/webdataset/", None),
+    # decoding, resizing and tokenising libraries: preprocessing wherever they run
+    ("/PIL/", None),
+    ("/cv2/", None),
+    ("/imageio/", None),
+    ("/skimage/", None),
+    ("/torchvision/transforms/", None),
+    ("/torchvision/io/", None),
+    ("/torchaudio/transforms/", None),
+    ("/tokenizers/", None),
+    ("/transformers/tokenization_utils", None),
+    ("/transformers/image_processing_utils", None),
+    ("/transformers/feature_extraction_utils", None),
+)
+
+# The model's own call: a frame of one of these puts a stack inside a model call.
+MODEL_CALL_RULES: tuple[_Rule, ...] = _rules(
+    ("/torch/nn/modules/module.py", ("_call_impl", "_wrapped_call_impl")),
+    ("/torch/_dynamo/eval_frame.py", None),
+    ("/keras/src/layers/layer.py", ("__call__",)),
+    (
+        "/keras/src/backend/tensorflow/trainer.py",
+        (
+            "predict",
+            "evaluate",
+            "predict_on_batch",
+            "test_on_batch",
+            "train_on_batch",
+            "fit",
+            "train_step",
+            "test_step",
+            "predict_step",
+        ),
+    ),
+    ("/tensorflow/python/eager/polymorphic_function/", None),
+    ("/tensorflow/python/eager/def_function.py", None),
+    ("/sofa_top/agent/hooks_model.py", None),
+)
+
+# Training and distributed work outside the model's call: compute wherever it runs.
+TRAINING_RULES: tuple[_Rule, ...] = _rules(
+    (
+        "/torch/nn/modules/module.py",
+        ("zero_grad", "parameters", "named_parameters", "_named_members", "train", "eval"),
+    ),
+    ("/torch/autograd/", None),
+    ("/torch/optim/", None),
+    ("/torch/_tensor.py", ("backward",)),
+    ("/torch/_dynamo/", None),
+    ("/torch/_inductor/", None),
+    ("/torch/amp/", None),
+    ("/torch/distributed/", None),
+    ("/torch/cuda/", ("synchronize",)),
+    ("/tensorflow/python/eager/backprop.py", None),
+    ("/tensorflow/python/eager/imperative_grad.py", None),
+    ("/tensorflow/python/eager/forwardprop.py", None),
+    ("/tensorflow/python/training/", None),
+    ("/keras/src/optimizers/", None),
+    ("/keras/optimizers/", None),
+    ("/jax/_src/", None),
 )
 
 COMPUTE_RULES: tuple[_Rule, ...] = _rules(
@@ -161,6 +229,59 @@ IDLE_LEAF_RULES: tuple[_Rule, ...] = _rules(
     ("tornado/", ("poll", "start")),
 )
 
+# Host work of a loop that is not its input: logging, printing, progress bars, checkpoints
+# (``analysis.host``).
+HOST_PYTHON_RULES: tuple[_Rule, ...] = _rules(
+    ("/logging/", None),
+    ("/tqdm/", None),
+    ("/rich/", None),
+    ("/torch/serialization.py", ("save",)),
+    ("/torch/utils/tensorboard/", None),
+    ("/tensorboard/", None),
+    ("/wandb/", None),
+    ("/mlflow/", None),
+    ("/keras/src/callbacks/", None),
+    ("/keras/src/utils/progbar.py", None),
+    ("/keras/src/saving/", None),
+    ("/tensorflow/python/checkpoint/", None),
+)
+
+# Writing a result out (encoding an image, a video frame): the host's work after the model,
+# not its input, though the same libraries decode (``analysis.host``: ``output``)
+OUTPUT_RULES: tuple[_Rule, ...] = _rules(
+    ("/PIL/Image.py", ("save",)),
+    ("/PIL/ImageFile.py", ("_save", "_encode_tile")),
+    ("/imageio/", ("imwrite", "imsave", "mimwrite", "mimsave", "volwrite", "write")),
+    ("/skimage/io/", ("imsave",)),
+    ("/torchvision/utils.py", ("save_image",)),
+    ("/torchvision/io/", ("write_png", "write_jpeg", "write_file", "write_video")),
+)
+
+# What a Keras ``predict``/``evaluate``/``fit`` call builds before its first batch: a data
+# adapter and a tf.data iterator over the arrays it was given. Inside the call, once per call:
+# the call's own overhead (``python``), not the loop's input; a loop that calls ``predict`` on
+# one sample pays it every step (``call_setup_share``).
+CALL_SETUP_RULES: tuple[_Rule, ...] = _rules(
+    ("/keras/src/trainers/data_adapters/", ("__init__", "get_data_adapter", "get_tf_dataset")),
+    ("/keras/src/trainers/epoch_iterator.py", ("__init__", "_get_iterator", "reset")),
+    ("/tensorflow/python/data/ops/iterator_ops.py", ("__init__", "_create_iterator")),
+    ("/tensorflow/python/ops/gen_dataset_ops.py", ("make_iterator", "anonymous_iterator_v3")),
+)
+
+# Loss functions called outside the model: the step's compute, not its input
+LOSS_RULES: tuple[_Rule, ...] = _rules(
+    (
+        "/torch/nn/functional.py",
+        (
+            "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "binary_cross_entropy",
+            "binary_cross_entropy_with_logits", "kl_div", "smooth_l1_loss", "huber_loss",
+        ),
+    ),
+    ("/keras/src/losses/", None),
+    ("/tensorflow/python/ops/nn_impl.py", None),
+    ("/tensorflow/python/ops/losses/", None),
+)  # fmt: skip
+
 # Worker loops of a pipeline: their blocking waits mean "no work to do", not "waiting for input".
 WORKER_LOOP_RULES: tuple[_Rule, ...] = _rules(
     ("/torch/utils/data/_utils/worker.py", ("_worker_loop",)),
@@ -190,24 +311,33 @@ def _matches(frame: Frame, rules: Sequence[_Rule]) -> bool:
     return False
 
 
+_INPUT, _COMPUTE, _IDLE_LEAF, _WORKER, _IMPORT, _MODEL, _TRAIN, _HOST_PY, _LOSS, _OUTPUT = (
+    1, 2, 4, 8, 16, 32, 64, 128, 256, 512,
+)  # fmt: skip
+_SETUP = 1024
+_KEEP_PYTHON = _OUTPUT | _SETUP
+_FLAG_RULES = (
+    (_INPUT, INPUT_RULES),
+    (_COMPUTE, COMPUTE_RULES),
+    (_IDLE_LEAF, IDLE_LEAF_RULES),
+    (_WORKER, WORKER_LOOP_RULES),
+    (_MODEL, MODEL_CALL_RULES),
+    (_TRAIN, TRAINING_RULES),
+    (_HOST_PY, HOST_PYTHON_RULES),
+    (_LOSS, LOSS_RULES),
+    (_OUTPUT, OUTPUT_RULES),
+    (_SETUP, CALL_SETUP_RULES),
+)
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def _flags(frame: Frame) -> int:
     """The frame's rule matches as bit flags; cached, since the same frames recur every window."""
-    flags = 0
-    if _matches(frame, INPUT_RULES):
-        flags |= _INPUT
-    if _matches(frame, COMPUTE_RULES):
-        flags |= _COMPUTE
-    if _matches(frame, IDLE_LEAF_RULES):
-        flags |= _IDLE_LEAF
-    if _matches(frame, WORKER_LOOP_RULES):
-        flags |= _WORKER
-    if frame.filename.startswith("<frozen importlib"):
-        flags |= _IMPORT
+    flags = _IMPORT if frame.filename.startswith("<frozen importlib") else 0
+    for flag, rules in _FLAG_RULES:
+        if _matches(frame, rules):
+            flags |= flag
     return flags
-
-
-_INPUT, _COMPUTE, _IDLE_LEAF, _WORKER, _IMPORT = 1, 2, 4, 8, 16
 
 
 def is_input_frame(frame: Frame) -> bool:
@@ -230,36 +360,99 @@ def is_worker_loop_frame(frame: Frame) -> bool:
     return bool(_flags(frame) & _WORKER)
 
 
-def classify_stack(frames: Sequence[Frame]) -> StackClass:
-    """Classify one stack (outermost frame first); an empty stack is ``idle``."""
-    return _classify(tuple(frames))
+def in_model_call(frames: Sequence[Frame]) -> bool:
+    """Whether a stack is inside a model call (the model's own compute)."""
+    return bool(_seen(tuple(frames)) & _MODEL)
+
+
+def writes_output(function: str, filename: str) -> bool:
+    """Whether a function writes a result out (an image encoder: ``OUTPUT_RULES``)."""
+    return bool(_flags(Frame(function, filename, 0)) & _OUTPUT)
+
+
+def is_call_setup(frames: Sequence[Frame]) -> bool:
+    """Whether a stack is a model call's own setup (a Keras ``predict`` building its data
+    adapter and iterator for the arrays it was given)."""
+    seen = _seen(tuple(frames))
+    return bool(seen & _SETUP and seen & _MODEL)
+
+
+def is_host_python(frames: Sequence[Frame]) -> bool:
+    """Whether a stack logs, prints progress or saves a checkpoint (``analysis.host``)."""
+    return bool(_seen(tuple(frames)) & _HOST_PY)
+
+
+def writes_result(frames: Sequence[Frame]) -> bool:
+    """Whether a stack writes a result out (encodes an image: ``OUTPUT_RULES``)."""
+    return bool(_seen(tuple(frames)) & _OUTPUT)
+
+
+def is_importing(frames: Sequence[Frame]) -> bool:
+    """Whether a stack is importing a module (a framework's lazy import in the loop)."""
+    return bool(_seen(tuple(frames)) & _IMPORT)
+
+
+def is_loss(frames: Sequence[Frame]) -> bool:
+    """Whether a stack is in a loss function (called outside the model or in it)."""
+    return bool(_seen(tuple(frames)) & _LOSS)
+
+
+def model_side(frames: Sequence[Frame]) -> bool:
+    """Whether a stack is the step's compute: inside a model call, or training ops (backward,
+    optimizer, collectives) outside it."""
+    return bool(_seen(tuple(frames)) & (_MODEL | _TRAIN))
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def _classify(frames: tuple[Frame, ...]) -> StackClass:
-    if not frames:
-        # A thread with no Python frame is native code outside Python; nothing to attribute.
-        return "idle"
+def _seen(frames: tuple[Frame, ...]) -> int:
     seen = 0
     for f in frames:
         seen |= _flags(f)
+    return seen
+
+
+def classify_stack(frames: Sequence[Frame], model_context: bool = False) -> StackClass:
+    """Classify one stack (outermost frame first); an empty stack is ``idle``.
+
+    ``model_context``: the thread calls a model (some of its stacks are inside a model call),
+    so framework ops outside the model and the training ops are preprocessing (``input``)."""
+    return _classify(tuple(frames), model_context)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _classify(frames: tuple[Frame, ...], model_context: bool = False) -> StackClass:
+    if not frames:
+        # A thread with no Python frame is native code outside Python; nothing to attribute.
+        return "idle"
+    seen = _seen(frames)
     leaf_idle = bool(_flags(frames[-1]) & _IDLE_LEAF)
     if leaf_idle and seen & _WORKER:
         return "idle"
+    if seen & _OUTPUT and not seen & _MODEL:
+        return "python"  # encoding a result: the host's work, neither input nor the model's
+    if seen & _SETUP and seen & _MODEL:
+        return "python"  # a Keras call building its data adapter: the call's overhead
     if seen & _INPUT:
         return "input"
     if seen & _IMPORT:
         # Importing a framework runs its module bodies (tensorflow/python/ops/...): not compute.
         return "python"
     if seen & _COMPUTE:
+        if model_context and not seen & (_MODEL | _TRAIN | _LOSS):
+            return "input"  # framework ops in the loop body, outside the model: preprocessing
         return "compute"
     if leaf_idle:
         return "idle"
     return "python"
 
 
-def _reclass(stacks: Sequence[StackCount], klass: StackClass, moved: int) -> list[StackCount]:
-    """Move ``moved`` samples of ``stacks`` (largest remainders first) to ``klass``."""
+def _reclass(
+    stacks: Sequence[StackCount],
+    klass: StackClass | Callable[[StackCount], StackClass],
+    moved: int,
+) -> list[StackCount]:
+    """Move ``moved`` samples of ``stacks`` (largest remainders first) to ``klass`` (or to
+    ``klass(stack)``, per stack)."""
     total = sum(s.count for s in stacks)
     if total <= 0 or moved <= 0:
         return list(stacks)
@@ -275,7 +468,7 @@ def _reclass(stacks: Sequence[StackCount], klass: StackClass, moved: int) -> lis
         if n < s.count:
             out.append(replace(s, count=s.count - n))
         if n > 0:
-            out.append(replace(s, count=n, klass=klass))
+            out.append(replace(s, count=n, klass=klass if isinstance(klass, str) else klass(s)))
     return out
 
 
@@ -310,7 +503,7 @@ def reconcile_activity(
 
 
 def reconcile_gil(
-    stacks: Sequence[StackCount], gil_fraction: float | None
+    stacks: Sequence[StackCount], gil_fraction: float | None, model_context: bool = False
 ) -> tuple[StackCount, ...]:
     """Turn ``python`` samples of one thread that cannot have been running Python into
     ``compute``: native code (a framework's kernel) that user code called.
@@ -319,14 +512,36 @@ def reconcile_gil(
     ``gil_fraction`` the share of the window's sampling instants at which the thread held the
     GIL (None when unknown: nothing changes). Python runs only under the GIL, so at most that
     share of the thread's samples are ``python``; the rest ran without it, inside a call.
+    With the model-call context, native calls outside the model's call (NumPy, OpenCV, a
+    tensor built from a sample) are preprocessing: ``input``; on a line that samples from the
+    model's output or copies it out (``sources.OUTPUT_LINE``, ``SYNC_LINE``) they are the
+    host's work: ``python``.
     """
     if gil_fraction is None or not stacks:
         return tuple(stacks)
     total = sum(s.count for s in stacks)
     holding = round(max(0.0, min(1.0, gil_fraction)) * total)
-    python = [s for s in stacks if s.klass == "python"]
+    # (a result being encoded, a Keras call's setup: native code, still host or call overhead)
+    python = [s for s in stacks if s.klass == "python" and not _seen(s.frames) & _KEEP_PYTHON]
     excess = sum(s.count for s in python) - holding
     if excess <= 0:
         return tuple(stacks)
-    others = [s for s in stacks if s.klass != "python"]
-    return tuple(others + _reclass(python, "compute", excess))
+    others = [s for s in stacks if s.klass != "python" or _seen(s.frames) & _KEEP_PYTHON]
+    if not model_context:
+        return tuple(others + _reclass(python, "compute", excess))
+    return tuple(others + _reclass(python, _native_class, excess))
+
+
+def _native_class(stack: StackCount) -> StackClass:
+    if model_side(stack.frames):
+        return "compute"
+    leaf = stack.frames[-1] if stack.frames else None
+    line = source_line(leaf.filename, leaf.line) if leaf is not None else ""
+    if OUTPUT_LINE.search(line) or SYNC_LINE.search(line):
+        return "python"  # sampling from the output, copying it out: host work, not input
+    return "input"
+
+
+def has_model_calls(stacks: Iterable[StackCount]) -> bool:
+    """Whether any of a thread's stacks is inside a model call (its model-call context)."""
+    return any(in_model_call(s.frames) for s in stacks)

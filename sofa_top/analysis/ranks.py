@@ -21,6 +21,7 @@ import statistics
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from sofa_top.analysis import steps as step_facts
 from sofa_top.analysis.verdicts import MIN_STEPS, Evidence, judge
 from sofa_top.model.ranks import RankId, RankStat
 from sofa_top.model.samples import PipelineSample, ProcInfo, StepSample
@@ -92,7 +93,6 @@ def rank_stat(ev: RankEvidence, common: Evidence) -> RankStat:
     """One rank's step split and its own verdict (``common``: the machine-wide evidence)."""
     steps = list(ev.steps)
     total = sum(s.duration_s for s in steps)
-    waits = sum(s.input_wait_s for s in steps)
     measured = [s.collective_s for s in steps if s.collective_s is not None]
     verdict = judge(
         dataclasses.replace(
@@ -112,7 +112,7 @@ def rank_stat(ev: RankEvidence, common: Evidence) -> RankStat:
         world_size=ev.ident.world_size,
         steps=len(steps),
         step_s=statistics.median(s.duration_s for s in steps) if steps else None,
-        input_wait_fraction=waits / total if total > 0 else None,
+        input_wait_fraction=step_facts.input_fraction(steps),
         collective_wait_fraction=min(1.0, sum(measured) / total)
         if measured and total > 0
         else None,

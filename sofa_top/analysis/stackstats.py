@@ -10,6 +10,15 @@ loop) and samples whose innermost frame is the agent's own code are left out of 
 overhead (``StackSummary.agent_samples``). Agent wrapper frames inside a user's stack (the
 ``timed_next`` around a DataLoader's ``__next__``, the Keras train-function wrapper) are
 dropped from the frames; the sample keeps the class its whole stack gave it.
+
+The hot functions and the split are of the threads that run the loop: a thread idle in
+``IDLE_THREAD`` of its samples or more (a queue's feeder thread, the resource sharer, a
+DataLoader worker's main thread waiting for its next index) is a helper, counted apart
+(``idle_threads``, ``idle_thread_samples``), unless every thread is one (an idle process);
+so are the idle samples of a pipeline worker that also works (a DataLoader worker waiting
+for its next index between two items: the pipeline's spare capacity, not the loop's time).
+The loop thread's samples outside its model calls give the host time's split
+(``analysis.host``).
 """
 
 from __future__ import annotations
@@ -18,10 +27,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from sofa_top.analysis.classify import is_worker_loop_frame
+from sofa_top.analysis.host import HOST_CLASSES, host_counts, model_samples, setup_samples
 from sofa_top.model.samples import STACK_CLASSES, Frame, StackClass, StackCount, StackWindow
 from sofa_top.model.snapshot import FunctionStat, StackSummary, ThreadStat
 
 DEFAULT_TOP = 200
+IDLE_THREAD = 0.95  # a thread idle in this share of its samples is a helper, not the loop
 
 
 def thread_label(name: str, tid: int) -> str:
@@ -74,6 +86,11 @@ def _stacks(windows: Iterable[StackWindow], tid: int | None) -> tuple[list[Stack
     return out, agent
 
 
+def _spare(stack: StackCount) -> bool:
+    """An idle sample of a pipeline worker: it waits for work to do."""
+    return stack.klass == "idle" and any(is_worker_loop_frame(f) for f in stack.frames)
+
+
 def _threads(stacks: Iterable[StackCount]) -> tuple[ThreadStat, ...]:
     per: dict[tuple[int, int], Counter[StackClass]] = defaultdict(Counter)
     names: dict[tuple[int, int], Counter[str]] = defaultdict(Counter)
@@ -116,10 +133,16 @@ def summarize(
     """
     if not windows:
         return None
-    stacks, agent_samples = _stacks(windows, tid)
+    every, agent_samples = _stacks(windows, tid)
+    threads = _threads(every)
+    helpers = {(t.pid, t.tid) for t in threads if t.split["idle"] >= IDLE_THREAD}
+    if len(helpers) == len(threads):
+        helpers = set()  # an idle process: its threads are all there is to show
+    stacks = [s for s in every if (s.pid, s.tid) not in helpers and not _spare(s)]
     total = sum(s.count for s in stacks)
     if total <= 0:
         return None
+    host, host_n, setup = _host_split(windows, stacks)
 
     own: Counter[tuple[str, str]] = Counter()
     anywhere: Counter[tuple[str, str]] = Counter()
@@ -178,11 +201,42 @@ def summarize(
         thread_samples=total,
         functions=tuple(functions),
         split=_split(classes, total),
-        threads=_threads(stacks),
+        threads=threads,
         rate_hz=rate if rate is not None else windows[-1].rate_hz,
         sampler_cpu=_weighted_mean((d, w.sampler_cpu) for d, w in durations),
         agent_samples=agent_samples,
+        idle_threads=len(helpers),
+        idle_thread_samples=sum(s.count for s in every) - total,
+        host_split=host,
+        host_samples=host_n,
+        call_setup_share=setup,
     )
+
+
+def _host_split(
+    windows: Sequence[StackWindow], stacks: list[StackCount]
+) -> tuple[dict[str, float] | None, int, float | None]:
+    """The host split of the thread with the most samples inside model calls (the loop's),
+    over the windows in which it called its model (not its imports, nor its setup before the
+    loop), its sample count, and the share of its model calls' samples spent on their own
+    setup; (None, 0, None) when no thread was seen in one."""
+    per: dict[tuple[int, int], list[StackCount]] = defaultdict(list)
+    for s in stacks:
+        per[(s.pid, s.tid)].append(s)
+    key, best = max(per.items(), key=lambda kv: model_samples(kv[1]), default=((0, 0), []))
+    if not best or model_samples(best) == 0:
+        return None, 0, None
+    looping: list[StackCount] = []
+    for w in windows:
+        mine = [_without_agent(c) for c in w.stacks if (c.pid, c.tid) == key and c.count > 0]
+        if model_samples(mine):
+            looping += (c for c in mine if not is_agent_stack(c))
+    counts = host_counts(looping)
+    n = sum(counts.values())
+    setup = setup_samples(looping) / max(1, model_samples(looping))
+    if n == 0:
+        return {k: 0.0 for k in HOST_CLASSES}, 0, setup
+    return {k: counts[k] / n for k in HOST_CLASSES}, n, setup
 
 
 def summarize_by_thread(

@@ -8,15 +8,24 @@ reported about its hooks, and how the workload ended.
 
 from __future__ import annotations
 
+import math
+import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from sofa_top.model.samples import AgentInfo, StepSample
+from sofa_top.model.samples import AgentInfo, AgentState, StepSample, agent_state
 
-# Clocks that see step boundaries but not the fetch of a batch: their input wait is 0 by
-# construction, not measured.
-UNTIMED_SOURCES = frozenset({"torch-optimizer", "torch-backward"})
+# Clocks that see step boundaries but not the fetch of a batch: their input wait is not
+# measured (None, never 0).
+UNTIMED_SOURCES = frozenset({"torch-optimizer", "torch-backward", "keras-evaluate"})
+# The model-call clocks: a step's input wait is its host time (outside the model call, the
+# backward and the optimizer step), which the stacks split into input, python and syncs.
+MODEL_CALL_SOURCES = frozenset({"torch-model-call", "keras-model-call", "tf-function-call"})
+# Clocks that only ever mark training steps.
+TRAINING_SOURCES = frozenset({"keras-fit", "torch-optimizer", "torch-backward"})
+MIN_HOST_SAMPLES = 20  # host-time stack samples that can split it (fewer: all of it is input)
 
 # How each clock is described to people.
 SOURCE_TEXT = {
@@ -25,6 +34,10 @@ SOURCE_TEXT = {
     "torch-dataloader": "DataLoader fetches",
     "torch-optimizer": "optimizer.step() calls",
     "torch-backward": "backward() calls",
+    "torch-model-call": "the model's calls (nn.Module)",
+    "keras-model-call": "the Keras model's calls",
+    "tf-function-call": "tf.function calls",
+    "keras-evaluate": "Keras evaluation batches",
 }
 
 # The framework each of the agent's own clocks belongs to (``api.iterate``/``mark_step`` clocks
@@ -35,10 +48,23 @@ SOURCE_FRAMEWORK = {
     "torch-dataloader": "torch",
     "torch-optimizer": "torch",
     "torch-backward": "torch",
+    "torch-model-call": "torch",
+    "keras-model-call": "tensorflow",
+    "tf-function-call": "tensorflow",
+    "keras-evaluate": "tensorflow",
 }
 
 # What the agent can time, for the reason a launched loop showed no step.
-HOOKED = "a DataLoader, a tf.data iterator, Keras fit, optimizer.step() or backward()"
+HOOKED = (
+    "a model call (nn.Module, Keras model, tf.function), a DataLoader, a tf.data iterator, "
+    "Keras fit, optimizer.step() or backward()"
+)
+# The agent's hooks that mark steps: only their reasons explain a session without steps (a
+# CUDA or collectives hook that did not apply says nothing of a CPU loop's steps).
+STEP_HOOKS = frozenset(SOURCE_FRAMEWORK)
+
+Phase = Literal["train", "eval", "inference"]
+PHASES: tuple[Phase, ...] = ("train", "eval", "inference")
 MARK_STEPS = (
     "mark the loop's steps: `from sofa_top.agent import api`, then "
     "`for batch in api.iterate(batches):` (times each fetch) or `api.mark_step()` after each step"
@@ -54,12 +80,32 @@ class RunFacts:
     agent: AgentInfo | None = None  # the agent's last report (None: it never connected)
     exit_code: int | None = None
     workload_error: str | None = None  # the last line of its stderr, when it failed
+    stopped: bool | None = None  # sofa-top stopped the workload (None: not known, older files)
+
+    @property
+    def agent_state(self) -> AgentState:
+        """Whether the workload has the agent (``samples.agent_state``)."""
+        return agent_state(self.launched, self.agent)
 
     def mode_text(self) -> str:
         """The session's mode as people read it."""
-        if self.launched:
+        state = self.agent_state
+        if state in ("launched", "waiting"):
             return f"{self.mode or 'launch'} mode, sofa-top's agent injected"
+        if state == "injected":
+            return f"{self.mode or 'attach'} mode, attached, sofa-top's agent injected"
         return f"{self.mode or 'attach'} mode, attached to a running process (no agent)"
+
+
+def valid_steps(steps: Sequence[StepSample], agent: AgentInfo | None) -> list[StepSample]:
+    """``steps`` less those of a clock the agent stopped for a reason of the loop's (the
+    model called from several threads): what it marked before it knew is no loop's steps."""
+    stopped = {
+        hook
+        for hook, reason in (agent.hooks_skipped if agent is not None else ())
+        if hook in MODEL_CALL_SOURCES and reason.startswith("the model is called")
+    }
+    return [s for s in steps if s.source not in stopped] if stopped else list(steps)
 
 
 def step_sources(steps: Iterable[StepSample]) -> dict[str, int]:
@@ -78,10 +124,151 @@ def wait_measured(source: str | None) -> bool:
     return source is not None and source not in UNTIMED_SOURCES
 
 
+def trained(steps: Iterable[StepSample]) -> bool:
+    """Whether any step shows training (a backward, an optimizer step, Keras fit)."""
+    return any(s.phase_hint == "train" or s.source in TRAINING_SOURCES for s in steps)
+
+
+def _infers(step: StepSample) -> bool:
+    """A model ran in the step, and it did not train."""
+    return step.phase_hint == "eval" or (
+        step.phase_hint == "" and (step.autograd is not None or step.source in MODEL_CALL_SOURCES)
+    )
+
+
+def phase_of(step: StepSample, training: bool, inferring: bool = False) -> Phase:
+    """A step's phase. ``training``: the session trains, so a step that cannot train is an
+    evaluation; ``inferring``: the session runs a model without training (then a step with
+    no evidence is inference too). With nothing known at all (a ``tf.function`` step over
+    tf.data, whose graph may train) a step stays what a step always was: training."""
+    if step.phase_hint == "train" or step.source in TRAINING_SOURCES:
+        return "train"
+    if training:
+        return "eval" if step.phase_hint == "eval" else "train"
+    return "inference" if inferring or _infers(step) else "train"
+
+
+def by_phase(
+    steps: Sequence[StepSample], training: bool | None = None
+) -> dict[Phase, list[StepSample]]:
+    """The steps of each phase, in order (``training``: known of the session; None: from
+    ``steps``)."""
+    t = trained(steps) if training is None else training
+    inferring = not t and any(_infers(s) for s in steps)
+    out: dict[Phase, list[StepSample]] = {}
+    for s in steps:
+        out.setdefault(phase_of(s, t, inferring), []).append(s)
+    return out
+
+
+def main_phase(phases: Mapping[Phase, Sequence[StepSample]], least: int = 1) -> Phase | None:
+    """The phase the numbers are about: training when it has ``least`` steps, else the phase
+    with the most."""
+    if len(phases.get("train", ())) >= least:
+        return "train"
+    return max(phases, key=lambda p: len(phases[p]), default=None)
+
+
+def input_share(host_split: Mapping[str, float] | None, host_samples: int) -> float:
+    """The input share of the host time: input over input, python, syncs and output work (the
+    compute class, a loss between the forward and the backward, is not in the clock's host
+    time); all of it when the stacks cannot split it."""
+    if host_split is None or host_samples < MIN_HOST_SAMPLES:
+        return 1.0
+    known = sum(float(host_split.get(k, 0.0)) for k in ("input", "python", "sync", "output"))
+    return float(host_split.get("input", 0.0)) / known if known > 0 else 1.0
+
+
+def input_fraction(
+    steps: Sequence[StepSample],
+    host_split: Mapping[str, float] | None = None,
+    host_samples: int = 0,
+) -> float | None:
+    """Input wait over step time; a model-call step's wait is its host time's input share;
+    None when the steps' clock cannot see input (or there is no step time)."""
+    total = sum(s.duration_s for s in steps)
+    if total <= 0 or not wait_measured(main_source(steps)):
+        return None
+    share = input_share(host_split, host_samples)
+    wait = sum(s.input_wait_s * (share if s.source in MODEL_CALL_SOURCES else 1.0) for s in steps)
+    return min(1.0, wait / total)
+
+
+def output_fraction(
+    steps: Sequence[StepSample],
+    host_split: Mapping[str, float] | None,
+    host_samples: int = 0,
+) -> float | None:
+    """The share of the model-call steps' time the loop spends on the model's output outside
+    the model (the host split's ``output``: sampling, argmax, writing); None unsplit."""
+    total = sum(s.duration_s for s in steps)
+    if total <= 0 or host_split is None or host_samples < MIN_HOST_SAMPLES:
+        return None
+    host = sum(s.input_wait_s for s in steps if s.source in MODEL_CALL_SOURCES)
+    return min(1.0, host / total) * float(host_split.get("output", 0.0))
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) by linear interpolation between ranks; None when empty."""
+    if not values:
+        return None
+    v = sorted(values)
+    pos = q * (len(v) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def compute_split(steps: Iterable[StepSample]) -> dict[str, float] | None:
+    """Forward / backward / optimizer / collective as fractions of the steps' timed compute;
+    None when no step's compute was split (Keras fit, a tf.function: one opaque span)."""
+    f = b = o = c = 0.0
+    for s in steps:
+        if s.forward_s is None or s.backward_s is None or s.optimizer_s is None:
+            continue
+        f += s.forward_s
+        b += s.backward_s
+        o += s.optimizer_s
+        c += s.collective_s or 0.0
+    total = f + b + o + c
+    if total <= 0:
+        return None
+    return {
+        "forward": f / total,
+        "backward": b / total,
+        "optimizer": o / total,
+        "collective": c / total,
+    }
+
+
+# the last line of a Python traceback: "ValueError: ...", "torch.OutOfMemoryError", ...
+RAISED = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit))\b")
+ERROR_LINE_MAX = 300
+
+
+def error_line(stderr: Iterable[str]) -> str | None:
+    """The line that names a failed workload's error: the last exception line of its stderr
+    (libraries log on after a traceback: TensorFlow's "Local rendezvous is aborting"), else its
+    last non-empty line."""
+    last: str | None = None
+    raised: str | None = None
+    for line in stderr:
+        text = line.strip()
+        if text:
+            last = text
+            if RAISED.match(text):
+                raised = text
+    out = raised or last
+    return None if out is None else out[:ERROR_LINE_MAX]
+
+
 def failed(facts: RunFacts) -> bool:
     """Whether the workload ended with an error of its own (not stopped by sofa-top)."""
     code = facts.exit_code
-    return code is not None and code not in (0, -15, 143)
+    if code is None or code == 0 or facts.stopped:
+        return False
+    # a file that does not say whether sofa-top stopped the job: its SIGTERM did
+    return facts.stopped is not None or code not in (-15, 143)
 
 
 def no_steps_reason(facts: RunFacts) -> str:
@@ -89,7 +276,7 @@ def no_steps_reason(facts: RunFacts) -> str:
     if failed(facts):
         why = f": {facts.workload_error}" if facts.workload_error else ""
         return f"the workload exited with code {facts.exit_code} before any step{why}"
-    if not facts.launched:
+    if facts.agent_state == "none":
         return (
             f"no step telemetry in {facts.mode_text()}: only an agent inside the process "
             "can time steps"
@@ -103,20 +290,33 @@ def no_steps_reason(facts: RunFacts) -> str:
     skipped = [
         f"{hook}: {reason}"
         for hook, reason in agent.hooks_skipped
-        if reason not in ("not imported by the workload", "disabled in settings")
+        if hook in STEP_HOOKS
+        and reason not in ("not imported by the workload", "disabled in settings")
     ]
     if skipped:
         return "no step measured: " + "; ".join(skipped)
+    called = [source for source, _note in agent.step_notes if source in MODEL_CALL_SOURCES]
+    if called:
+        return (
+            f"no step measured: the model was called once ({called[0]}); a step runs from one "
+            "model call to the next, and a run that calls its model once has no loop to time"
+        )
     imported = {name for name, _version in agent.frameworks}
     if not imported & {"tensorflow", "torch", "keras"}:
         return "no step measured: the workload imported neither TensorFlow nor PyTorch"
-    return f"no step measured: the loop used none of {HOOKED}"
+    return f"no step measured: the loop used none of {HOOKED}: it never called a model"
+
+
+def failure_text(facts: RunFacts) -> str:
+    """How a failed workload ended, in one line: its exit code and its error line."""
+    why = f": {facts.workload_error}" if facts.workload_error else ""
+    return f"the workload failed (exit code {facts.exit_code}){why}"
 
 
 def next_step(facts: RunFacts) -> str:
     """What to do to get steps, possible in this session's mode."""
     if failed(facts):
         return "fix the workload's error (its output is in the session's log) and run it again"
-    if not facts.launched:
+    if facts.agent_state == "none":
         return "run it under `sofa-top launch -- CMD` for exact per-step input wait"
     return MARK_STEPS

@@ -9,10 +9,17 @@ verdict names what dominates the step, with the input share, its bound and the i
 after its own advice.
 
 Evidence, best first:
-1. step telemetry from the in-process agent (launch mode): exact input wait per step;
-2. stack classification (attach mode): the share of the training thread's samples spent
+1. step telemetry from the in-process agent (launch mode): exact input wait per step; a loop
+   no fetch marks gets its steps from its model calls, whose host time the loop thread's stacks
+   split (input, python, syncs: ``analysis.host``);
+2. stack classification (attach mode): the share of the loop thread's samples spent
    waiting in an input iterator vs inside framework compute.
-Where neither says enough, the verdict is ``unknown`` with the reason, never a guess.
+Where neither says enough, the verdict is ``unknown`` with the reason, never a guess: a clock
+that cannot time the input (optimizer steps, backward passes) decides nothing on its own.
+
+Steps are judged per phase (``analysis.steps.by_phase``): an evaluation pass inside training
+never mixes into the training steps' numbers; the verdict is about the training steps when the
+window has enough, else about the phase that has the most, and says which.
 
 An input-bound verdict also names its cause, because the fixes differ (``analysis.causes``
 reads it from the scheduler's accounting of the producers' threads: on a CPU, waiting for one,
@@ -59,28 +66,29 @@ threads want, and does not trip it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import replace
 
 from sofa_top.analysis import causes
 from sofa_top.analysis import gpu as gpu_loop
 from sofa_top.analysis import steps as step_facts
-from sofa_top.analysis.causes import Neighbours, SchedMeans
+from sofa_top.analysis.classify import writes_output
+from sofa_top.analysis.evidence import Evidence as Evidence  # re-exported: judge's input
+from sofa_top.analysis.inputs import (
+    cause_evidence,
+    input_advice,
+    input_cause,
+    iowait,
+    loop_advice,
+)
 from sofa_top.analysis.measured import apply_measured
-from sofa_top.analysis.steps import RunFacts
-from sofa_top.model.samples import CudaSample, GpuSample, PipelineSample, StepSample, SystemSample
+from sofa_top.model.samples import PipelineSample
 from sofa_top.model.snapshot import StackSummary
-from sofa_top.model.units import Percent
 from sofa_top.model.verdict import (
     UNMEASURED,
-    InputCause,
-    InputCauseKind,
-    Measured,
     Recommendation,
     Verdict,
     unmeasured,
 )
-from sofa_top.model.workload import ModelReport
 from sofa_top.optimizers import advice
 
 HIGH_INPUT_FRACTION = 0.20  # XProf: "highly input-bound"
@@ -94,13 +102,11 @@ INPUT_BOUND_FRACTION = HIGH_INPUT_FRACTION
 MIN_STEPS = 3  # fewer steps in the window say too little
 MIN_THREAD_SAMPLES = 50  # about half a second of stacks at 100 Hz
 STACK_INPUT_FRACTION = HIGH_INPUT_FRACTION  # same bar for the stack-based estimate
-STACK_DOMINANT = 0.50  # a class holding half the training thread's samples dominates it
+STACK_DOMINANT = 0.50  # a class holding half the loop thread's samples dominates it
 IDLE_CPU_PERCENT = 5.0  # the whole tree below this (of one core) is idle
 GPU_UNDERUSED_PERCENT = 50.0  # a GPU below this while compute-bound is underused
 MEMORY_PRESSURE = 0.95  # used / total memory
 WINDOW_S = 10.0  # verdicts look at about the last 10 s
-INPUT_CPU_BUSY = 0.60  # input stage using this share of its usable cores while waited on: cpu
-INPUT_CPU_IDLE = 0.35  # at most this share: the stage mostly waits (latency)
 OVERSUB_MIN_RUNNABLE = 1.5  # mean runnable threads of the tree: a pool wants cores at once
 # cores' worth of the tree's threads waiting for a CPU (measured; without the scheduler's
 # accounting, its runnable threads beyond the cores it is busy on)
@@ -109,91 +115,6 @@ OVERSUB_MIN_WAITING = 0.75
 # contention a thread cap cannot help); measured, it replaces OVERSUB_MIN_RUNNABLE, whose
 # twice-a-second count of R threads read 1.4-1.5 for a 2-thread LBFGS pool waiting 1.3 cores
 OVERSUB_POOL_WAITING = 0.25
-
-
-@dataclass(frozen=True, slots=True)
-class Evidence:
-    """What the verdict may look at; every field may be missing."""
-
-    steps: Sequence[StepSample] = ()
-    stacks: StackSummary | None = None
-    tree_cpu: Percent | None = None  # % of one core, summed over the tree
-    cpu_count: int = 1
-    system: SystemSample | None = None
-    gpu: GpuSample | None = None
-    pipeline: PipelineSample | None = None
-    frameworks: tuple[str, ...] = ()  # e.g. ("tensorflow",), from the agent or the stacks
-    child_cpu: Percent | None = None  # % of one core used by the tree less the target itself
-    cuda: Sequence[CudaSample] = ()  # the agent's CUDA readings (GPU loops), oldest first
-    runnable_threads: float | None = None  # mean threads of the tree running or runnable
-    model: ModelReport | None = None  # the agent's model and thread-pool report
-    facts: RunFacts = field(default_factory=RunFacts)  # mode, agent, exit: for the reasons
-    # the scheduler's accounting of the tree's threads over the window, per group
-    sched: SchedMeans = field(default_factory=dict)
-    neighbours: Neighbours | None = None  # what other processes keep busy, and the busiest
-    measured: tuple[Measured, ...] = ()  # what comparisons of this workload measured
-
-
-def input_parallelism(p: PipelineSample | None) -> int | None:
-    """The input stage's parallelism: DataLoader workers, the widest tf.data map/interleave."""
-    if p is None:
-        return None
-    pars = [
-        s.parallelism
-        for s in p.stages
-        if s.kind in ("source", "map", "interleave", "iterable", "generator", "py_dataset")
-        and s.parallelism
-        and s.parallelism > 0
-    ]
-    return max(pars) if pars else None
-
-
-def input_cause(ev: Evidence) -> InputCause | None:
-    """Why the input stage is slow (None when nothing was measured): from the scheduler's
-    accounting of its producers where there is one, else from its CPU during the waits."""
-    par = input_parallelism(ev.pipeline)
-    cores = max(1, ev.cpu_count)
-    # Unknown parallelism: AUTOTUNE in a declared pipeline may use every core; with no
-    # pipeline known at all, assume the common serial loop.
-    usable = min(cores, par) if par is not None else cores if ev.pipeline is not None else 1
-    others = None if ev.neighbours is None else ev.neighbours.others_cores
-    found = causes.producer_split(ev.steps, ev.pipeline, ev.sched, par, cores)
-    if found is not None:
-        kind = causes.cause_of(found.split, ev.neighbours)
-        busy = min(found.split.on_cpu * found.count, float(cores))
-        return InputCause(
-            kind, busy, usable, par, "schedstat", found.split, found.producers, others,
-            causes.contended(found.split, ev.neighbours),
-        )  # fmt: skip
-    measured = [s for s in ev.steps if s.wait_cpu_s is not None and s.input_wait_s > 0]
-    wait = sum(s.input_wait_s for s in measured)
-    child = max(0.0, ev.child_cpu or 0.0) / 100.0
-    source: Literal["agent", "tree"]
-    if wait > 0:
-        busy = sum(s.wait_cpu_s or 0.0 for s in measured) / wait + child
-        source = "agent"
-    elif ev.tree_cpu is not None:
-        busy = ev.tree_cpu / 100.0  # no agent: the whole tree is the closest bound
-        source = "tree"
-    else:
-        return None
-    # the stage cannot keep more cores busy than it has producers: the rest is other threads
-    stage = min(busy, float(usable))
-    util = InputCause("latency", stage, usable, par, source).utilization
-    cause: InputCauseKind = (
-        "cpu" if util >= INPUT_CPU_BUSY else "latency" if util <= INPUT_CPU_IDLE else "mixed"
-    )
-    return InputCause(cause, stage, usable, par, source, others_cores=others)
-
-
-def wait_cpu_cores(ev: Evidence) -> float | None:
-    """All the tree's CPU during the input waits, in cores (the stage's and other threads')."""
-    measured = [s for s in ev.steps if s.wait_cpu_s is not None and s.input_wait_s > 0]
-    wait = sum(s.input_wait_s for s in measured)
-    if wait <= 0:
-        return None
-    child = max(0.0, ev.child_cpu or 0.0) / 100.0
-    return sum(s.wait_cpu_s or 0.0 for s in measured) / wait + child
 
 
 def oversubscription(ev: Evidence) -> tuple[float, float, float] | None:
@@ -263,12 +184,20 @@ def _oversubscribed(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict |
 
 
 def _keras(ev: Evidence) -> bool:
-    return any(s.source == "keras-fit" for s in ev.steps[-50:]) or bool(
+    keras = ("keras-fit", "keras-model-call", "keras-evaluate")
+    return any(s.source in keras for s in ev.steps[-50:]) or bool(
         ev.model is not None and ev.model.keras_model
     )
 
 
 def _framework(ev: Evidence) -> str:
+    """The framework of the workload's *model* (a torch model fed by TensorFlow's image ops
+    is torch): the model-call clock's, the agent's model report, then the pipeline's..."""
+    source = step_facts.main_source(ev.steps)
+    if source in step_facts.MODEL_CALL_SOURCES:
+        return step_facts.SOURCE_FRAMEWORK[source]
+    if ev.model is not None and ev.model.module:
+        return ev.model.framework
     if ev.pipeline is not None:
         return "tensorflow" if ev.pipeline.framework == "tf.data" else "torch"
     for fw in ev.frameworks:
@@ -281,6 +210,8 @@ def _framework(ev: Evidence) -> str:
             return step_facts.SOURCE_FRAMEWORK[s.source]
     if ev.stacks is not None:
         files = " ".join(f.filename for f in ev.stacks.functions[:30])
+        if "torch/nn/modules/module.py" in files:
+            return "torch"  # a torch model's calls, whatever decodes its input
         if "tensorflow" in files or "keras" in files:
             return "tensorflow"
         if "torch" in files:
@@ -310,10 +241,25 @@ def _gpu_util(ev: Evidence) -> float | None:
 
 def judge(ev: Evidence) -> Verdict:
     """The verdict for one window of evidence."""
-    verdict = apply_measured(_judge(ev), ev.measured)
     facts = ev.facts
-    if not step_facts.failed(facts) or not ev.steps:
-        return verdict  # a failure before any step is the unknown verdict's own reason
+    if step_facts.failed(facts) and len(ev.steps) < MIN_STEPS:
+        # it died before there was a loop to judge (at import, say): the failure is the news,
+        # never a verdict on its import machinery's stacks
+        reason = (
+            step_facts.no_steps_reason(facts)
+            if not ev.steps
+            else f"only {len(ev.steps)} step(s) before it failed"
+        )
+        return Verdict(
+            "unknown",
+            0.0,
+            f"unknown: {step_facts.failure_text(facts)}",
+            {"steps_reason": reason, "workload_error": facts.workload_error},
+            (Recommendation(step_facts.next_step(facts)),),
+        )
+    verdict = apply_measured(_judge(ev), ev.measured)
+    if not step_facts.failed(facts):
+        return verdict
     why = f": {facts.workload_error}" if facts.workload_error else ""
     return replace(
         verdict,
@@ -342,7 +288,11 @@ def _judge(ev: Evidence) -> Verdict:
                 advice.memory_pressure_recommendations(),
             )
     if len(ev.steps) >= MIN_STEPS:
-        return _judge_gpu_steps(ev, fw, base) or _judge_steps(ev, fw, base)
+        phases = step_facts.by_phase(ev.steps, ev.training)
+        phase = step_facts.main_phase(phases, MIN_STEPS) or "train"
+        ev = replace(ev, steps=phases.get(phase, ev.steps))
+        base["phase"] = phase
+        return _judge_gpu_steps(ev, fw, base) or _judge_steps(ev, fw, base, phase)
     if (
         ev.tree_cpu is not None
         and ev.tree_cpu < IDLE_CPU_PERCENT
@@ -367,7 +317,7 @@ def _judge(ev: Evidence) -> Verdict:
 
 def _next_step(ev: Evidence) -> tuple[Recommendation, ...]:
     """The way to more evidence that this session's mode allows."""
-    if not ev.facts.launched and not step_facts.failed(ev.facts):
+    if ev.facts.agent_state == "none" and not step_facts.failed(ev.facts):
         return advice.launch_recommendations()
     return (Recommendation(step_facts.next_step(ev.facts)),)
 
@@ -385,24 +335,47 @@ def _step_evidence(ev: Evidence) -> dict[str, object]:
     }
 
 
-def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
-    total = sum(s.duration_s for s in ev.steps)
-    wait = sum(s.input_wait_s for s in ev.steps)
-    frac = wait / total if total > 0 else 0.0
+def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "train") -> Verdict:
+    stacks = ev.stacks
+    host = stacks.host_split if stacks is not None else None
+    setup = stacks.call_setup_share if stacks is not None else None
+    n_host = stacks.host_samples if stacks else 0
+    measured = step_facts.input_fraction(ev.steps, host, n_host)
+    frac = measured or 0.0
+    durations = [s.duration_s for s in ev.steps]
     evidence = {
         **base,
-        "input_fraction": round(frac, 3),
+        "input_fraction": None if measured is None else round(measured, 3),
         "steps": len(ev.steps),
-        "median_step_s": _median([s.duration_s for s in ev.steps]),
+        "median_step_s": _median(durations),
+        "p90_step_s": step_facts.percentile(durations, 0.9),
+        "p99_step_s": step_facts.percentile(durations, 0.99),
         "bottleneck_stage": _bottleneck(ev.pipeline),
+        "compute_split": step_facts.compute_split(ev.steps),
+        "host_split": None if host is None else {k: round(v, 3) for k, v in host.items()},
+        "call_setup_share": _round(setup),
         **_step_evidence(ev),
     }
     conf = min(0.95, 0.5 + 0.05 * len(ev.steps))
-    if frac >= INPUT_BOUND_FRACTION:
+    noun = {"train": "step", "eval": "evaluation step"}.get(phase, "inference step")
+    in_body = evidence["step_source"] in step_facts.MODEL_CALL_SOURCES
+    if measured is None:
+        return _judge_unmeasured(ev, fw, evidence, conf)
+    # a little host time the stacks could not split may be the loop's own Python: only a
+    # share past the high bar is called input without them
+    unsplit = in_body and (stacks is None or stacks.host_samples < step_facts.MIN_HOST_SAMPLES)
+    if frac >= (HIGH_INPUT_FRACTION if unsplit else INPUT_BOUND_FRACTION):
         high = frac >= HIGH_INPUT_FRACTION
         where = f" in stage {evidence['bottleneck_stage']}" if evidence["bottleneck_stage"] else ""
-        headline = f"input-bound: {frac:.0%} of each step waits for input{where}"
-        cause_text, recs = _input_advice(ev, fw, evidence)
+        headline = f"input-bound: {frac:.0%} of each {noun} waits for input{where}"
+        if in_body:
+            headline = (
+                f"input-bound: {frac:.0%} of each {noun} prepares its input in the loop body, "
+                "outside the model"
+            )
+            cause_text, recs = loop_advice(ev, fw, evidence, phase)
+        else:
+            cause_text, recs = input_advice(ev, fw, evidence)
         headline += cause_text
         return Verdict(
             "input-bound",
@@ -429,20 +402,16 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         )
     # NVML alone (no CUDA readings from the agent): a GPU this busy is the one computing
     evidence["device"] = "gpu" if gpu is not None and gpu >= 100 * gpu_loop.GPU_BUSY_HIGH else "cpu"
-    headline = f"compute-bound: only {frac:.0%} of each step waits for input"
-    if not evidence["input_wait_measured"]:
-        source = step_facts.SOURCE_TEXT.get(str(evidence["step_source"]), "its clock")
-        headline = (
-            f"compute-bound: steps from {source}; no DataLoader or tf.data iterator feeds "
-            "the loop, so its input wait is not measured"
-        )
+    headline = f"compute-bound: only {frac:.0%} of each {noun} waits for input"
     return minor(
         Verdict(
             "compute-bound",
             conf,
             headline,
             evidence,
-            advice.compute_recommendations(fw, ev.model, _keras(ev)),
+            advice.compute_recommendations(
+                fw, ev.model, _keras(ev), setup, step_facts.output_fraction(ev.steps, host, n_host)
+            ),
         )
     )
 
@@ -457,7 +426,7 @@ def _minor_input(
         return lambda v: v
     bound = 1.0 / (1.0 - frac)
     evidence["input_speedup_bound"] = round(bound, 3)
-    _, recs = _input_advice(ev, fw, evidence)
+    _, recs = input_advice(ev, fw, evidence)
     note = f"at most {bound:.2f}x from the input: {frac:.0%} of each step waits for it"
     levers = tuple(
         Recommendation(
@@ -509,7 +478,7 @@ def _judge_gpu_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict 
             f"input-bound: the GPU is busy {b:.0%} of each step; the loop waits {f:.0%} "
             "for the next batch"
         )
-        cause_text, recs = _input_advice(ev, fw, evidence)
+        cause_text, recs = input_advice(ev, fw, evidence)
         headline += cause_text
         return Verdict(
             "input-bound",
@@ -559,8 +528,8 @@ def _split(s: StackSummary, klass: str) -> float:
     return float(s.split.get(klass, 0.0))
 
 
-def _training_thread(s: StackSummary) -> Mapping[str, float]:
-    """The busiest non-idle thread's split (the training loop, in nearly every program)."""
+def _loop_thread(s: StackSummary) -> Mapping[str, float]:
+    """The busiest non-idle thread's split (the loop, in nearly every program)."""
     best = None
     for t in s.threads:
         active = t.samples * (1.0 - t.split.get("idle", 0.0))
@@ -580,7 +549,7 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
             base,
             _next_step(ev),
         )
-    split = _training_thread(s)
+    split = _loop_thread(s)
     inp, comp, py = (split.get(k, 0.0) for k in ("input", "compute", "python"))
     evidence = {
         **base,
@@ -591,15 +560,15 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
     }
     files = " ".join(f.filename for f in s.functions[:40])
     if inp >= STACK_INPUT_FRACTION:
-        headline = f"input-bound: the training thread waits for input in {inp:.0%} of samples"
+        headline = f"input-bound: the loop thread waits for input in {inp:.0%} of samples"
         cores = max(1, ev.cpu_count)
         recs = advice.pipeline_recommendations(None, fw, cores)
         cause = input_cause(ev)
         if cause is not None:
-            evidence.update(_cause_evidence(cause, ev))
+            evidence.update(cause_evidence(cause, ev))
             headline += f"; {causes.cause_text(cause, cores, ev.neighbours)}"
             recs = advice.input_recommendations(
-                cause, None, fw, cores, _iowait(ev), causes.names(ev.neighbours)
+                cause, None, fw, cores, iowait(ev), causes.names(ev.neighbours)
             )
         return Verdict("input-bound", 0.6, headline, evidence, tuple(recs), severity="high")
     over = _oversubscribed(ev, fw, evidence)
@@ -620,17 +589,19 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         return Verdict(
             "compute-bound",
             0.6,
-            f"compute-bound: {comp:.0%} of the training thread's samples in framework compute",
+            f"compute-bound: {comp:.0%} of the loop thread's samples in framework compute",
             evidence,
             advice.compute_recommendations(fw, ev.model, "keras" in files),
         )
     if py >= STACK_DOMINANT:
+        hot = next((f for f in s.functions if f.klass == "python"), None)
+        writer = hot.function if hot and writes_output(hot.function, hot.filename) else None
         return Verdict(
             "python-overhead",
             0.6,
             f"python-overhead: {py:.0%} of samples in plain Python code",
             evidence,
-            advice.python_recommendations(),
+            advice.python_recommendations(writer),
         )
     return Verdict(
         "unknown",
@@ -641,47 +612,44 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
     )
 
 
-def _iowait(ev: Evidence) -> float | None:
-    return None if ev.system is None else ev.system.iowait
-
-
-def _input_advice(
-    ev: Evidence, fw: str, evidence: dict[str, object]
-) -> tuple[str, list[Recommendation]]:
-    """The input stage's cause (added to ``evidence``; "" when unknown) for the headline, and
-    the input advice for it."""
-    cores = max(1, ev.cpu_count)
-    cause = input_cause(ev)
-    if cause is None:
-        return "", advice.pipeline_recommendations(ev.pipeline, fw, cores)
-    evidence.update(_cause_evidence(cause, ev))
-    recs = advice.input_recommendations(
-        cause, ev.pipeline, fw, cores, _iowait(ev), causes.names(ev.neighbours)
+def _judge_unmeasured(ev: Evidence, fw: str, evidence: dict[str, object], conf: float) -> Verdict:
+    """Steps from a clock that cannot time the input: the loop thread's stacks decide, or the
+    verdict abstains (what is missing, how to mark the steps)."""
+    source = step_facts.SOURCE_TEXT.get(str(evidence["step_source"]), "its clock")
+    why = f"steps from {source}; no fetch or model call marks the loop: input wait not measured"
+    s = ev.stacks
+    split = _loop_thread(s) if s is not None and s.thread_samples >= MIN_THREAD_SAMPLES else {}
+    inp, comp = split.get("input", 0.0), split.get("compute", 0.0)
+    evidence = {**evidence, "input_share": round(inp, 3), "compute_share": round(comp, 3)}
+    # its threads' waits for a CPU are measured whatever the clock: a pool that outnumbers the
+    # cores it gets is the news before any split of the loop's time
+    over = _oversubscribed(ev, fw, evidence)
+    if over is not None:
+        return over
+    if comp >= STACK_DOMINANT:
+        return Verdict(
+            "compute-bound",
+            conf * 0.8,
+            f"compute-bound: {why}; the loop thread computes in {comp:.0%} of samples",
+            evidence,
+            advice.compute_recommendations(fw, ev.model, _keras(ev)),
+        )
+    if inp >= STACK_INPUT_FRACTION:
+        return Verdict(
+            "input-bound",
+            0.6,
+            f"input-bound: {why}; the loop thread waits for input in {inp:.0%} of samples",
+            evidence,
+            tuple(advice.pipeline_recommendations(ev.pipeline, fw, max(1, ev.cpu_count))),
+            severity="high",
+        )
+    return Verdict(
+        "unknown",
+        0.2,
+        f"unknown: {why}, and the stacks do not tell input from compute",
+        evidence,
+        (Recommendation(step_facts.MARK_STEPS),),
     )
-    return f"; {causes.cause_text(cause, cores, ev.neighbours)}", recs
-
-
-def _cause_evidence(c: InputCause, ev: Evidence) -> dict[str, object]:
-    total = wait_cpu_cores(ev)
-    return {
-        "input_cause": c.cause,
-        "input_time_split": None if c.split is None else c.split.as_json(),
-        "input_producers": c.producers or None,
-        "input_contention": c.contended,
-        "input_cpu_cores": round(c.cpu_cores, 3),
-        "input_usable_cores": c.usable_cores,
-        "input_parallelism": c.parallelism,
-        "input_cpu_utilization": round(c.utilization, 3),
-        "input_cause_source": c.source,
-        "cores": max(1, ev.cpu_count),
-        # measured: the CPU of every process outside the tree (the process collector's scan)
-        "others_cores": None if c.others_cores is None else round(c.others_cores, 3),
-        "neighbours": causes.neighbours_json(ev.neighbours),
-        # all the tree's CPU during the waits: above input_cpu_cores, other threads were busy
-        "wait_cpu_cores": None if total is None else round(total, 3),
-        # high iowait says the waiting is on local storage (not the network or a sleep)
-        "iowait_percent": _iowait(ev),
-    }
 
 
 def _median(v: Sequence[float]) -> float | None:

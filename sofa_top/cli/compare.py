@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sofa_top.cli import exits
 from sofa_top.collectors.discovery import JobCopy
 from sofa_top.model.errors import UserError
 from sofa_top.optimizers.compare import (
@@ -86,7 +87,8 @@ def _print_progress(event: CompareEvent) -> None:
 
 
 def compare_main(args: argparse.Namespace) -> int:
-    """Run ``sofa-top compare`` (``args.cmd`` holds the command after ``--``)."""
+    """Run ``sofa-top compare`` (``args.cmd`` holds the command after ``--``). Exit status 1
+    when the baseline failed (compare stops there) or every configuration failed."""
     cmd = list(getattr(args, "cmd", []) or [])
     like = None
     if getattr(args, "like", None) is not None:
@@ -133,6 +135,12 @@ def compare_main(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         render_compare(result)
+    if result.stopped is not None:
+        print(f"sofa-top: compare stopped: {result.stopped}", file=sys.stderr)
+        return exits.COMPARE_FAILED
+    if result.all_failed:
+        print("sofa-top: compare: every configuration failed (see errors)", file=sys.stderr)
+        return exits.COMPARE_FAILED
     return 0
 
 

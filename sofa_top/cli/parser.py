@@ -163,6 +163,15 @@ def _inject_flag(sp: argparse.ArgumentParser) -> None:
     )
 
 
+def _keep_running(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="when sofa-top is stopped before the workload (terminal closed, SIGTERM, Ctrl-C "
+        "for record), leave the workload running; default: stop it (SIGINT, SIGTERM, SIGKILL)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with all of sofa-top's commands."""
     p = Parser(prog="sofa-top", description="Live terminal profiler for deep-learning workloads.")
@@ -185,16 +194,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     _inject_flag(r)
     r.add_argument("--name", help="session name, also the run label of its metrics")
+    _keep_running(r)
     _sampling(r)
     _metrics(r)
 
     la = sub.add_parser(
         "launch",
         help="start CMD with the in-process agent and open the dashboard",
-        usage="sofa-top launch [--name N] [-o FILE] [--web [--port P] [--host HOST]] "
-        "-- CMD [ARGS...]",
+        usage="sofa-top launch [--name N] [-o FILE] [--keep-running] [--web [--port P] "
+        "[--host HOST]] -- CMD [ARGS...]",
     )
     la.add_argument("--name", help="session name (default: the command)")
+    _keep_running(la)
     _sampling(la)
     _metrics(la)
     _web(la, flag=True)
@@ -218,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MS",
         help="simulated per-file storage latency (default 4; 0: a CPU-bound input stage)",
     )
+    _keep_running(d)
     _sampling(d)
 
     e = sub.add_parser(

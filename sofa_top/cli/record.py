@@ -14,21 +14,35 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from sofa_top.cli import exits
 from sofa_top.cli.failures import thread_failures
 from sofa_top.cli.parser import metrics_of, sampling_of
-from sofa_top.cli.watch import opened_attach
+from sofa_top.cli.watch import left_running, opened_attach
 from sofa_top.launch import AttachRequest, LaunchRequest, open_launch
 from sofa_top.model.errors import UserError
 
 
 def record(args: argparse.Namespace) -> int:
     """Record until ``--duration``, the target's exit or Ctrl-C/SIGTERM/SIGHUP; then print the
-    summary (``--json``: the machine-readable one)."""
+    summary (``--json``: the machine-readable one). The exit status is the workload's when it
+    ended by itself (128 + N: a signal), 128 + N when a signal stopped sofa-top (130: Ctrl-C),
+    0 at ``--duration``, 1 when sofa-top itself failed (``exits``)."""
     if (args.pid is None) == (not args.cmd):
         raise UserError("record needs either --pid PID or -- CMD [ARGS...] (not both)")
     sampling = sampling_of(args)
     metrics = metrics_of(args)
+    stop_reason: list[str] = []
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop_reason.append(signal.Signals(signum).name)
+
+    def catch_signals() -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, on_signal)
+
     if args.cmd:
+        # before the workload starts: a signal in between must not end sofa-top alone
+        catch_signals()
         req = LaunchRequest(
             cmd=tuple(args.cmd),
             mode="record",
@@ -49,15 +63,9 @@ def record(args: argparse.Namespace) -> int:
             metrics=metrics,
             name=args.name,
         )
-        run = opened_attach(attach)
+        run = opened_attach(attach)  # (Ctrl-C during the injection still ends it at once)
+        catch_signals()
     session = run.session
-    stop_reason: list[str] = []
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        stop_reason.append(signal.Signals(signum).name)
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, on_signal)
     run.start()
     deadline = time.monotonic() + args.duration if args.duration else None
     if not args.json:
@@ -73,11 +81,11 @@ def record(args: argparse.Namespace) -> int:
     # Neither asked to stop nor the target's exit: sofa-top itself failed (a full disk, ...).
     failed = not stop_reason and not session.target_exited
     reason = stop_reason[0] if stop_reason else "recording failed" if failed else "target exited"
-    left_running = None
-    if failed and run.popen is not None and run.popen.poll() is None:
-        # sofa-top failing is no reason to stop the user's workload: it runs on, unwatched.
-        left_running, run.popen = run.popen.pid, None
-    finisher = threading.Thread(target=run.finish, args=(reason,), daemon=True)
+    # sofa-top failing is no reason to stop the user's workload: it runs on, unwatched
+    stop_job = not (failed or args.keep_running)
+    finisher = threading.Thread(
+        target=run.finish, args=(reason,), kwargs={"stop_job": stop_job}, daemon=True
+    )
     finisher.start()
     finisher.join(30.0)
     from sofa_top.recording.report import session_summary
@@ -88,15 +96,20 @@ def record(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         render_summary(summary)
+    running = left_running(run)
     if failed:
-        running = f"; the workload (PID {left_running}) keeps running" if left_running else ""
         print(
             f"sofa-top: recording stopped early ({thread_failures(session)}); "
-            f"{session.session_path} keeps what was recorded until then{running}",
+            f"{session.session_path} keeps what was recorded until then"
+            + (f"; {running}" if running else ""),
             file=sys.stderr,
         )
-        return 1
-    return 0
+        return exits.RECORDING_FAILED
+    if running:
+        print(f"sofa-top: {running}", file=sys.stderr)
+    if stop_reason:
+        return exits.signal_status(stop_reason[0]) or 0  # "duration reached": 0
+    return exits.workload_status(session.exit_code)
 
 
 def render_summary(s: dict[str, Any]) -> None:

@@ -9,20 +9,22 @@ from pathlib import Path
 
 from sofa_top.model.errors import UserError
 
+# Written to a file or a pipe, the listing must not be cut to the 80 columns rich assumes there.
+PIPE_WIDTH = 10_000
+
 
 def resolve_session(text: str) -> Path:
-    """A session given as a path, a file name in the sessions directory, or ``last``."""
+    """A session given as a path, a file name in the sessions directory, ``last`` (the user's
+    last launch, attach or record) or ``last-compare`` (the last comparison's first run)."""
+    from sofa_top.recording.catalogue import last_session
     from sofa_top.recording.paths import sessions_dir
 
     path = Path(text).expanduser()
     if path.is_file():
         return path
     root = sessions_dir()
-    if text == "last":
-        candidates = sorted(root.glob("*.sofa"), key=lambda p: p.stat().st_mtime)
-        if not candidates:
-            raise UserError(f"no saved sessions in {root}")
-        return candidates[-1]
+    if text in ("last", "last-compare"):
+        return last_session(root, compare=text == "last-compare").path
     matches = sorted(root.glob(f"{text}*.sofa")) if "/" not in text else []
     if len(matches) == 1:
         return matches[0]
@@ -74,7 +76,9 @@ def replay_path(session: str) -> int:
 
 def sessions(args: argparse.Namespace) -> int:
     """``sofa-top sessions [--json] [--prune DAYS [--yes]]``."""
-    from sofa_top.recording.catalogue import list_sessions, prune, render_sessions, sessions_json
+    from rich.console import Console
+
+    from sofa_top.recording.catalogue import list_entries, prune, render_sessions, sessions_json
 
     if args.prune is not None:
 
@@ -88,10 +92,10 @@ def sessions(args: argparse.Namespace) -> int:
         n = prune(args.prune, confirm)
         print(f"deleted {n} session(s)")
         return 0
-    found = list_sessions()
+    found = list_entries()
     if args.json:
         json.dump(sessions_json(found), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        render_sessions(found)
+        render_sessions(found, Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH))
     return 0

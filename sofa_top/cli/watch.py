@@ -4,8 +4,11 @@ screen (``sofa-top`` alone)."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 
+from sofa_top.cli import exits
 from sofa_top.cli.failures import failed, thread_failures
 from sofa_top.cli.parser import metrics_of, sampling_of
 from sofa_top.launch import AttachRequest, LaunchRequest, Run, Sampling, open_attach, open_launch
@@ -52,7 +55,7 @@ def say_injection(run: Run) -> None:
 
 def launch(args: argparse.Namespace) -> int:
     """``sofa-top launch -- CMD``."""
-    return dashboard(open_launch(launch_request(args)))
+    return dashboard(open_launch(launch_request(args)), args.keep_running)
 
 
 def launch_request(args: argparse.Namespace) -> LaunchRequest:
@@ -89,7 +92,7 @@ def demo(args: argparse.Namespace) -> int:
         output=args.output,
         sampling=sampling_of(args),
     )
-    return dashboard(open_launch(req))
+    return dashboard(open_launch(req), args.keep_running)
 
 
 def need_framework(framework: str) -> None:
@@ -104,8 +107,14 @@ def need_framework(framework: str) -> None:
         )
 
 
-def dashboard(run: Run) -> int:
-    """Show ``run`` in the dashboard until the user quits; then stop it and say where it is."""
+def dashboard(run: Run, keep_running: bool = False) -> int:
+    """Show ``run`` in the dashboard until the user quits (or a signal ends it); then stop it
+    and say where it is (``finished``)."""
+    run.keep_running = keep_running
+    # until the dashboard takes them over (its import takes a moment): a closed terminal
+    # still ends the job, not sofa-top alone
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: _signalled(run, signum))
     from sofa_top.tui.app import run_dashboard
 
     try:
@@ -115,16 +124,36 @@ def dashboard(run: Run) -> int:
     return finished(run, path)
 
 
+def _signalled(run: Run, signum: int) -> None:
+    threading.Thread(target=run.signalled, args=(signal.Signals(signum).name,)).start()
+
+
 def finished(run: Run, path: str | None = None) -> int:
     """After a run ends (in the terminal or a browser): say where its session is; the exit
     status."""
     print(f"session saved: {path or run.session.session_path}")
+    running = left_running(run)
+    if running:
+        print(f"sofa-top: {running}", file=sys.stderr)
     if failed(run.session):
         print(
             f"sofa-top: recording stopped early ({thread_failures(run.session)})", file=sys.stderr
         )
-        return 1
+        return exits.RECORDING_FAILED
+    if run.ended_by is not None:
+        return exits.signal_status(run.ended_by) or 1
+    session = run.session
+    if session.target_exited and not session.job_stopped:
+        return exits.workload_status(session.exit_code)
     return 0
+
+
+def left_running(run: Run) -> str:
+    """What to say of a launched workload that sofa-top left running ("" when none is)."""
+    if run.left_running is None:
+        return ""
+    where = f"; its output goes on to {run.output_dir}" if run.output_dir is not None else ""
+    return f"the workload (PID {run.left_running}) keeps running{where}"
 
 
 def home() -> int:

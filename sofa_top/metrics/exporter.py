@@ -20,6 +20,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from sofa_top import __version__
+from sofa_top.analysis import steps as step_facts
 from sofa_top.analysis.ranks import owners
 from sofa_top.analysis.verdicts import WINDOW_S
 from sofa_top.metrics import names as n
@@ -55,7 +56,11 @@ def _job_stat(snapshot: Snapshot) -> RankStat | None:
         world_size=1,
         steps=len(steps),
         step_s=statistics.median(s.duration_s for s in steps),
-        input_wait_fraction=sum(s.input_wait_s for s in steps) / total if total > 0 else None,
+        input_wait_fraction=step_facts.input_fraction(
+            steps,
+            snapshot.stacks.host_split if snapshot.stacks else None,
+            snapshot.stacks.host_samples if snapshot.stacks else 0,
+        ),
         collective_wait_fraction=sum(measured) / total if measured and total > 0 else None,
         verdict=snapshot.verdict,
     )

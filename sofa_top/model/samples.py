@@ -293,6 +293,14 @@ class Event:
     data: dict[str, object] = field(default_factory=dict)
 
 
+PhaseHint = Literal["train", "eval", ""]
+
+
+def phase_hint(value: object) -> PhaseHint:
+    """``value`` as a phase hint ("" for anything else)."""
+    return one_of(value, get_args(PhaseHint)) or ""
+
+
 @dataclass(frozen=True, slots=True)
 class StepSample:
     """One training step as the in-process agent measured it (launch mode)."""
@@ -324,6 +332,17 @@ class StepSample:
     # it slept or was blocked. None: not read (no schedstat, or an older agent)
     wait_run_s: float | None = None
     wait_queue_s: float | None = None
+    # the step's compute spans as the agent timed them (None: not measured): outermost model
+    # calls, backward passes, optimizer steps, each less the others nested in it and less
+    # the collectives (``collective_s``)
+    forward_s: float | None = None
+    backward_s: float | None = None
+    optimizer_s: float | None = None
+    # what the agent saw of the step's phase: "train" (a backward, an optimizer step),
+    # "eval" (a model call that cannot train: no_grad, eval(), predict), "" (nothing)
+    phase_hint: PhaseHint = ""
+    # a torch model call of the step ran with autograd on (None: no torch model call seen)
+    autograd: bool | None = None
 
     @property
     def gpu_busy_fraction(self) -> float | None:
@@ -471,6 +490,20 @@ class AgentInfo:
     # (source, note): how a source's steps are measured when not one fetch per step, e.g.
     # Keras with steps_per_execution > 1 (per-step numbers are per execution / N)
     step_notes: tuple[tuple[str, str], ...] = ()
+
+
+# Whether the workload has sofa-top's agent: launched with it (it has reported, or not yet),
+# injected into a running process, or none (attached from outside). One rule for every place
+# that says it (header, verdict, steps pane), so that a screen never says it two ways.
+AgentState = Literal["launched", "waiting", "injected", "none"]
+
+
+def agent_state(launched: bool, agent: AgentInfo | None) -> AgentState:
+    """The agent's state for a target sofa-top ``launched`` (or attached to) and the agent's
+    last report (None: none yet, or none at all)."""
+    if agent is not None:
+        return "launched" if launched else "injected"
+    return "waiting" if launched else "none"
 
 
 Sample = (

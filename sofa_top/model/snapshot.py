@@ -72,6 +72,17 @@ class StackSummary:
     # samples in which sofa-top's own agent was running (its thread or its frames), left out
     # of everything above: its overhead
     agent_samples: int = 0
+    # helper threads idle nearly all the time (a queue feeder, DataLoader workers' main
+    # threads): kept out of ``functions`` and ``split`` (the loop's threads), counted here
+    idle_threads: int = 0
+    idle_thread_samples: int = 0
+    # the loop thread's samples outside its model calls, by what they did (``analysis.host``:
+    # input / python / sync -> fraction); None when no thread was seen calling a model
+    host_split: Mapping[str, float] | None = None
+    host_samples: int = 0
+    # the share of the loop thread's model-call samples spent building the call's own data
+    # adapter and iterator (a Keras ``predict`` per sample); None without model calls
+    call_setup_share: float | None = None
 
     @property
     def agent_fraction(self) -> float:

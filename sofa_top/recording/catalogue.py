@@ -1,20 +1,27 @@
-"""Saved sessions: list them (date, target, duration, last verdict, size) and prune old ones.
+"""Saved sessions: list them (date, command, duration, last verdict, size) and prune old ones.
 
 A session is a ``*.sofa`` file under ``sofa_top.recording.paths.sessions_dir()`` with its SQLite
 ``-wal`` / ``-shm`` side files. A file that is being recorded keeps changing (its WAL at least
 once a second), so "age" is the time since the last change of the file or its WAL, and a file
-changed in the last ``ACTIVE_S`` seconds is never pruned."""
+changed in the last ``ACTIVE_S`` seconds is never pruned.
+
+The runs of one ``compare`` (a dozen files: each configuration's repeats, the parallelism
+search) are one entry of the listing (``SessionEntry``, its ``runs`` inside), so that they never
+push the user's own sessions out of sight; ``last`` is the user's last launch, attach or record
+(``last-compare``: the last comparison's first run)."""
 
 from __future__ import annotations
 
 import math
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from sofa_top.model.command import command_text
 from sofa_top.model.errors import UserError
 from sofa_top.recording.reader import SessionReader
 
@@ -24,6 +31,8 @@ if TYPE_CHECKING:
 SUFFIX = ".sofa"
 SIDE_FILES = ("-wal", "-shm")
 ACTIVE_S = 60.0
+# the run files of a comparison from before runs said which comparison they belong to
+_COMPARE_FILE = re.compile(r"^(compare-\d{8}-\d{6})-(.+)\.sofa$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +53,70 @@ class SessionInfo:
     modified: float  # last change of the file or its WAL (Unix time)
     recording: bool  # no end written: being recorded now, or the recorder was killed
     error: str | None = None  # why the file could not be read (the other fields are then empty)
+    compare: str | None = None  # the comparison this session is a run of (its id)
+
+    @property
+    def command(self) -> str:
+        """What was run, as people name it: the script and its arguments."""
+        return command_text(self.cmdline, self.target_name)
+
+    @property
+    def run_label(self) -> str:
+        """A comparison run's name: ``baseline-1``, ``search-p16`` (else the file's)."""
+        m = _COMPARE_FILE.match(self.path.name)
+        return m.group(2) if m else self.path.stem
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEntry:
+    """One entry of the listing: a session, or a comparison with its runs (oldest first)."""
+
+    kind: Literal["session", "compare"]
+    runs: tuple[SessionInfo, ...]  # one for a session
+
+    @property
+    def first(self) -> SessionInfo:
+        """The session, or the comparison's first run (its baseline)."""
+        return self.runs[0]
+
+    @property
+    def started(self) -> float | None:
+        return min((r.started for r in self.runs if r.started is not None), default=None)
+
+    @property
+    def ended(self) -> float | None:
+        if any(r.recording for r in self.runs):
+            return None
+        return max((r.ended for r in self.runs if r.ended is not None), default=None)
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.kind == "session":
+            return self.first.duration_s
+        ends = [r.started + r.duration_s for r in self.runs if r.started and r.duration_s]
+        started = self.started
+        return None if started is None or not ends else max(ends) - started
+
+    @property
+    def recording(self) -> bool:
+        return any(r.recording for r in self.runs)
+
+    @property
+    def command(self) -> str:
+        return self.first.command
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(r.size_bytes for r in self.runs)
+
+    @property
+    def modified(self) -> float:
+        return max(r.modified for r in self.runs)
+
+    @property
+    def sort_key(self) -> float:
+        started = self.started
+        return started if started is not None else self.modified
 
 
 def _default_dir() -> Path:
@@ -90,6 +163,11 @@ def session_info(path: Path) -> SessionInfo:
         reader.close()
     raw = meta.get("target")
     target: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    group = meta.get("compare")
+    compare = group.get("id") if isinstance(group, dict) else None
+    if not isinstance(compare, str):
+        m = _COMPARE_FILE.match(path.name)
+        compare = m.group(1) if m else None
     started = _num(meta.get("started"))
     ended = _num(meta.get("ended"))
     last = ended if ended is not None else (span[1] if span is not None else None)
@@ -108,6 +186,7 @@ def session_info(path: Path) -> SessionInfo:
         size_bytes=size,
         modified=mtime,
         recording=ended is None,
+        compare=compare,
     )
 
 
@@ -148,6 +227,38 @@ def list_sessions(directory: Path | None = None) -> list[SessionInfo]:
     return infos
 
 
+def group_sessions(infos: Sequence[SessionInfo]) -> list[SessionEntry]:
+    """The listing's entries: each comparison's runs gathered into one, newest first."""
+    groups: dict[str, list[SessionInfo]] = {}
+    entries: list[SessionEntry] = []
+    for info in infos:
+        if info.compare is None:
+            entries.append(SessionEntry("session", (info,)))
+        else:
+            groups.setdefault(info.compare, []).append(info)
+    for runs in groups.values():
+        runs.sort(key=lambda s: (s.started if s.started is not None else s.modified, s.path.name))
+        entries.append(SessionEntry("compare", tuple(runs)))
+    entries.sort(key=lambda e: e.sort_key, reverse=True)
+    return entries
+
+
+def list_entries(directory: Path | None = None) -> list[SessionEntry]:
+    """``list_sessions``, a comparison's runs as one entry."""
+    return group_sessions(list_sessions(directory))
+
+
+def last_session(directory: Path | None = None, *, compare: bool = False) -> SessionInfo:
+    """The user's last session (launch, attach or record), or with ``compare`` the last
+    comparison's first run."""
+    for entry in list_entries(directory):
+        if (entry.kind == "compare") == compare and entry.first.error is None:
+            return entry.first
+    d = directory if directory is not None else _default_dir()
+    what = "comparison" if compare else "session"
+    raise UserError(f"no saved {what} in {d}")
+
+
 def human_size(n: int) -> str:
     """Bytes for people: 512 B, 3.4 MiB, 1.2 GiB."""
     size = float(n)
@@ -174,17 +285,19 @@ def _date(ts: float | None) -> str:
     return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
 
-def render_sessions(sessions: Sequence[SessionInfo], console: Console | None = None) -> None:
-    """Print the sessions as a table for people."""
+def render_sessions(entries: Sequence[SessionEntry], console: Console | None = None) -> None:
+    """Print the entries as a table for people (whole, at any width, when piped)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     con = console if console is not None else Console()
-    if not sessions:
+    if not entries:
         con.print("no saved sessions")
         return
-    table = Table("started", "target", "duration", "last verdict", "size", "file")
-    for s in sessions:
+    table = Table("started", "command", "duration", "last verdict", "size", "file")
+    for e in entries:
+        s = e.first
         if s.error is not None:
             table.add_row(
                 _date(s.modified),
@@ -195,42 +308,67 @@ def render_sessions(sessions: Sequence[SessionInfo], console: Console | None = N
                 s.path.name,
             )
             continue
-        target = f"{s.target_name or '?'} ({s.target_pid})" if s.target_pid else s.target_name
-        duration = human_duration(s.duration_s) + (" [yellow]rec[/]" if s.recording else "")
+        duration = human_duration(e.duration_s) + (" [yellow]rec[/]" if e.recording else "")
+        command = s.command
+        verdict = s.verdict or "-"
+        file = s.path.name
+        if e.kind == "compare":
+            command = f"compare ({len(e.runs)} runs): {command}"
+            verdict = f"{s.run_label}: {verdict}"
+            file = f"{s.compare} ({len(e.runs)} files)"
         table.add_row(
-            _date(s.started),
-            target,
+            _date(e.started),
+            Text(command),
             duration,
-            s.verdict or "-",
-            human_size(s.size_bytes),
-            s.path.name,
+            Text(verdict),
+            human_size(e.size_bytes),
+            file,
         )
     con.print(table)
 
 
-def sessions_json(sessions: Sequence[SessionInfo]) -> dict[str, Any]:
-    """The listing for machines (``schema: 1``)."""
+def _session_json(s: SessionInfo) -> dict[str, Any]:
     return {
-        "schema": 1,
-        "sessions": [
-            {
-                "path": str(s.path),
-                "started": s.started,
-                "ended": s.ended,
-                "duration_s": None if s.duration_s is None else round(s.duration_s, 3),
-                "target": {"pid": s.target_pid, "name": s.target_name, "cmdline": list(s.cmdline)},
-                "mode": s.mode,
-                "verdict": None
-                if s.verdict is None
-                else {"headline": s.verdict, "kind": s.verdict_kind},
-                "size_bytes": s.size_bytes,
-                "modified": s.modified,
-                "recording": s.recording,
-                "error": s.error,
-            }
-            for s in sessions
-        ],
+        "path": str(s.path),
+        "command": s.command,
+        "started": s.started,
+        "ended": s.ended,
+        "duration_s": None if s.duration_s is None else round(s.duration_s, 3),
+        "target": {"pid": s.target_pid, "name": s.target_name, "cmdline": list(s.cmdline)},
+        "mode": s.mode,
+        "verdict": None if s.verdict is None else {"headline": s.verdict, "kind": s.verdict_kind},
+        "size_bytes": s.size_bytes,
+        "modified": s.modified,
+        "recording": s.recording,
+        "error": s.error,
     }
+
+
+def sessions_json(entries: Sequence[SessionEntry]) -> dict[str, Any]:
+    """The listing for machines (``schema: 2``): one entry per session, and one per
+    comparison with its sessions in ``runs`` (each with its ``run``: ``baseline-1``, ...)."""
+    out: list[dict[str, Any]] = []
+    for e in entries:
+        if e.kind == "session":
+            out.append({"kind": "session", **_session_json(e.first)})
+            continue
+        first = e.first
+        out.append(
+            {
+                "kind": "compare",
+                "id": first.compare,
+                "command": first.command,
+                "started": e.started,
+                "ended": e.ended,
+                "duration_s": None if e.duration_s is None else round(e.duration_s, 3),
+                "target": {"cmdline": list(first.cmdline)},
+                "size_bytes": e.size_bytes,
+                "modified": e.modified,
+                "recording": e.recording,
+                "runs": [{"run": r.run_label, **_session_json(r)} for r in e.runs],
+            }
+        )
+    return {"schema": 2, "sessions": out}
 
 
 def prune(days: float, confirm: Callable[[str], bool], directory: Path | None = None) -> int:

@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from sofa_top import __version__
+from sofa_top.analysis import steps as step_facts
 from sofa_top.analysis.causes import Neighbours, neighbours_of, sched_means
 from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats
+from sofa_top.analysis.sources import add_source_dirs
 from sofa_top.analysis.stackstats import summarize, summarize_by_thread
 from sofa_top.analysis.steps import RunFacts
 from sofa_top.analysis.verdicts import MIN_STEPS, WINDOW_S, Evidence, judge
@@ -48,6 +50,7 @@ from sofa_top.model.source import OnSnapshot
 from sofa_top.model.verdict import Measured, Verdict
 from sofa_top.model.workload import ModelReport, merge, model_report
 from sofa_top.recording.ranks_live import RankTracker
+from sofa_top.recording.report import session_verdict
 from sofa_top.recording.rings import Rings
 from sofa_top.recording.series import SeriesPoint
 from sofa_top.recording.store import SessionStore
@@ -62,6 +65,7 @@ QUEUE_WAITING_MAX = QUEUE_MAX - 2_000
 EXIT_GRACE_S = 0.1  # after the target exits, let its last output and agent frames arrive (the
 # agent collector also reads what is left in its sockets when it stops)
 COLLECTOR_STOP_S = 10.0  # a stop waits this long for the collectors (a stalled one is left)
+EXITED_SNAPSHOT_S = 0.25  # snapshots after the target's exit, until the session is final
 CUDA_WINDOW_S = 90.0  # the agent's profiler windows come every ~30 s: the verdict sees 3
 
 
@@ -79,6 +83,10 @@ class Session:
         extra_meta: dict[str, Any] | None = None,
     ) -> None:
         self.target = target
+        try:  # the workload's files, for the lines its host time ran (``analysis.host``)
+            add_source_dirs(target.cmdline, os.readlink(f"/proc/{target.pid}/cwd"))
+        except OSError:
+            add_source_dirs(target.cmdline)
         self.mode = mode
         self.collectors = list(collectors)
         self.store = store
@@ -95,7 +103,8 @@ class Session:
         self._judged_at = 0.0  # when the verdict was last judged without a consumer
         self._lock = threading.Lock()
         self.dropped = 0
-        self.end_reason = ""
+        self.end_reason: str | None = None  # why the session ends, once it does
+        self.job_stopped = False  # sofa-top signalled the job it launched (stopping_job)
         self.failure: str | None = None  # why recording stopped early, when sofa-top failed
         # UI-side state, touched only by the hub thread.
         self._rings = Rings()
@@ -105,6 +114,7 @@ class Session:
         self._windows: deque[StackWindow] = deque(maxlen=120)
         self._events: deque[Event] = deque(maxlen=200)
         self._steps: deque[StepSample] = deque(maxlen=2000)
+        self._training = False  # a step showed training: the others are evaluation, not inference
         # (ts, tree CPU, CPU of the tree less the target) per process sample, for the verdict
         self._cpu: deque[tuple[float, float | None, float]] = deque(maxlen=400)
         self._runnable: deque[tuple[float, int]] = deque(maxlen=100)  # (ts, R threads)
@@ -128,6 +138,10 @@ class Session:
         self._rank_verdict: Verdict | None = None
         self.target_exited = False
         self._exit_seen = 0.0
+        self._exit_ts = 0.0  # when the target exited (its last process sample)
+        self._publish_due = False  # publish at once (the target exited)
+        self._final: Verdict | None = None  # the whole session's, judged at its end
+        self._last_point_ts = 0.0  # the last instant a series has a point for (replay's end)
         self.exit_code: int | None = None
         store.set_meta(
             mode=mode,
@@ -154,10 +168,18 @@ class Session:
         self._hub = threading.Thread(target=self._hub_loop, name="sofa-hub", daemon=True)
         self._hub.start()
 
+    def stopping_job(self, reason: str) -> None:
+        """sofa-top is about to signal the job it launched: the session ends for ``reason``
+        (not "target exited"), and ranks that go from here on were stopped by sofa-top."""
+        with self._lock:
+            if self.end_reason is None:
+                self.end_reason = reason
+        self.job_stopped = True
+
     def stop(self, reason: str = "stopped") -> None:
         """Stop collecting, flush everything queued, finalize the file. Idempotent."""
         with self._lock:
-            if not self.end_reason:
+            if self.end_reason is None:
                 self.end_reason = reason
         self._stop_collectors.set()
         self._stop_hub.set()  # the hub records what the collectors leave, then finalizes
@@ -232,15 +254,19 @@ class Session:
                 and time.monotonic() >= self._exit_seen + EXIT_GRACE_S
             ):
                 with self._lock:
-                    self.end_reason = self.end_reason or "target exited"
+                    if self.end_reason is None:
+                        self.end_reason = "target exited"
                 self._stop_collectors.set()
                 self._stop_hub.set()
             if self._stop_hub.is_set():
                 self._finish_collectors()
                 break
             now = time.monotonic()
-            if now >= next_snapshot:
-                next_snapshot = now + self.snapshot_interval
+            if now >= next_snapshot or self._publish_due:
+                # after the exit, often: the workload's last error line is on its way
+                every = EXITED_SNAPSHOT_S if self.target_exited else self.snapshot_interval
+                next_snapshot = now + min(every, self.snapshot_interval)
+                self._publish_due = False
                 self._publish()
 
     def _finish_collectors(self) -> None:
@@ -268,12 +294,14 @@ class Session:
         """Store a batch, then take it into the UI state (with the points the store derived)."""
         for s, points in zip(batch, self.store.write(batch), strict=True):
             self._absorb(s, points)
+            if points:
+                self._last_point_ts = max(self._last_point_ts, s.ts)
 
     def _absorb(self, s: Sample, points: list[SeriesPoint]) -> None:
         for name, value, _err in points:
             self._rings.add(name, s.ts, value)
-        # sofa-top stops a launched job (SIGTERM to its group) once it has an end reason
-        self._ranks.stopping = self.end_reason is not None and self.target.launched
+        # ranks that exit once sofa-top signalled the job it launched were stopped by it
+        self._ranks.stopping = self.job_stopped
         rank_events = self._ranks.absorb(s)
         if rank_events:
             self._events.extend(rank_events)
@@ -293,7 +321,9 @@ class Session:
             if not s.target_alive and not self.target_exited:
                 self.target_exited = True
                 self._exit_seen = time.monotonic()
+                self._exit_ts = s.ts
                 self.exit_code = s.exit_code
+                self._publish_due = True  # the exit's verdict, at once
         elif isinstance(s, SystemSample):
             self._system = s
         elif isinstance(s, GpuSample):
@@ -302,6 +332,7 @@ class Session:
             self._windows.append(s)
         elif isinstance(s, StepSample):
             self._steps.append(s)
+            self._training = self._training or step_facts.trained((s,))
         elif isinstance(s, Event):
             if s.kind == "log":
                 self._logs.append(s)
@@ -337,11 +368,30 @@ class Session:
         meta: dict[str, Any] = {"ended": time.time(), "end_reason": self.end_reason or "stopped"}
         if self.exit_code is not None:
             meta["exit_code"] = self.exit_code
+        if self.target.launched:
+            meta["stopped_job"] = self.job_stopped
         if self.dropped:
             meta["dropped_samples"] = self.dropped
+        if self.failure is None:
+            with contextlib.suppress(Exception):  # a verdict is never worth the file
+                self._store_final_verdict(meta)
         with contextlib.suppress(Exception):
             self.store.close(**meta)
         self._done.set()
+
+    def _store_final_verdict(self, meta: dict[str, Any]) -> None:
+        """Judge the whole session from the file, as ``record --json`` does, and store it as
+        the session's last verdict: the dashboard ends on it, and a replay at the end of the
+        file and ``record --json`` read it back."""
+        self.store.set_meta(**meta)
+        self.store.commit()
+        verdict = session_verdict(self.session_path)
+        # at the recording's last instant: a replay's cursor ends there and reads it back
+        at = self._last_point_ts or time.time()
+        ev = Event(at, "verdict", verdict.headline, {**verdict.as_json(), "final": True})
+        self.store.write([ev])
+        self._events.append(ev)
+        self._verdict = self._final = verdict
 
     def snapshot(self) -> Snapshot:
         """Build an immutable view of the recent session (called on the hub thread)."""
@@ -423,11 +473,22 @@ class Session:
     def _judge(
         self, now: float, summary: StackSummary | None, by_thread: dict[int, StackSummary]
     ) -> Verdict | None:
-        """Re-evaluate the verdict over the last ~10 s; store a marker when it changes."""
+        """Re-evaluate the verdict over the last ~10 s; store a marker when it changes. After
+        the target's exit: over the 10 s before it, with how it ended (its exit code and last
+        error line), until the session's final verdict replaces it."""
+        if self._final is not None:
+            return self._final
+        facts = RunFacts(
+            mode=self.mode, launched=self.target.launched, agent=self._agent,
+            stopped=self.job_stopped if self.target.launched else None,
+        )  # fmt: skip
         if self.target_exited:
-            return self._verdict
+            now = self._exit_ts
+            facts = replace(facts, exit_code=self.exit_code)
+            if step_facts.failed(facts):
+                facts = replace(facts, workload_error=self._stderr_tail())
         cutoff = now - WINDOW_S
-        steps = [s for s in self._steps if s.ts >= cutoff]
+        steps = [s for s in step_facts.valid_steps(self._steps, self._agent) if s.ts >= cutoff]
         if len(steps) < MIN_STEPS:
             # steps longer than the window (an LBFGS step, say) still count: the last few,
             # while the loop is still in its next one
@@ -452,12 +513,13 @@ class Session:
                 pipeline=self._pipeline,
                 frameworks=self._frameworks,
                 cuda=[c for c in self._cuda if c.ts >= now - CUDA_WINDOW_S],
-                facts=RunFacts(mode=self.mode, launched=self.target.launched, agent=self._agent),
+                facts=facts,
                 runnable_threads=statistics.fmean(runnable) if runnable else None,
                 model=self._model,
                 sched=sched_means(r for ts, r in self._sched if ts >= cutoff),
                 neighbours=self._neighbours,
                 measured=tuple(self._measured),
+                training=self._training,
             )
         )
         prev = self._verdict
@@ -481,6 +543,13 @@ class Session:
         its verdict from the next judgement on (thread-safe: through the hub's queue)."""
         for m in measured:
             self._emit(Event(time.time(), "measured", m.text, m.as_json()))
+
+    def _stderr_tail(self) -> str | None:
+        """The line of the workload's stderr that names its error (as ``record --json`` reads
+        it from the file)."""
+        return step_facts.error_line(
+            e.message for e in self._logs if e.data.get("stream") == "stderr"
+        )
 
     def _publish(self) -> None:
         cb = self._on_snapshot

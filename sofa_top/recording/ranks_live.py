@@ -43,25 +43,35 @@ def rank_event(ts: float, pid: Pid, ident: RankId) -> Event:
     )
 
 
-STOPPED = "stopped by sofa-top (SIGTERM to the job)"
+STOPPED = "stopped by sofa-top (it signalled the job to end)"
 
 
 def exit_text(code: int | None, error: str, stopping: bool = False) -> str:
     """How a rank ended, as the ranks pane and ``record --json`` say it (``stopping``: sofa-top
     was stopping the job it launched when the rank went)."""
-    if code is None and stopping and error in ("", NO_GOODBYE):
-        # the exit status went to the launcher (torchrun), not to sofa-top: what is known is
-        # that sofa-top had just signalled the job
-        return STOPPED
+    # sofa-top stops a job as Ctrl-C would: a rank's KeyboardInterrupt is that, no error
+    interrupted = error.startswith("KeyboardInterrupt")
+    if stopping and (error in ("", NO_GOODBYE) or interrupted):
+        if code is None:
+            # the exit status went to the launcher (torchrun), not to sofa-top: what is known
+            # is that sofa-top had just signalled the job
+            return STOPPED
+        if code < 0:
+            return f"stopped by sofa-top ({_signal_name(-code)})"
+        return f"stopped by sofa-top (it exited with code {code})"
     if code is not None and code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
         # a signal explains the missing goodbye; an error the agent reported is worth keeping
+        name = _signal_name(-code)
         return f"killed by {name}" + (f": {error}" if error and error != NO_GOODBYE else "")
     text = "exited" if code is None else f"exited with code {code}"
     return f"{text}: {error}" if error else text
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 class RankTracker:

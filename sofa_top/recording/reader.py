@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 from sofa_top.model.errors import UserError
 from sofa_top.model.samples import (
+    AgentInfo,
     CudaSample,
     Event,
     Frame,
@@ -23,8 +25,10 @@ from sofa_top.model.samples import (
     StepSample,
     event_kind,
     gpu_busy_source,
+    phase_hint,
     stage_kind,
 )
+from sofa_top.model.workload import ModelReport, merge, model_report
 from sofa_top.recording.store import SCHEMA_VERSION, STEP_COLUMNS, connect
 
 
@@ -99,12 +103,34 @@ class SessionReader:
         samples = (CudaSample.from_json(e.data) for e in self.events("cuda"))
         return [c for c in samples if c is not None]
 
-    def last_pipeline(self) -> PipelineSample | None:
-        """The last input pipeline the agent described (None if none, or unreadable)."""
+    def last_pipeline(self, at: float = math.inf) -> PipelineSample | None:
+        """The last input pipeline the agent described at or before ``at`` (None if none, or
+        unreadable)."""
         row = self._db.execute(
-            "SELECT data FROM events WHERE kind = 'pipeline' ORDER BY ts DESC LIMIT 1"
+            "SELECT data FROM events WHERE kind = 'pipeline' AND ts <= ? "
+            "ORDER BY ts DESC, rowid DESC LIMIT 1",
+            (at,),
         ).fetchone()
         return None if row is None else _pipeline(row[0])
+
+    def agent_info(self, target_pid: object, at: float = math.inf) -> AgentInfo | None:
+        """The last report of the target's agent at or before ``at`` (of any agent when the
+        target's is missing): hooks, frameworks, step notes, as the hub last saw them."""
+        last: AgentInfo | None = None
+        for e in self.events_of_kind_before("agent", at, 100_000):
+            info = _agent_info(e)
+            if last is None or info.pid == target_pid or last.pid != target_pid:
+                last = info
+        return last
+
+    def model_report(self, at: float = math.inf) -> ModelReport | None:
+        """What the agents reported of the model and the thread pools, up to ``at``."""
+        out: ModelReport | None = None
+        for e in self.events_of_kind_before("agent-model", at, 100_000):
+            report = model_report(e.data)
+            if report is not None:
+                out = merge(out, report)
+        return out
 
     def last_pipelines(self) -> dict[int, PipelineSample]:
         """The last input pipeline each process's agent described, by pid."""
@@ -423,6 +449,41 @@ class SessionReader:
         ]
 
 
+def launched(meta: dict[str, Any]) -> bool:
+    """Whether sofa-top launched the session's workload with its agent (older files have no
+    ``launched``: only a launch recorded agent settings, and ``launch`` mode is one)."""
+    value = meta.get("launched")
+    if isinstance(value, bool):
+        return value
+    return "settings" in meta or meta.get("mode") in ("launch", "demo")
+
+
+def _pairs(value: object) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple((str(v[0]), str(v[1])) for v in value if isinstance(v, list) and len(v) == 2)
+
+
+def _int_of(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _agent_info(e: Event) -> AgentInfo:
+    """A stored ``agent`` event (the agent's info frame) as an ``AgentInfo``."""
+    d = e.data
+    applied = d.get("hooks_applied")
+    return AgentInfo(
+        ts=e.ts,
+        pid=_int_of(d.get("pid")),
+        python=str(d.get("python") or ""),
+        frameworks=_pairs(d.get("frameworks")),
+        hooks_applied=tuple(str(h) for h in applied) if isinstance(applied, list) else (),
+        hooks_skipped=_pairs(d.get("hooks_skipped")),
+        dropped=_int_of(d.get("dropped")),
+        step_notes=_pairs(d.get("step_notes")),
+    )
+
+
 def _pipeline(data: str | None) -> PipelineSample | None:
     """A stored ``pipeline`` event's data as a PipelineSample (None if unreadable)."""
     if not data:
@@ -441,6 +502,8 @@ def _pipeline(data: str | None) -> PipelineSample | None:
 def _step(row: tuple[Any, ...]) -> StepSample:
     values = dict(zip(STEP_COLUMNS, row, strict=True))
     values["gpu_busy_source"] = gpu_busy_source(values["gpu_busy_source"])
+    values["phase_hint"] = phase_hint(values["phase_hint"])
+    values["autograd"] = None if values["autograd"] is None else bool(values["autograd"])
     return StepSample(**values)
 
 

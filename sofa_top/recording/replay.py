@@ -12,8 +12,11 @@ have shown at ``ts`` from the stored tables:
   and processes tables (what the store does not keep, e.g. process states and thread counts, is
   left unknown);
 - ``stacks``: the stack windows of the 5 s up to ``ts``, summarized like the hub does;
-- ``verdict``: the last verdict event at or before ``ts``; ``events`` and ``steps``: the recent
-  ones up to ``ts``;
+- ``verdict``: the last verdict event at or before ``ts``: at the end of a finished file, the
+  session's final verdict, which ``record --json`` reports too; ``events`` and ``steps``: the
+  recent ones up to ``ts``;
+- ``target`` (launched or attached, from the file), ``agent`` (its last report), ``pipeline``
+  and ``model``: as the hub last had them at ``ts``;
 - ``ranks`` and ``rank_verdict``: a distributed job's ranks over the verdict window up to
   ``ts`` (their steps; the CPU of their workers is not replayed), judged as the hub judges them.
 """
@@ -47,7 +50,7 @@ from sofa_top.model.snapshot import LOG_LINES, Snapshot, TargetInfo
 from sofa_top.model.source import OnSnapshot, SnapshotSource
 from sofa_top.model.verdict import Verdict
 from sofa_top.recording.ranks_live import session_ranks
-from sofa_top.recording.reader import SessionReader
+from sofa_top.recording.reader import SessionReader, launched
 from sofa_top.recording.rings import HISTORY_S
 
 STACK_SUMMARY_S = 5.0  # as the live hub (session.STACK_SUMMARY_S)
@@ -220,13 +223,17 @@ class ReplaySource:
                 )
                 ranks = rank_stats(evidence, Evidence(cpu_count=int(meta.get("cpu_count") or 1)))
             cuda = _cuda_at(r, ts)
+            target = _target(meta)
+            agent = r.agent_info(target.pid, ts)
+            pipeline = r.last_pipeline(ts)
+            model = r.model_report(ts)
         summary, by_thread = summarize_by_thread(windows)
         exit_code = _exit_code(exit_ev)
         started = meta.get("started")
         return Snapshot(
             ts=ts,
             started=float(started) if isinstance(started, int | float) else ts,
-            target=_target(meta),
+            target=target,
             session_path=self.session_path,
             recording=False,
             history=history,
@@ -247,6 +254,9 @@ class ReplaySource:
             ranks=ranks,
             rank_verdict=cross_rank_verdict(ranks),
             cuda=cuda,
+            pipeline=pipeline,
+            agent=agent,
+            model=model,
         )
 
 
@@ -299,7 +309,7 @@ def _target(meta: dict[str, Any]) -> TargetInfo:
         pid=int(t.get("pid") or 0),
         name=str(t.get("name") or ""),
         cmdline=tuple(str(a) for a in t.get("cmdline") or ()),
-        launched=meta.get("mode") in ("launch", "demo"),
+        launched=launched(meta),
     )
 
 

@@ -10,9 +10,15 @@ The JSON schema is ``record.schema.json`` beside this file (tests validate again
      "verdict": {"kind", "confidence", "evidence", "recommendations"} | null (a distributed job
                  with a straggler: the straggler's, its job-level average in evidence.job_verdict),
      "workload_error": the last line the workload wrote to stderr when it failed | null,
-     "steps": {"count", "median_step_s", "input_wait_fraction",
+     "steps": {"count", "median_step_s", "input_wait_fraction" (null: the clock cannot see
+               input), "p50_s", "p90_s", "p99_s", "phase": the phase these numbers are of,
+               "phases": [{"phase": "train"|"eval"|"inference", "count", "input_wait_fraction",
+                           "median_step_s", "p50_s", "p90_s", "p99_s"}],
+               "compute_split": {"forward", "backward", "optimizer", "collective"} | null,
+               "host_split": {"input", "python", "sync", "output", "compute"} of the loop's host
+               time | null,
                "dropped": steps the agent counted but could not send (its queue was full),
-               "sources": {clock: steps}, "reason": why there are none | null,
+               "sources": {clock: steps} (all phases), "reason": why there are none | null,
                "note": how the main clock's steps are measured | null},
      "cpu": {"cores", "tree_mean_percent", "tree_max_percent", "system_mean_percent",
              "rss_max_bytes", "threads_max"},
@@ -20,7 +26,9 @@ The JSON schema is ``record.schema.json`` beside this file (tests validate again
                           ... NVML's other readings, "errors": {reading: why}}]} | null,
      "cuda": {"device_name", "bf16_supported", "busy_fraction", "windows", "last_window",
               "mem_reserved_max_bytes", "alloc_retries", "ooms", "errors", ...} | null,
-     "stacks": {"thread_samples", "rate_hz", "split": {class: fraction}, "error": STR|null,
+     "stacks": {"thread_samples", "rate_hz", "split": {class: fraction} of the loop's threads,
+                "idle_threads", "idle_thread_samples": helpers idle nearly always (kept apart),
+                "error": STR|null,
                 "hint": STR|null, "top": [{"function", "file", "line", "own_pct", "total_pct",
                                            "thread", "class"}],
                 "agent_samples": active samples of sofa-top's own agent (left out of the rest),
@@ -34,7 +42,8 @@ The JSON schema is ``record.schema.json`` beside this file (tests validate again
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +55,7 @@ from sofa_top.analysis.ranks import (
     rank_stats,
     straggler_json,
 )
+from sofa_top.analysis.sources import add_source_dirs
 from sofa_top.analysis.stackstats import summarize
 from sofa_top.analysis.steps import RunFacts
 from sofa_top.analysis.verdicts import Evidence, judge
@@ -53,16 +63,17 @@ from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import (
     AgentInfo,
     CudaSample,
+    Event,
     PipelineSample,
     StackWindow,
     StepSample,
     TreeSched,
 )
 from sofa_top.model.snapshot import StackSummary
-from sofa_top.model.verdict import Measured
-from sofa_top.model.workload import ModelReport, merge, model_report
+from sofa_top.model.verdict import Measured, Verdict
+from sofa_top.model.workload import ModelReport
 from sofa_top.recording.ranks_live import session_ranks
-from sofa_top.recording.reader import SessionReader
+from sofa_top.recording.reader import SessionReader, launched
 from sofa_top.recording.report_gpu import cuda_json, gpu_json
 
 SCHEMA_VERSION = 1
@@ -94,6 +105,7 @@ class _Read:
     errors: dict[str, list[str]]  # series name -> the reasons its readings failed
     agent: AgentInfo | None  # the target's agent's last report
     stderr_tail: str | None  # the workload's last non-empty stderr line
+    final_verdict: Verdict | None = None  # the one the hub judged at the session's end
     model: ModelReport | None = None
     injected: bool = False  # attach mode: the agent was injected into the running target
     sched: tuple[TreeSched, ...] = ()  # the scheduler's accounting of the tree's threads
@@ -129,7 +141,10 @@ def _read(path: Path) -> _Read:
     try:
         meta = reader.meta()
         target_pid = (meta.get("target") or {}).get("pid")
-        steps = reader.steps()
+        # the stacks read the workload's own source lines: its folders, from its command line
+        add_source_dirs((meta.get("target") or {}).get("cmdline") or ())
+        agent = reader.agent_info(target_pid)
+        steps = step_facts.valid_steps(reader.steps(), agent)
         raw = {n: reader.points(n) for n in reader.series_names() if not n.startswith("proc.")}
         neighbours = [n for e in reader.events("neighbours") if (n := neighbours_of(e.data))]
         # what the threads did while the loop ran (not the interpreter's start and imports)
@@ -150,9 +165,10 @@ def _read(path: Path) -> _Read:
             ranks=_ranks(reader, steps, int(meta.get("cpu_count") or 1)),
             cuda=reader.cuda_samples(),
             cuda_errors=[e.message for e in reader.events("cuda-error")],
-            agent=_last_agent(reader, target_pid),
+            agent=agent,
             stderr_tail=_stderr_tail(reader),
-            model=_model(reader),
+            final_verdict=final_verdict(reader.events("verdict")),
+            model=reader.model_report(),
             injected=any(e.data.get("mode") == "attach" for e in reader.events("agent-connected")),
             sched=tuple(
                 readings_of({n: [(t, v) for t, v, _ in pts] for n, pts in raw.items()}, loop)
@@ -174,15 +190,6 @@ def _typical(scans: list[Neighbours]) -> Neighbours | None:
     if not scans:
         return None
     return sorted(scans, key=lambda n: n.others_cores)[len(scans) // 2]
-
-
-def _model(reader: SessionReader) -> ModelReport | None:
-    out: ModelReport | None = None
-    for e in reader.events("agent-model"):
-        report = model_report(e.data)
-        if report is not None:
-            out = merge(out, report)
-    return out
 
 
 def _stacks_json(windows: list[StackWindow], summary: StackSummary | None) -> dict[str, Any]:
@@ -213,21 +220,54 @@ def _stacks_json(windows: list[StackWindow], summary: StackSummary | None) -> di
         "top": top,
         "agent_samples": summary.agent_samples if summary else 0,
         "agent_fraction": round(summary.agent_fraction, 4) if summary else 0.0,
+        "idle_threads": summary.idle_threads if summary else 0,
+        "idle_thread_samples": summary.idle_thread_samples if summary else 0,
     }
 
 
-def _steps_json(steps: list[StepSample], dropped: int, facts: RunFacts) -> dict[str, Any]:
+def _phase_json(
+    steps: list[StepSample], summary: StackSummary | None
+) -> dict[str, float | int | None]:
+    """Count, input wait, median and percentiles of one phase's steps."""
     durations = [s.duration_s for s in steps]
-    waits = sum(s.input_wait_s for s in steps)
+    host, n = (summary.host_split, summary.host_samples) if summary else (None, 0)
+    return {
+        "count": len(steps),
+        "input_wait_fraction": step_facts.input_fraction(steps, host, n),
+        "median_step_s": statistics.median(durations) if durations else None,
+        "p50_s": step_facts.percentile(durations, 0.5),
+        "p90_s": step_facts.percentile(durations, 0.9),
+        "p99_s": step_facts.percentile(durations, 0.99),
+    }
+
+
+def _steps_json(
+    all_steps: list[StepSample], dropped: int, facts: RunFacts, summary: StackSummary | None
+) -> dict[str, Any]:
+    phases = step_facts.by_phase(all_steps)
+    phase = step_facts.main_phase(phases)
+    steps = phases[phase] if phase is not None else []
+    main_json = _phase_json(steps, summary)
     busy = [s for s in steps if s.gpu_busy_s is not None]
     spans = [s.gpu_span_s for s in steps if s.gpu_span_s is not None]
     busy_time = sum(s.duration_s for s in busy)
     main = step_facts.main_source(steps)
     notes = dict(facts.agent.step_notes) if facts.agent is not None else {}
+    host = (
+        summary.host_split
+        if summary is not None and main in step_facts.MODEL_CALL_SOURCES
+        else None
+    )
     return {
-        "count": len(steps),
-        "median_step_s": statistics.median(durations) if durations else None,
-        "input_wait_fraction": waits / sum(durations) if durations and sum(durations) else None,
+        **main_json,
+        "phase": phase,
+        "phases": [
+            {"phase": p, **_phase_json(phases[p], summary)}
+            for p in step_facts.PHASES
+            if p in phases
+        ],
+        "compute_split": step_facts.compute_split(steps),
+        "host_split": None if host is None else dict(host),
         "dropped": dropped,
         # GPU loops: busy time over wall time of the steps whose GPU time is known
         "gpu_busy_fraction": min(1.0, sum(s.gpu_busy_s or 0.0 for s in busy) / busy_time)
@@ -235,36 +275,37 @@ def _steps_json(steps: list[StepSample], dropped: int, facts: RunFacts) -> dict[
         else None,
         "gpu_busy_steps": len(busy),
         "median_gpu_span_s": statistics.median(spans) if spans else None,
-        "sources": step_facts.step_sources(steps),
-        "reason": None if steps else step_facts.no_steps_reason(facts),
+        "sources": step_facts.step_sources(all_steps),
+        "reason": None if all_steps else step_facts.no_steps_reason(facts),
         "note": notes.get(main) if main is not None else None,
     }
 
 
-def session_summary(path: str | Path) -> dict[str, Any]:
-    """Summarize a finished (or still running) session file: ``record --json``."""
-    r = _read(Path(path))
-    meta, pts = r.meta, r.points
-    started, ended = meta.get("started"), meta.get("ended")
-    tree_mean, tree_max = _stats(pts.get("tree.cpu", []))
-    target_mean, _ = _stats(r.target_cpu)
-    sys_mean, _ = _stats(pts.get("sys.cpu", []))
-    summary = summarize(r.windows) if r.windows else None
+def _facts(r: _Read) -> RunFacts:
+    """What the session file knows of the run besides its samples."""
+    meta = r.meta
     exit_code = meta.get("exit_code")
+    stopped = meta.get("stopped_job")
     facts = RunFacts(
         mode=meta.get("mode"),
-        # older files have no "launched": only a launch recorded agent settings
-        launched=bool(meta.get("launched", "settings" in meta)),
+        launched=launched(meta),
         agent=r.agent,
         exit_code=exit_code if isinstance(exit_code, int) else None,
         workload_error=r.stderr_tail,
+        stopped=stopped if isinstance(stopped, bool) else None,
     )
-    if not step_facts.failed(facts):
-        facts = RunFacts(facts.mode, facts.launched, facts.agent, facts.exit_code, None)
-    verdict = judge(
+    return facts if step_facts.failed(facts) else replace(facts, workload_error=None)
+
+
+def _judge_read(r: _Read, facts: RunFacts, summary: StackSummary | None) -> Verdict:
+    """The verdict over the whole session."""
+    meta, pts = r.meta, r.points
+    tree_mean, _ = _stats(pts.get("tree.cpu", []))
+    target_mean, _ = _stats(r.target_cpu)
+    return judge(
         Evidence(
             steps=r.steps,
-            stacks=summary,
+            stacks=_during_steps(r.windows, r.steps) or summary,
             tree_cpu=tree_mean,
             cpu_count=int(meta.get("cpu_count") or 1),
             pipeline=r.pipeline,
@@ -276,8 +317,32 @@ def session_summary(path: str | Path) -> dict[str, Any]:
             sched=sched_means(r.sched),
             neighbours=r.neighbours,
             measured=r.measured,
+            training=step_facts.trained(r.steps),
         )
     )
+
+
+def session_verdict(path: str | Path) -> Verdict:
+    """The verdict over the whole session (what ``record --json`` says), judged from the file:
+    the hub stores it as the session's final verdict when the session ends."""
+    r = _read(Path(path))
+    summary = summarize(r.windows) if r.windows else None
+    return _judge_read(r, _facts(r), summary)
+
+
+def session_summary(path: str | Path) -> dict[str, Any]:
+    """Summarize a finished (or still running) session file: ``record --json``. Its verdict is
+    the session's final one when the hub stored it (replay shows the same at the end)."""
+    r = _read(Path(path))
+    meta, pts = r.meta, r.points
+    started, ended = meta.get("started"), meta.get("ended")
+    tree_mean, tree_max = _stats(pts.get("tree.cpu", []))
+    sys_mean, _ = _stats(pts.get("sys.cpu", []))
+    summary = summarize(r.windows) if r.windows else None
+    facts = _facts(r)
+    # measurements a comparison appended after the session ended are judged with it
+    final = r.final_verdict if not r.measured else None
+    verdict = final or _judge_read(r, facts, summary)
     rank_verdict = cross_rank_verdict(r.ranks)
     verdict = headline_verdict(verdict, rank_verdict) or verdict
     return {
@@ -294,7 +359,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
         "dropped_samples": int(meta.get("dropped_samples") or 0),
         "workload_error": facts.workload_error,
         "verdict": verdict.as_json(),
-        "steps": _steps_json(r.steps, r.agent_dropped, facts),
+        "steps": _steps_json(r.steps, r.agent_dropped, facts, summary),
         "cpu": {
             "cores": meta.get("cpu_count"),
             "tree_mean_percent": tree_mean,
@@ -312,6 +377,16 @@ def session_summary(path: str | Path) -> dict[str, Any]:
     }
 
 
+def _during_steps(windows: list[StackWindow], steps: list[StepSample]) -> StackSummary | None:
+    """The stacks of the windows the steps ran in (the verdict judges the loop, not the
+    imports before it); None without steps or such windows."""
+    if not steps:
+        return None
+    first, last = min(s.start for s in steps), max(s.ts for s in steps)
+    during = [w for w in windows if w.ts_end >= first and w.ts_start <= last]
+    return summarize(during) if during else None
+
+
 def _agent_dropped(reader: SessionReader) -> int:
     """Steps the agents counted as dropped: the last count each process reported."""
     per_pid: dict[object, int] = {}
@@ -324,41 +399,14 @@ def _agent_dropped(reader: SessionReader) -> int:
     return sum(per_pid.values())
 
 
-def _pairs(value: object) -> tuple[tuple[str, str], ...]:
-    if not isinstance(value, list):
-        return ()
-    return tuple((str(v[0]), str(v[1])) for v in value if isinstance(v, list) and len(v) == 2)
-
-
-def _int_of(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _last_agent(reader: SessionReader, pid: object) -> AgentInfo | None:
-    """The last report of the target's agent (of any agent when the target's is missing)."""
-    last: AgentInfo | None = None
-    for e in reader.events("agent"):
-        d = e.data
-        applied = d.get("hooks_applied")
-        info = AgentInfo(
-            ts=e.ts,
-            pid=_int_of(d.get("pid")),
-            python=str(d.get("python") or ""),
-            frameworks=_pairs(d.get("frameworks")),
-            hooks_applied=tuple(str(h) for h in applied) if isinstance(applied, list) else (),
-            hooks_skipped=_pairs(d.get("hooks_skipped")),
-            dropped=_int_of(d.get("dropped")),
-            step_notes=_pairs(d.get("step_notes")),
-        )
-        if last is None or info.pid == pid or last.pid != pid:
-            last = info
-    return last
-
-
 def _stderr_tail(reader: SessionReader) -> str | None:
-    """The last non-empty line the workload wrote to stderr (a traceback's last line)."""
-    tail: str | None = None
-    for e in reader.events("log"):
-        if e.data.get("stream") == "stderr" and e.message.strip():
-            tail = e.message.strip()
-    return tail
+    """The line of the workload's stderr that names its error (a traceback's last line)."""
+    logs = reader.events("log")
+    return step_facts.error_line(e.message for e in logs if e.data.get("stream") == "stderr")
+
+
+def final_verdict(verdicts: Sequence[Event]) -> Verdict | None:
+    """The session's final verdict among its ``verdict`` events (None: the session did not
+    end cleanly, or a version that did not store one wrote it)."""
+    final = next((e for e in reversed(verdicts) if e.data.get("final") is True), None)
+    return None if final is None else Verdict.from_json(final.data, final.message)

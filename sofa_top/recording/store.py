@@ -4,7 +4,9 @@ Schema (version ``SCHEMA_VERSION``, also in ``PRAGMA user_version``):
 
 - ``meta(key TEXT PRIMARY KEY, value TEXT)`` -- JSON values: ``schema_version``, ``mode``
   (attach/launch/record), ``target`` ({pid, name, cmdline}), ``host``, ``versions``,
-  ``started``/``ended`` (Unix time), ``exit_code``, ``end_reason``, ``cpu_count``, ``mem_total``.
+  ``started``/``ended`` (Unix time), ``exit_code``, ``end_reason``, ``cpu_count``, ``mem_total``,
+  ``launched``, ``stopped_job`` (launched: whether sofa-top signalled the job to end it),
+  ``compare`` ({id, run}: the session is a run of that comparison).
 - ``series(id INTEGER PRIMARY KEY, name TEXT UNIQUE, unit TEXT)`` -- names in
   ``sofa_top.recording.series``.
 - ``points(series_id, ts REAL, value REAL NULL, error TEXT NULL)`` -- numeric samples.
@@ -15,14 +17,18 @@ Schema (version ``SCHEMA_VERSION``, also in ``PRAGMA user_version``):
 - ``stack_windows(id INTEGER PRIMARY KEY, ts_start, ts_end, rate_hz, samples, sampler_cpu,
   error, hint)`` and ``stack_counts(window_id, pid, tid, thread_name, stack_id, count, klass)``.
 - ``steps(ts, step, start, duration_s, input_wait_s, source, batch_size, pid, wait_cpu_s,
-  collective_s, gpu_span_s, gpu_busy_s, gpu_busy_source)`` (``wait_cpu_s`` since v2;
+  collective_s, gpu_span_s, gpu_busy_s, gpu_busy_source, forward_s, backward_s, optimizer_s,
+  phase_hint, autograd, wait_run_s, wait_queue_s)`` (``wait_cpu_s`` since v2;
   ``collective_s`` -- the time the step was blocked in torch.distributed collectives -- and the
-  ``gpu_*`` columns since v3; ``wait_run_s`` / ``wait_queue_s``, the loop thread's time on a CPU
-  and waiting for one during the input wait, since v4; older files read them as NULL).
+  ``gpu_*`` columns since v3; older files read them as NULL; the compute spans
+  ``forward_s``, ``backward_s``, ``optimizer_s``, ``phase_hint`` and ``autograd`` since v4;
+  ``wait_run_s`` / ``wait_queue_s``, the loop thread's time on a CPU and waiting for one during
+  the input wait, since v5).
 - ``events(ts REAL, kind TEXT, message TEXT, data TEXT)`` -- markers (JSON data); agent reports,
   tf.data pipelines and CUDA readings are stored here too (kinds ``agent``, ``pipeline``,
   ``cuda``), and so are the ranks of a distributed job (kinds ``rank``, ``rank-exit``,
-  ``rank-verdict``).
+  ``rank-verdict``). The last ``verdict`` of a session that ended cleanly has ``final: true``
+  in its data: the whole session's verdict, at the recording's last instant.
 
 Durability: the writer commits at least once per second (``Session`` calls ``commit``), WAL
 with ``synchronous=NORMAL`` survives the writer being SIGKILLed (only an OS crash can lose the
@@ -55,7 +61,7 @@ from sofa_top.model.samples import (
 )
 from sofa_top.recording.series import RateState, SeriesPoint, points_of, unit_of
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -74,7 +80,8 @@ CREATE TABLE IF NOT EXISTS stack_counts (window_id INTEGER, pid INTEGER, tid INT
 CREATE INDEX IF NOT EXISTS stack_counts_by_window ON stack_counts (window_id);
 CREATE TABLE IF NOT EXISTS steps (ts REAL, step INTEGER, start REAL, duration_s REAL,
     input_wait_s REAL, source TEXT, batch_size INTEGER, pid INTEGER, wait_cpu_s REAL,
-    collective_s REAL, gpu_span_s REAL, gpu_busy_s REAL, gpu_busy_source TEXT, wait_run_s REAL,
+    collective_s REAL, gpu_span_s REAL, gpu_busy_s REAL, gpu_busy_source TEXT, forward_s REAL,
+    backward_s REAL, optimizer_s REAL, phase_hint TEXT, autograd INTEGER, wait_run_s REAL,
     wait_queue_s REAL);
 CREATE TABLE IF NOT EXISTS events (ts REAL NOT NULL, kind TEXT NOT NULL, message TEXT,
     data TEXT);
@@ -96,6 +103,11 @@ STEP_COLUMNS = (
     "gpu_span_s",
     "gpu_busy_s",
     "gpu_busy_source",
+    "forward_s",
+    "backward_s",
+    "optimizer_s",
+    "phase_hint",
+    "autograd",
     "wait_run_s",
     "wait_queue_s",
 )  # fmt: skip  (StepSample's field order)
@@ -234,6 +246,11 @@ class SessionStore:
                     s.gpu_span_s,
                     s.gpu_busy_s,
                     s.gpu_busy_source,
+                    s.forward_s,
+                    s.backward_s,
+                    s.optimizer_s,
+                    s.phase_hint,
+                    s.autograd,
                     s.wait_run_s,
                     s.wait_queue_s,
                 ),

@@ -9,8 +9,10 @@ Throughput of separate runs with and without the agent is hopeless on a shared 2
 injected, and alternates blocks of ``--steps`` steps with the agent on (``agent.enabled``)
 and off (every hook then falls straight through to the original; the drain thread idles).
 Adjacent blocks share the load, and the median of the per-round ratios cancels it out. For
-keras-fit, "off" is Keras' own in-graph fetch, so the ratio also prices the agent's change of
-fetch path. One-time costs (sitecustomize, connecting, hooking imports) are not included.
+keras-fit, "off" runs the same traced train function (the in-graph step timer's ops are in
+it), so the ratio prices the timer's Python side; ``benchmarks/keras_spe.py`` prices its
+in-graph ops (a timed model against a plain one). One-time costs (sitecustomize, connecting,
+hooking imports) are not included.
 """
 
 from __future__ import annotations
@@ -140,9 +142,18 @@ def inner(path: str, rounds: int, steps: int) -> None:
     print(
         f"{path:17s} step off {statistics.median(wall[False]) * 1e3:7.3f} ms"
         f"  on {statistics.median(wall[True]) * 1e3:7.3f} ms"
-        f"  median paired ratio on/off: time {statistics.median(ratios):.4f}"
-        f"  cpu {statistics.median(cpu_ratios):.4f}  ({rounds} rounds x {steps} steps)",
+        f"  median paired ratio on/off: time {_spread(ratios)}"
+        f"  cpu {_spread(cpu_ratios)}  ({rounds} rounds x {steps} steps)",
         flush=True,
+    )
+
+
+def _spread(values: list[float]) -> str:
+    """The median, with the quartiles and the extremes."""
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return (
+        f"{statistics.median(values):.4f} (IQR {q1:.3f}..{q3:.3f},"
+        f" min-max {min(values):.3f}..{max(values):.3f})"
     )
 
 

@@ -48,8 +48,10 @@ from sofa_top.recording.reader import SessionReader
         ("attach", signal.SIGINT),
         ("attach", signal.SIGHUP),
         ("launch", signal.SIGINT),
+        ("launch", signal.SIGTERM),
+        ("launch", signal.SIGHUP),
     ],
-    ids=["attach-SIGTERM", "attach-SIGINT", "attach-SIGHUP", "launch-SIGINT"],
+    ids=lambda v: v.name if isinstance(v, signal.Signals) else v,
 )
 def test_signal_finalizes_the_session(tmp_path: Path, mode: str, sig: signal.Signals) -> None:
     """SIGTERM/SIGINT/SIGHUP: the session is closed cleanly (end reason, end time, WAL folded
@@ -63,7 +65,7 @@ def test_signal_finalizes_the_session(tmp_path: Path, mode: str, sig: signal.Sig
         rec.send_signal(sig)
         stdout, stderr = rec.communicate(timeout=30)
         attached_alive = target.poll() is None
-    assert rec.returncode == 0, stderr
+    assert rec.returncode == 128 + sig, stderr  # a signal stopped sofa-top: 128 + N
     no_traceback(stderr)
     summary = json.loads(stdout)
     assert summary["end_reason"] == sig.name
@@ -75,7 +77,9 @@ def test_signal_finalizes_the_session(tmp_path: Path, mode: str, sig: signal.Sig
     if mode == "attach":
         assert attached_alive
     else:
-        assert summary["exit_code"] == -signal.SIGTERM  # sofa-top stopped what it launched
+        # sofa-top stopped what it launched as Ctrl-C would: a Python dies of the SIGINT
+        assert summary["exit_code"] == -signal.SIGINT
+        assert SessionReader(out).meta()["stopped_job"] is True
 
 
 # -- out of disk ------------------------------------------------------------------------------
@@ -226,7 +230,7 @@ def test_two_instances_attach_to_one_pid(tmp_path: Path) -> None:
         outs = [r.communicate(timeout=60) for r in recs]
         assert target.poll() is None
     for rec, (stdout, stderr) in zip(recs, outs, strict=True):
-        assert rec.returncode == 0, stderr
+        assert rec.returncode == 128 + signal.SIGINT, stderr
         summary = json.loads(stdout)
         assert summary["end_reason"] == "SIGINT"
         assert summary["stacks"]["thread_samples"] > 0
@@ -262,7 +266,7 @@ def test_terminal_resized_to_40x12_and_back() -> None:
     """The dashboard under tmux: 160x48 -> 40x12 says "too small" (recording goes on) -> back
     to 160x48 redraws the panes; q still saves the session. The target is the unicode one
     (wide CJK thread name, a non-UTF-8 process name), the classic way to break a redraw."""
-    from test_e2e_tmux import EXIT_MARK, Tmux, saved_session
+    from tmux_term import EXIT_MARK, Tmux, saved_session
 
     tmux = Tmux()
     sessions = Path(os.environ["SOFA_TOP_DATA_DIR"]) / "sessions"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import validate_record_json
+from conftest import CTRL_C, validate_record_json
 from other_uid import OtherUser
 
 from faults.conftest import (
@@ -30,16 +30,19 @@ from faults.conftest import (
     wait_committed,
     wait_until,
 )
+from sofa_top.cli.exits import workload_status
 from sofa_top.model.samples import StackWindow
 from sofa_top.recording.reader import SessionReader
 
 
 def _record_json(out: Path, *args: str, timeout: float = 90) -> dict[str, object]:
     proc = sofa("record", "--json", "-o", str(out), *args, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr
     no_traceback(proc.stderr)
     summary: dict[str, object] = json.loads(proc.stdout)
     validate_record_json(summary)
+    # sofa-top exits as the workload did (it ended by itself here)
+    code = summary["exit_code"]
+    assert proc.returncode == workload_status(code if isinstance(code, int) else None), proc.stderr
     return summary
 
 
@@ -115,8 +118,9 @@ def test_target_is_sigkilled(tmp_path: Path, mode: str) -> None:
             wait_committed(out, 5)
             target.kill()
             stdout, stderr = rec.communicate(timeout=30)
-        assert rec.returncode == 0, stderr
         summary = json.loads(stdout)
+        # the target's status when sofa-top could read it (its zombie), as a shell says it
+        assert rec.returncode == workload_status(summary["exit_code"]), stderr
     assert summary["end_reason"] == "target exited"
     assert len(SessionReader(out).points("tree.cpu")) >= 5
     assert SessionReader(out).meta()["ended"] > 0
@@ -183,7 +187,8 @@ def test_pid_reused_during_the_session(tmp_path: Path) -> None:
             stdout, stderr = rec.communicate(timeout=30)
             if impostor is None:
                 continue  # some other process took the PID: try again
-            assert rec.returncode == 0, stderr
+            code = json.loads(stdout)["exit_code"]
+            assert rec.returncode == workload_status(code), stderr
             assert json.loads(stdout)["end_reason"] == "target exited"
             assert impostor.poll() is None  # the newcomer is untouched
             r = SessionReader(out)
@@ -290,7 +295,7 @@ def test_target_is_not_python(tmp_path: Path) -> None:
     finally:
         stop.touch()
         stdout, stderr = rec.communicate(timeout=60)
-    assert rec.returncode == 0, stderr
+    assert rec.returncode == 7, stderr  # the workload's own exit status
     no_traceback(stderr)
     summary = json.loads(stdout)
     assert summary["exit_code"] == 7
@@ -343,7 +348,7 @@ def test_ptrace_denied_midway(shared_tmp: Path, nobody: OtherUser) -> None:
             rec.send_signal(signal.SIGINT)
             stdout, stderr = rec.communicate(timeout=60)
         assert target.poll() is None
-    assert rec.returncode == 0, stderr
+    assert rec.returncode == CTRL_C, stderr
     no_traceback(stdout, stderr)
     r = SessionReader(out)
     assert r.meta()["end_reason"] == "SIGINT"
@@ -387,7 +392,7 @@ def test_target_stopped_then_continued(tmp_path: Path) -> None:
         os.kill(target.pid, signal.SIGUSR1)  # now finish the work
         assert target.wait(timeout=30) == 0
         assert target.stdout is not None and b"DONE True" in target.stdout.read()
-    assert rec.returncode == 0, stderr
+    assert rec.returncode == CTRL_C, stderr
     assert json.loads(stdout)["end_reason"] == "SIGINT"  # not "target exited"
     r = SessionReader(out)
     cpu = [(ts, v) for ts, v, _ in r.points("tree.cpu") if v is not None]
