@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 from conftest import (
+    CTRL_C,
     WORKLOADS,
     record_until,
     run_cli,
@@ -83,7 +84,7 @@ def _record(tmp_path: Path, argv: list[str], steps: int) -> dict[str, Any]:
         out, enough, f"{steps} steps", "--", sys.executable, *argv, "--seconds", "600",
         timeout=400,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == CTRL_C, proc.stderr
     summary: dict[str, Any] = json.loads(proc.stdout)
     validate_record_json(summary)
     return summary

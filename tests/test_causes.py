@@ -76,10 +76,9 @@ def _cause(run: float, queue: float, nb: Neighbours | None = QUIET) -> str:
 def test_the_loop_threads_split_decides_on_both_sides_of_each_threshold() -> None:
     # blocked: latency at LATENCY_BLOCKED, not below
     assert _cause(0.0, 1 - LATENCY_BLOCKED - 0.005) == "latency"
-    assert _cause(0.3, 0.28, QUIET) == "mixed"  # blocked 42%: under both bars
-    # blocked LATENCY_MAJOR and more than anything else: still latency (its neighbours named)
+    assert _cause(0.3, 0.25, QUIET) == "mixed"  # blocked 45%: under both bars
+    # half blocked and blocked more than anything else: still latency (its neighbours named)
     assert _cause(0.04, 0.37, HOG) == "latency"
-    assert _cause(0.15, 0.35, HOG) == "latency"  # the demo beside a hog at load 15
     assert _cause(0.04, 1 - LATENCY_MAJOR + 0.02, HOG) == "contention"
     # on a CPU (or runnable on a quiet machine: its own threads queue): cpu from CPU_BUSY
     assert _cause(CPU_BUSY + 0.005, 0.0) == "cpu"

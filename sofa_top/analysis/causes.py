@@ -45,10 +45,10 @@ from sofa_top.model.verdict import InputCause, InputCauseKind, TimeSplit
 from sofa_top.optimizers.advice.stages import view
 
 LATENCY_BLOCKED = 0.60  # producers blocked this share of their time: they wait on I/O
-# ... or this share and more than anything else: the demo beside a hog (4 ms storage reads) on
-# a machine at load 14 (blocked 59%, waiting for a CPU 37%) and at load 15 (blocked 50%,
-# waiting 35%; prefetch 5.26x) still waits on its storage first
-LATENCY_MAJOR = 0.45
+# ... or half of it and more than anything else: the demo beside a hog on a machine at load 14
+# (blocked 59%, waiting for a CPU 37%) still waits on its storage first; at 45% a serial CPU
+# stage beside a hog (its getitem's allocations block) read latency
+LATENCY_MAJOR = 0.50
 CONTENTION_WAIT = 0.30  # ... runnable but not running this share: they wait for a CPU
 CPU_BUSY = 0.60  # ... on a CPU or runnable this share: they compute
 NEIGHBOURS_BUSY = 0.5  # cores other processes must keep busy for their load to be the cause
