@@ -263,8 +263,8 @@ def _compare(
             f"{r.get('flags')}, compile {_num(r.get('compile_s'), '.1f', ' s')}, loss "
             f"{_num(r.get('loss'), '.4f')}, verdict {r.get('verdict')}"
         )
-        for t, why in r.get("not_applied") or []:
-            say(f"    {t} not applied: {why}")
+        for item in r.get("not_applied") or []:
+            say(f"    {item['toggle']} not applied: {item['reason']}")
     say(f"  best: {result.get('best')}  [{took:.0f} s]")
     for c in result.get("changes") or []:
         say(f"  change: {c}")

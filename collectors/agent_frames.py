@@ -135,11 +135,13 @@ def _steps(frame: dict[str, Any], pid: int) -> list[Sample]:
         raise FrameError(f"steps.data: length {len(data)} is not a multiple of {width}")
     collective = _collective(frame, len(data) // width)
     gpu = _gpu_rows(frame, len(data) // width)
+    sched = _sched_rows(frame, len(data) // width)
     compute = _compute_rows(frame, len(data) // width)
     out: list[Sample] = []
     for i in range(0, len(data), width):
         step, start_us, end_us, wait_us, bs, cpu_us = data[i : i + width]
         span, busy, code = gpu[i // width]
+        run, queue = sched[i // width]
         forward, backward, optimizer, hint, autograd = compute[i // width]
         for v in (step, start_us, end_us, wait_us):
             if isinstance(v, bool) or not isinstance(v, int):
@@ -164,6 +166,8 @@ def _steps(frame: dict[str, Any], pid: int) -> list[Sample]:
                 gpu_span_s=span,
                 gpu_busy_s=busy,
                 gpu_busy_source=gpu_busy_source(BUSY_SOURCES[code]) if busy is not None else None,
+                wait_run_s=run,
+                wait_queue_s=queue,
                 forward_s=forward,
                 backward_s=backward,
                 optimizer_s=optimizer,
@@ -171,6 +175,23 @@ def _steps(frame: dict[str, Any], pid: int) -> list[Sample]:
                 autograd=autograd,
             )
         )
+    return out
+
+
+def _sched_rows(frame: dict[str, Any], rows: int) -> list[tuple[float | None, float | None]]:
+    """The optional ``sched_us`` of a steps frame: (on a CPU s, waiting for one s) per row."""
+    if "sched_us" not in frame:
+        return [(None, None)] * rows
+    raw = _list(frame, "sched_us")
+    if len(raw) != 2 * rows:
+        raise FrameError(f"steps.sched_us: length {len(raw)} is not 2 per step")
+    out: list[tuple[float | None, float | None]] = []
+    for i in range(0, len(raw), 2):
+        run = _opt_int(raw[i], "steps.sched_us: on CPU")
+        queue = _opt_int(raw[i + 1], "steps.sched_us: waiting")
+        if (run is not None and run < 0) or (queue is not None and queue < 0):
+            raise FrameError("steps.sched_us: a time < 0")
+        out.append((None if run is None else run / 1e6, None if queue is None else queue / 1e6))
     return out
 
 

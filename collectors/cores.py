@@ -13,27 +13,15 @@ import contextlib
 import math
 import os
 
+from sofa_top.collectors.sched import read_threads
 from sofa_top.model.units import Pid
 
 
 def runnable_threads(pid: Pid) -> int | None:
     """Threads of ``pid`` running or waiting for a core right now (state ``R``); None when
     its tasks cannot be listed. A spinning OpenMP/BLAS worker is ``R`` even while it waits."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return None
-    n = 0
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # the thread exited meanwhile
-        # comm may contain spaces and parentheses: the state follows the last ')'
-        if stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"R":
-            n += 1
-    return n
+    threads = read_threads(pid)
+    return None if threads is None else sum(1 for t in threads if t.state == "R")
 
 
 def available_cores(pid: Pid, root: str = "/sys/fs/cgroup") -> int:

@@ -206,3 +206,11 @@ def job_copy(pid: Pid) -> JobCopy:
         else:
             del env["PYTHONPATH"]
     return JobCopy(pid, tuple(argv), cwd, env)
+
+
+def proc_text(value: object) -> str:
+    """A name or argument from /proc as valid Unicode: psutil decodes non-UTF-8 bytes (a
+    command line, a ``comm`` set with prctl) to lone surrogates, which SQLite, JSON consumers
+    and the terminal all refuse; they become U+FFFD here, once, at the source."""
+    text = str(value)
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

@@ -31,11 +31,18 @@ import psutil
 
 from sofa_top.agent.rankenv import parse_environ, rank_from_env
 from sofa_top.collectors.base import Emit
-from sofa_top.collectors.cores import available_cores, runnable_threads
-from sofa_top.collectors.discovery import is_python_process
+from sofa_top.collectors.cores import available_cores
+from sofa_top.collectors.discovery import is_python_process, proc_text
+from sofa_top.collectors.sched import NeighbourWatch, TreeAccount
 from sofa_top.model.errors import UserError
 from sofa_top.model.ranks import RankId
-from sofa_top.model.samples import Event, ProcessSample, ProcInfo, SystemSample
+from sofa_top.model.samples import (
+    Event,
+    ProcessSample,
+    ProcInfo,
+    SystemSample,
+    TreeSched,
+)
 from sofa_top.model.units import Bytes, Percent, Pid, Seconds, Timestamp
 
 EXIT_CODE_WAIT_S = 10.0  # how long to wait for a launched target's exit code once it looks gone
@@ -132,6 +139,8 @@ class ProcessCollector:
         self._runnable_due = 0.0
         self._cores: int | None = None
         self._cores_due = 0.0
+        self._account = TreeAccount()
+        self._neighbours = NeighbourWatch()
 
     # ----------------------------------------------------------------- public API
 
@@ -189,6 +198,10 @@ class ProcessCollector:
             )
         if system is not None:
             out.append(system)
+        if self._target_alive:
+            neighbours = self._neighbours.event(self._tree_pids, time.monotonic())
+            if neighbours is not None:
+                out.append(neighbours)
         return out
 
     # ----------------------------------------------------------------- process tree
@@ -236,9 +249,11 @@ class ProcessCollector:
         cpus = [i.cpu_percent for i in live if i.cpu_percent is not None]
         now = time.monotonic()
         runnable: int | None = None
+        sched: TreeSched | None = None
         if live and now >= self._runnable_due:
             self._runnable_due = now + RUNNABLE_EVERY_S
-            runnable = _sum_or_none(runnable_threads(i.pid) for i in live)
+            workers = {i.pid for i in live if i.role in (ROLE_DATALOADER, ROLE_MP_WORKER)}
+            sched, runnable = self._account.read(self.pid, [i.pid for i in live], workers, now)
         if self._target_alive and now >= self._cores_due:
             self._cores_due = now + CORES_EVERY_S
             self._cores = available_cores(self.pid)
@@ -256,6 +271,7 @@ class ProcessCollector:
             error=self._target_error,
             tree_runnable=runnable,
             cores=self._cores,
+            sched=sched,
         )
 
     def _error_sample(self, error: str) -> ProcessSample:
@@ -277,8 +293,8 @@ class ProcessCollector:
         self, proc: psutil.Process, ct: Timestamp, parent: _Tracked | None
     ) -> _Tracked:
         try:
-            name = _text(proc.name())
-            cmdline = tuple(_text(a) for a in proc.cmdline())
+            name = proc_text(proc.name())
+            cmdline = tuple(proc_text(a) for a in proc.cmdline())
         except psutil.AccessDenied:
             name, cmdline = "?", ()
         pid = int(proc.pid)
@@ -313,7 +329,7 @@ class ProcessCollector:
                 if status == psutil.STATUS_ZOMBIE:
                     t.exit_code = zombie_exit_code(t.pid)
                     return self._exited(t)
-                name = _text(p.name())
+                name = proc_text(p.name())
                 cpu: float | None = float(p.cpu_percent(None))
                 if not t.primed:
                     t.primed = True
@@ -344,14 +360,14 @@ class ProcessCollector:
         cmdline: tuple[str, ...] | None = None
         if not execed and time.time() - t.create_time < YOUNG_S:
             with contextlib.suppress(psutil.Error):
-                cmdline = tuple(_text(a) for a in p.cmdline())
+                cmdline = tuple(proc_text(a) for a in p.cmdline())
                 execed = cmdline != t.cmdline
         if execed:
             # exec() happened (fork+exec, or a DataLoader worker renaming itself): re-derive.
             t.name = name
             if cmdline is None:
                 with contextlib.suppress(psutil.Error):
-                    cmdline = tuple(_text(a) for a in p.cmdline())
+                    cmdline = tuple(proc_text(a) for a in p.cmdline())
             t.cmdline = cmdline if cmdline is not None else t.cmdline
             if t.role != ROLE_TARGET and not t.role.startswith(ROLE_RANK):
                 parent = self._tracked.get(t.ppid)
@@ -574,14 +590,6 @@ def _clamp_pct(v: float) -> Percent:
     return min(100.0, max(0.0, v))
 
 
-def _text(value: object) -> str:
-    """A name or argument from /proc as valid Unicode: psutil decodes non-UTF-8 bytes (a
-    command line, a ``comm`` set with prctl) to lone surrogates, which SQLite, JSON consumers
-    and the terminal all refuse; they become U+FFFD here, once, at the source."""
-    text = str(value)
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-
-
 def _sum_or_none(values: Iterable[int | None]) -> int | None:
     known = [v for v in values if v is not None]
     return sum(known) if known else None
@@ -620,8 +628,8 @@ def describe_pid(pid: Pid) -> PidInfo:
         proc = psutil.Process(pid)
         with proc.oneshot():
             status = str(proc.status())
-            name = _text(proc.name())
-            username = _text(proc.username())
+            name = proc_text(proc.name())
+            username = proc_text(proc.username())
             create_time = float(proc.create_time())
     except psutil.NoSuchProcess:
         raise UserError(f"no such process: PID {pid}") from None
@@ -638,8 +646,8 @@ def describe_pid(pid: Pid) -> PidInfo:
     try:
         # Reading the exe link needs the same access as reading its memory, so this is where
         # another user's process shows up as denied.
-        exe = _text(proc.exe())
-        cmdline = tuple(_text(a) for a in proc.cmdline())
+        exe = proc_text(proc.exe())
+        cmdline = tuple(proc_text(a) for a in proc.cmdline())
     except psutil.ZombieProcess:
         raise UserError(
             f"PID {pid} ({name}) is a zombie: it has exited and waits for its parent to reap it"

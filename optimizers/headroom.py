@@ -9,13 +9,15 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
+from sofa_top.model.literals import one_of
 from sofa_top.optimizers.measures import RunOutcome, Throughput, Unit, median
 
 Bound = Literal["compute", "cores", "latency", "serial-source"]
 NOTHING_TO_WIN = 1.05  # a bound within 5% of the baseline's own rate leaves nothing to win
-InputCauseName = Literal["cpu", "latency", "mixed"]
+BOUND_SLACK = 1.02  # a run up to 2% above a bound is noise; past it, the bound did not hold
+InputCauseName = Literal["cpu", "latency", "mixed", "contention"]
 
 
 @dataclass(frozen=True)
@@ -96,10 +98,7 @@ class Headroom:
 
 
 def _cause(value: object) -> InputCauseName | None:
-    for cause in ("cpu", "latency", "mixed"):
-        if value == cause:
-            return cause
-    return None
+    return one_of(value, get_args(InputCauseName))
 
 
 def diagnose(baseline: Sequence[RunOutcome], cores: int) -> Diagnosis | None:
@@ -200,17 +199,23 @@ def headroom(
         # compute-only rate bounds nothing for them
         bounds.pop("compute", None)
     none = Headroom(None, None, unit, None, diag.cores, p, free, cpu_per_step, None)
-    if not bounds:
-        return none
-    bound, rate = min(bounds.items(), key=lambda kv: kv[1])
+    scale = 1.0
     if unit == "samples/s":
         bs = median([o.batch_size for o in outcomes if o.batch_size]) or diag.batch_size
         if not bs:
             return none
-        rate *= bs
+        scale = bs
+    if throughput.median is not None:
+        # a bound the runs beat was no bound (the model's estimate was off): never say "at 126%
+        # of what 2 cores allow"
+        bounds = {b: r for b, r in bounds.items() if throughput.median <= BOUND_SLACK * r * scale}
+    if not bounds:
+        return none
+    bound, rate = min(bounds.items(), key=lambda kv: kv[1])
+    rate *= scale
     frac = text = None
     if throughput.median is not None and rate > 0:
-        frac = throughput.median / rate
+        frac = min(1.0, throughput.median / rate)
         what = _BOUND_TEXT[bound].format(cores=diag.cores, p=p, source=diag.serial_source)
         if bound == "cores" and free is not None and diag.cores - free >= 0.05:
             what += f" ({diag.cores - free:.1f} of them busy elsewhere)"

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ class DataStream:
     repeats: int  # batches whose fingerprint an earlier batch of the run had
     epoch_batches: tuple[int, ...] = ()  # batches per completed epoch
     first_epoch: tuple[int, int] | None = None  # (batches, repeats) when the first one ended
+    prints: tuple[int, ...] = ()  # the batches' prints in the order fed (the first ones)
 
     @property
     def repeat_fraction(self) -> float:
@@ -72,6 +74,8 @@ class RunOutcome:
     blocked: tuple[tuple[Toggle, str], ...] = ()  # (toggle, obstacle kind) the agent reported
     serial_source: str | None = None  # a source stage no toggle parallelizes (its name)
     serial_s_per_step: float | None = None  # that stage's own time per step, when measured
+    # the run hit its time limit before its measured steps: ``rate`` is over what it did
+    partial: bool = False
 
     @classmethod
     def failure(cls, session: str, why: str) -> RunOutcome:
@@ -82,6 +86,31 @@ class RunOutcome:
 def median(vals: Sequence[float]) -> float | None:
     """The median, or None for no values."""
     return statistics.median(vals) if vals else None
+
+
+INTERVAL_COVERAGE = 0.90  # the median's interval is the narrowest with this coverage ...
+# ... that n runs allow: with 5 or fewer, none reaches it and the interval is (min, max), which
+# covers the median with probability 1 - 2^(1-n) (75% for 3 runs, 94% for 5)
+
+
+def median_interval(vals: Sequence[float]) -> tuple[float, float] | None:
+    """A distribution-free interval for the median of ``vals``' distribution: order statistics
+    (k, n + 1 - k) with the largest k that still covers ``INTERVAL_COVERAGE`` (the sign test);
+    None for fewer than two values."""
+    n = len(vals)
+    if n < 2:
+        return None
+    s = sorted(vals)
+    k = 1
+    while k + 1 <= n // 2 and _coverage(n, k + 1) >= INTERVAL_COVERAGE:
+        k += 1
+    return s[k - 1], s[n - k]
+
+
+def _coverage(n: int, k: int) -> float:
+    """P(X_(k) <= median <= X_(n+1-k)) = 1 - 2 P(Bin(n, 1/2) <= k - 1)."""
+    tail = sum(math.comb(n, i) for i in range(k)) / float(2**n)
+    return 1.0 - 2.0 * tail
 
 
 def _cores_busy(points: Points, t0: float, t1: float) -> float | None:

@@ -62,15 +62,17 @@ def search_parallelism(
     """Pick the prefetch parallelism from the baseline's diagnosis.
 
     cpu-bound input stays at the core count (more producers only share the same cores). For
-    input that waits (latency, mixed), ``measure`` runs the prefetch configuration at cores x
-    1, 2, 4, ... and the search stops when a level is less than ``SEARCH_GAIN`` better than the
-    best so far, when the tree's memory passes ``SEARCH_MEMORY_GROWTH`` x the baseline's, or
-    when the next level's projected memory would pass ``SEARCH_MEMORY_SHARE`` of ``ram``."""
+    input that waits (latency, mixed; contention too: under fair scheduling more producers get
+    a larger share of the cores other processes hold), ``measure`` runs the prefetch
+    configuration at cores x 1, 2, 4, ... and the search stops when a level is less than
+    ``SEARCH_GAIN`` better than the best so far, when the tree's memory passes
+    ``SEARCH_MEMORY_GROWTH`` x the baseline's, or when the next level's projected memory would
+    pass ``SEARCH_MEMORY_SHARE`` of ``ram``."""
     if diag.cause == "cpu":
         return SearchResult(
             diag.cause, diag.cores, "cpu-bound input: parallelism stays at the core count"
         )
-    if diag.cause not in ("latency", "mixed"):
+    if diag.cause not in ("latency", "mixed", "contention"):
         return SearchResult(
             diag.cause, None, "baseline not input-bound: no search (prefetch defaults)"
         )

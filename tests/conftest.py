@@ -96,6 +96,22 @@ def busy_python() -> Iterator[subprocess.Popen[bytes]]:
         yield p
 
 
+@pytest.fixture
+def cpu_hog() -> Iterator[subprocess.Popen[bytes]]:
+    """One CPU hog beside the test (``python -c "while True: pass"``, a neighbour that takes a
+    core), killed at teardown."""
+    with spawned([sys.executable, "-c", "while True: pass"]) as p:
+        wait_for(lambda: _busy(p.pid), 30, "the hog to spin")
+        yield p
+
+
+def _busy(pid: int) -> bool:
+    """The process has used CPU (it is spinning)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return int(fields[11]) + int(fields[12]) > 0  # utime + stime, in clock ticks
+
+
 @pytest.fixture(scope="session")
 def recordings(tmp_path_factory: pytest.TempPathFactory) -> Recordings:
     """The real workloads of ``recordings.SHAPES``, each recorded once per session."""

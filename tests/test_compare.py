@@ -13,13 +13,20 @@ from conftest import validate_compare_json
 from sofa_top.cli.compare import add_compare_parser, compare_main, render_compare
 from sofa_top.optimizers.compare import RunStarted, run_compare
 
-# Input wait depends on the settings the agent received: "prefetch" makes input 3x faster.
+# Input wait depends on the settings the agent received: "prefetch" makes input 3x faster (and
+# says so through the agent, as a toggle's installer does); "xla" changes nothing but the loss,
+# and says nothing: it did not apply; "depth_first" applies and changes nothing.
 SYNTH = """
 import json, os, sys, time
 from sofa_top.agent import api
+from sofa_top.agent.optimize_state import applied
 opt = json.loads(os.environ.get("SOFA_TOP_AGENT_SETTINGS", "{}")).get("optimize", {})
 input_s = 0.004 if opt.get("prefetch") else 0.012
 loss = "nan" if opt.get("xla") else "0.25"
+if opt.get("prefetch"):
+    applied("prefetch", "synth: input read 3x faster")
+if opt.get("depth_first"):
+    applied("depth_first", "synth: nothing that changes its speed")
 def batches():
     while True:
         time.sleep(input_s)
@@ -43,13 +50,14 @@ def test_interleaved_runs_known_speedup_and_flags(synth: list[str], tmp_path: Pa
     r = run_compare(
         synth,
         ["baseline", "prefetch", "xla"],
-        repeats=2,
+        repeats=3,
         steps=30,
         warmup_steps=3,
         on_progress=lambda e: isinstance(e, RunStarted) and order.append(e.config),
         out_dir=tmp_path / "out",
     )  # fmt: skip
-    assert order == ["baseline", "prefetch", "xla"] * 2  # A B C A B C
+    # A B C A B A B: xla changed nothing in its first run, so it is not run again
+    assert order == ["baseline", "prefetch", "xla", "baseline", "prefetch", "baseline", "prefetch"]
     runs = {c.config: c for c in r.runs}
     base, pre, xla = runs["baseline"], runs["prefetch"], runs["xla"]
     # 16 ms vs 8 ms steps of 4 samples: 250 vs 500 samples/s, a 2x speedup
@@ -58,24 +66,55 @@ def test_interleaved_runs_known_speedup_and_flags(synth: list[str], tmp_path: Pa
     assert 1.7 < (pre.speedup or 0) < 2.1
     assert (base.throughput.min or 0) <= base.throughput.median <= (base.throughput.max or 0)
     assert base.speedup == pytest.approx(1.0)
-    assert len(pre.sessions) == 2 and all(Path(s).is_file() for s in pre.sessions)
+    assert len(pre.sessions) == 3 and all(Path(s).is_file() for s in pre.sessions)
     assert base.verdict == "input-bound"
-    # stdlib workload: the toggles cannot apply, and say why
-    assert pre.applied == [] and pre.not_applied[0][0] == "prefetch"
-    assert "toggle-not-applied" in pre.flags
+    assert pre.applied == ["prefetch"] and pre.effect == "faster"
+    assert pre.interval is not None and pre.interval[0] > (base.throughput.max or 0)
+    # xla did not apply: not timed as if it had run, and says why (a stdlib job)
+    assert xla.applied == [] and xla.not_applied[0][0] == "xla"
+    assert "not a TF or PyTorch job" in xla.not_applied[0][1]
+    assert xla.speedup is None and xla.effect is None and "toggle-not-applied" in xla.flags
     assert "non-finite-loss" in xla.flags and "non-finite-loss" not in base.flags
-    assert r.best == "prefetch"  # the nan run is never best
+    assert r.best == "prefetch" and r.best_note is None
     # the baseline sleeps for its input: a latency cause, so prefetch was searched, and the
-    # search stopped at its first level since a stdlib loop has nothing to parallelize
+    # search stopped when a level gained nothing (the synthetic input ignores parallelism)
     assert r.diagnosis is not None and r.diagnosis.cause == "latency"
     assert r.search is not None
-    assert [lv.parallelism for lv in r.search.levels] == [r.diagnosis.cores]
-    assert "did not apply" in r.search.stop and r.search.chosen is None
-    assert pre.parallelism is None and pre.optimize.to_json() == {"prefetch": True}
+    cores = r.diagnosis.cores
+    assert [lv.parallelism for lv in r.search.levels] == [cores, 2 * cores]
+    assert "less than 10% better" in r.search.stop and r.search.chosen == cores
+    assert pre.parallelism == cores
     # 12 ms input + 4 ms compute: at 1 parallel input the bound is 1/12 ms, 333 samples/s
     assert base.headroom.bound == "latency" and base.headroom.unit == "samples/s"
     assert 0.6 < (base.headroom.fraction_reached or 0) < 0.9
     render_compare(r)
+
+
+def test_noise_runs_more_rounds_and_names_no_best(synth: list[str], tmp_path: Path) -> None:
+    """A toggle that applies but changes nothing: its interval overlaps the baseline's, so
+    compare runs more rounds (up to ``max_repeats``), then names no best, with the spread."""
+    order: list[str] = []
+    r = run_compare(
+        synth, ["baseline", "depth-first"], repeats=2, steps=20, warmup_steps=3,
+        on_progress=lambda e: isinstance(e, RunStarted) and order.append(e.config),
+        out_dir=tmp_path / "out", max_repeats=3, budget_s=600.0,
+    )  # fmt: skip
+    same = r.run("depth-first")
+    assert same is not None and same.applied == ["depth_first"]
+    if same.effect == "unclear":  # the usual case: 2 identical workloads
+        assert order == ["baseline", "depth-first"] * 3 and r.rounds == 3
+        assert r.best is None and r.best_note is not None
+        assert r.best_note.startswith("no clear difference at this noise: baseline ")
+        assert "depth-first" in r.best_note and "3 runs" in r.best_note
+    else:  # a busy machine can still part 3 runs of each: then it is named, never guessed
+        assert (r.best == "depth-first") == (same.effect == "faster")
+    assert same.speedup is not None and same.interval is not None
+    # no time left: no more rounds
+    quick = run_compare(
+        synth, ["baseline", "depth-first"], repeats=2, steps=20, warmup_steps=3,
+        out_dir=tmp_path / "quick", max_repeats=5, budget_s=0.0,
+    )  # fmt: skip
+    assert quick.rounds == 2
 
 
 def test_failed_run_is_flagged(tmp_path: Path) -> None:
@@ -105,7 +144,7 @@ def test_compare_json_schema(
     assert compare_main(args) == 0
     d = json.loads(capsys.readouterr().out)
     validate_compare_json(d)
-    assert d["schema"] == 2
+    assert d["schema"] == 3
     assert [r["config"] for r in d["runs"]] == ["baseline", "prefetch"]
     # --parallelism: no search, the prefetch configuration asks for it
     assert d["search"]["chosen"] == 3 and d["search"]["levels"] == []

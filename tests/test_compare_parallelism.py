@@ -242,6 +242,20 @@ def test_headroom_of_waiting_input_on_a_machine_others_keep_busy() -> None:
     assert h.free_cores == pytest.approx(2 / 2.986)
 
 
+def test_headroom_never_exceeds_the_bound_it_states() -> None:
+    """A run that beats a bound shows the bound did not hold: the next one that does is the
+    headroom, never "at 126% of what 2 cores allow"."""
+    d = _diag("cpu", compute_s=0.001)  # compute 1000 steps/s, 2 cores / 4 ms = 500 steps/s
+    tp = Throughput(5040.0, 5000.0, 5100.0, "samples/s")  # 630 steps/s: past the cores bound
+    h = headroom([], tp, 2, True, d)
+    assert h.bound == "compute" and h.throughput == pytest.approx(8000.0)
+    assert h.fraction_reached is not None and h.fraction_reached <= 1.0
+    assert h.text == "at 63% of the compute-only rate (no input wait)"
+    # past every bound: no headroom is claimed at all
+    tp = Throughput(9000.0, 9000.0, 9000.0, "samples/s")
+    assert headroom([], tp, 2, True, d).text is None
+
+
 def test_a_run_excludes_at_least_what_its_producers_buffered() -> None:
     """Until the batches its workers prefetched are drained, a run measures the buffer."""
 

@@ -52,7 +52,14 @@ def test_a_check_counts_repeats_and_epochs() -> None:
             except StopIteration:
                 break
     assert (check.batches, check.repeats, check.epochs) == (20, 10, [10, 10])
-    assert sent[-1] == check.as_json() and sent[-1]["epoch_batches"] == [10, 10]
+    assert sent[-1]["epoch_batches"] == [10, 10] and sent[-1]["batches"] == 20
+    # every print was reported once, in order: the stream itself, for compare's prefix check
+    prints: list[int] = []
+    for report in sent:
+        assert report["prints_from"] == len(prints)
+        prints += report["prints"]
+    assert prints == check.prints and len(prints) == 20
+    assert prints[:10] == prints[10:] == [fingerprint(b) for b in batches]
 
 
 def test_the_probe_tells_sharding_from_duplication_by_behaviour() -> None:
@@ -86,6 +93,7 @@ def test_a_stream_changed_on_both_sides_of_the_thresholds() -> None:
     from sofa_top.optimizers.compare.summary import data_change
     from sofa_top.optimizers.measures import DataStream
 
+    # counts only (an agent that sends no prints)
     # the baseline: 32-batch epochs, its second epoch repeating the first by design
     base = DataStream(64, 32, (32, 32), (32, 0))
     # a faster run reads more epochs in the same time: not a change
@@ -103,3 +111,42 @@ def test_a_stream_changed_on_both_sides_of_the_thresholds() -> None:
     assert data_change(DataStream(100, 2), endless) is None  # under MIN_REPEATS
     assert data_change(DataStream(100, 40), endless) is not None
     assert data_change(None, base) is None and data_change(endless, None) is None
+
+
+def _stream(prints: list[int], epochs: tuple[int, ...] = ()) -> Any:
+    from sofa_top.optimizers.measures import DataStream
+
+    first = (epochs[0], 0) if epochs else None
+    return DataStream(len(prints), 0, epochs, first, tuple(prints))
+
+
+def test_streams_are_compared_over_the_batches_both_fed() -> None:
+    """Like with like: the common prefix, never one run's own length (a faster run of a stream
+    with a period shows its period sooner; issue 21 lost a 3.3x win to that)."""
+    from sofa_top.optimizers.compare.datastream import compare_streams
+
+    periodic = [i % 7 for i in range(384)]  # an ``i % 7`` stream: 377 of 384 batches repeat
+    check = compare_streams(_stream(periodic), _stream(periodic[:32]))
+    assert check.change is None and check.compared == 32
+    # shuffled: another order of the same first epoch is the same data
+    epoch = list(range(40))
+    shuffled = epoch[::-1] + epoch
+    check = compare_streams(_stream(shuffled, (40,)), _stream(epoch + epoch[:8], (40,)))
+    assert check.change is None and check.compared == 40
+    # a shuffle in progress (no whole epoch yet): another order, no repeats, is not flagged
+    assert compare_streams(_stream(epoch[::-1]), _stream(epoch)).change is None
+    # duplicating workers: each batch twice, over the same 32 batches the baseline has none
+    doubled = [i // 2 for i in range(64)]
+    check = compare_streams(_stream(doubled), _stream(list(range(32))))
+    assert check.compared == 32 and check.change is not None
+    assert "16 of the first 32 batches repeat an earlier one (baseline: 0 of the same 32)" in (
+        check.change
+    )
+    # ... and a handful of repeats is not a change
+    few = [*range(30), 0, 1]
+    assert compare_streams(_stream(few), _stream(list(range(32)))).change is None
+    # every sample in two workers, each from its own offset: a first epoch twice as long
+    offset = [j for i in range(32) for j in (i, (i + 16) % 32)]
+    base = list(range(32)) * 2
+    check = compare_streams(_stream(offset, (64,)), _stream(base, (32, 32)))
+    assert check.change is not None and "repeat an earlier one" in check.change

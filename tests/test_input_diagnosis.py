@@ -2,7 +2,8 @@
 
 ``tests/workloads/input_shapes_{tf,torch}.py`` run a serial input stage that either burns CPU
 (an FFT and matmuls per element) or waits (a 4-5 ms sleep per element, as a slow read would).
-The agent measures the process's CPU during each input wait; the verdict must tell them apart.
+The verdict must tell them apart from what the producers' threads did (the scheduler's
+accounting: the loop's thread around each fetch, tf.data's threads over the window).
 """
 
 from __future__ import annotations
@@ -33,17 +34,33 @@ def test_verdict_names_the_input_cause(tmp_path: Path, framework: str, shape: st
     verdict = json.loads(proc.stdout)["verdict"]
     ev = verdict["evidence"]
     assert verdict["kind"] == "input-bound", verdict
-    assert (ev["input_cause"], ev["input_cause_source"]) == (shape, "agent"), ev
+    # from the scheduler's accounting of the producers' threads; a CPU-bound stage that other
+    # processes starve of the cores reads as contention (this machine is shared)
+    causes = {"cpu": ("cpu", "contention"), "latency": ("latency",)}[shape]
+    assert ev["input_cause"] in causes and ev["input_cause_source"] == "schedstat", ev
+    if ev["input_cause"] == "contention":
+        assert ev["others_cores"] >= 0.5 and ev["neighbours"], ev
     assert ev["input_parallelism"] == 1  # the workloads' input stages are serial
-    words = {"cpu": "CPU-bound preprocessing", "latency": "waits on I/O"}[shape]
+    split = ev["input_time_split"]
+    assert split["blocked"] >= 0.6 if shape == "latency" else split["blocked"] < 0.4, split
+    words = {
+        "cpu": "CPU-bound preprocessing",
+        "contention": "waits for a CPU that other processes hold",
+        "latency": "waits on I/O",
+    }[ev["input_cause"]]
     assert words in verdict["headline"]
     recs = " | ".join(verdict["recommendations"])
     if shape == "latency":
         # waiting workers can outnumber the cores: the advice goes past the core count
         assert ("num_workers=16" if framework == "torch" else "private_threadpool_size") in recs
-    # the per-step measure behind it is stored, step by step
+    # the per-step measures behind it are stored, step by step: the process's CPU during each
+    # wait, and the loop thread's own time on a CPU and waiting for one
     steps = SessionReader(out).steps()
-    measured = [s for s in steps if s.wait_cpu_s is not None]
+    measured = [s for s in steps if s.wait_cpu_s is not None and s.wait_queue_s is not None]
     assert len(measured) >= 0.9 * len(steps) > 10
-    busy = sum(s.wait_cpu_s or 0.0 for s in measured) / sum(s.input_wait_s for s in measured)
-    assert (busy > 0.5) if shape == "cpu" else (busy < 0.4), busy
+    wait = sum(s.input_wait_s for s in measured)
+    if framework == "torch":  # the DataLoader loads in the loop's thread: its time is the stage's
+        runnable = sum((s.wait_run_s or 0.0) + (s.wait_queue_s or 0.0) for s in measured) / wait
+        assert (runnable > 0.6) if shape == "cpu" else (runnable < 0.4), runnable
+    elif shape == "latency":  # tf.data's threads load; the process barely uses a CPU meanwhile
+        assert sum(s.wait_cpu_s or 0.0 for s in measured) / wait < 0.4

@@ -70,7 +70,7 @@ def test_prefetch_never_feeds_the_model_another_stream(tmp_path: Path, shard: st
         # workers would each stream the whole dataset: the toggle is refused, and says how to
         # shard it instead
         assert pre["applied"] == [] and "toggle-not-applied" in pre["flags"]
-        assert "does not shard by get_worker_info()" in pre["not_applied"][0][1]
+        assert "does not shard by get_worker_info()" in pre["not_applied"][0]["reason"]
         assert any("get_worker_info()" in a for a in pre["advice"])
     elif shard == "worker":
         # a dataset that shards gets its workers, and the same data

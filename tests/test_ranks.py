@@ -173,6 +173,22 @@ def test_straggler_names_the_rank_its_cause_the_others_wait_and_the_cost() -> No
     assert out is not None and out["rank"] == 2 and out["cause"] == "latency"
 
 
+def test_a_straggler_leads_the_jobs_headline_and_balanced_ranks_do_not() -> None:
+    from sofa_top.analysis.ranks import headline_verdict
+
+    ranks = [_rank(0, 0.01, 0.96), _rank(1, 0.01, 0.96), _rank(2, 0.77, 0.2), _rank(3, 0.01, 0.96)]
+    straggler = cross_rank_verdict(ranks)
+    job = ranks[2].verdict  # any job-level verdict: the average would say input-bound, cpu
+    assert straggler is not None and job is not None
+    top = headline_verdict(job, straggler)
+    assert top is not None and top.kind == "straggler"
+    assert top.recommendations == straggler.recommendations
+    assert top.evidence["job_verdict"] == {"kind": job.kind, "headline": job.headline}
+    balanced = cross_rank_verdict([_rank(0, 0.01, 0.1), _rank(1, 0.01, 0.1)])
+    assert balanced is not None and balanced.kind == "balanced"
+    assert headline_verdict(job, balanced) is job and headline_verdict(job, None) is job
+
+
 @pytest.mark.parametrize(
     "gap, kind",
     [(STRAGGLER_GAP + 0.01, "straggler"), (STRAGGLER_GAP - 0.01, "balanced")],

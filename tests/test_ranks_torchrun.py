@@ -138,6 +138,12 @@ def test_record_json_names_rank_2_the_straggler(four_ranks: tuple[dict[str, Any]
     assert straggler["others_collective_wait_fraction"] >= 0.30
     assert straggler["steps_per_s_if_matched"] > straggler["steps_per_s"]
     assert summary["rank_verdict"]["kind"] == "straggler"
+    # the job's headline is the straggler, its cause and its fix first: the job-level average
+    # (input-bound, of the ranks taken together) is kept beside it, never leading
+    top = summary["verdict"]
+    assert top["kind"] == "straggler" and "rank 2" in top["headline"], top
+    assert top["recommendations"] == straggler["recommendations"]
+    assert top["evidence"]["job_verdict"]["kind"] != "straggler"
     # the torchrun launcher is not a rank
     assert summary["target"]["pid"] not in {r["pid"] for r in ranks.values()}
 

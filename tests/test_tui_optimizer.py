@@ -73,7 +73,7 @@ def fake_result(cmd: Sequence[str], configs: Sequence[str], repeats: int) -> Com
             for s, r in zip(sessions, rates, strict=True)
         ]
         med = sorted(rates)[len(rates) // 2]
-        flags = [] if c in ("baseline", "prefetch") else ["slower-than-baseline"]
+        flags = [] if c in ("baseline", "prefetch") else ["slower"]
         runs.append(
             ConfigResult(
                 config=c,

@@ -36,7 +36,7 @@ from sofa_top.agent.toggles import OptimizeSpec
 from sofa_top.collectors.discovery import JobCopy, job_copy
 from sofa_top.model.errors import UserError
 from sofa_top.model.snapshot import Snapshot, TargetInfo
-from sofa_top.model.verdict import ToggleName, Verdict
+from sofa_top.model.verdict import Measured, ToggleName, Verdict
 from sofa_top.model.workload import ModelReport
 from sofa_top.optimizers.advice import toggles_off
 from sofa_top.optimizers.compare import (
@@ -50,6 +50,7 @@ from sofa_top.optimizers.compare import (
     plan,
     run_compare,
 )
+from sofa_top.optimizers.compare.record import note_measured
 from sofa_top.optimizers.compare.text import diagnosis_lines, progress_line
 from sofa_top.optimizers.headroom import headroom_line, headroom_short
 from sofa_top.tui.formatting import cmdline_text, truncate
@@ -147,12 +148,21 @@ class CompareProgress(Message):
 
 
 class CompareDone(Message):
-    """The comparison finished (``result``) or failed (``error``)."""
+    """The comparison finished (``result``, and what it measured) or failed (``error``)."""
 
-    def __init__(self, result: CompareResult | None, error: str | None = None) -> None:
+    def __init__(
+        self, result: CompareResult | None, error: str | None = None, m: Sequence[Measured] = ()
+    ) -> None:
         super().__init__()
         self.result = result
         self.error = error
+        self.measured = tuple(m)
+
+
+class MeasuredSink(Protocol):
+    """The live session: it carries what a comparison measured into its verdict."""
+
+    def note_measured(self, measured: Sequence[Measured]) -> None: ...
 
 
 @dataclass
@@ -179,7 +189,10 @@ def _notes(r: ConfigResult) -> tuple[str, str]:
     applied = ", ".join(r.applied) or "-"
     if r.not_applied:
         applied += "; not: " + "; ".join(f"{t}: {why}" for t, why in r.not_applied)
-    return applied, ", ".join(r.flags) or "-"
+    flags: list[str] = list(r.flags)
+    if r.effect == "unclear":
+        flags.append("unclear")
+    return applied, ", ".join(flags) or "-"
 
 
 def results_table(
@@ -242,7 +255,8 @@ def winner_text(result: CompareResult) -> RenderableType:
     if result.stopped is not None:
         parts.append(Text(f"stopped: {result.stopped}", style="bold red"))
     elif result.best is None:
-        parts.append(Text("no configuration produced a usable throughput", style="bold red"))
+        note = result.best_note or "no configuration produced a usable throughput"
+        parts.append(Text(f"best: none: {note}", style="bold"))
     elif result.best == "baseline":
         parts.append(Text("best: baseline: no optimizer toggle was faster", style="bold"))
     else:
@@ -323,7 +337,10 @@ class OptimizerScreen(Screen[None]):
         self.cuda = cuda  # the workload uses CUDA: the GPU toggles are offered
         self.toggles = TOGGLES + (GPU_TOGGLES if cuda else ())
         # why each toggle that cannot help or apply here is off (shown, never pre-ticked)
-        self.off = toggles_off(framework, verdict.kind if verdict else None, model)
+        recs = verdict.recommendations if verdict else ()
+        self.off = toggles_off(
+            framework, verdict.kind if verdict else None, model, {r.toggle for r in recs}
+        )
         self.runner = runner
         self.out_dir = out_dir
         self.running = False
@@ -524,7 +541,11 @@ class OptimizerScreen(Screen[None]):
         except Exception as exc:  # shown on the screen; the dashboard must survive it
             self.post_message(CompareDone(None, f"{type(exc).__name__}: {exc}"))
             return
-        self.post_message(CompareDone(result))
+        try:
+            measured = note_measured(result)  # into the comparison's own session files
+        except Exception:  # the result stands without it
+            measured = []
+        self.post_message(CompareDone(result, m=measured))
 
     def _report(self, event: CompareEvent) -> None:
         """``on_progress``, called on the worker thread: post_message is thread-safe."""
@@ -534,6 +555,10 @@ class OptimizerScreen(Screen[None]):
     def _progress(self, message: CompareProgress) -> None:
         event = message.event
         if isinstance(event, RunStarted):
+            if self.done_runs >= self.total_runs:
+                # a round past the repeats: the noise hid a result
+                self.total_runs = self.done_runs + 1
+                self.query_one("#opt-progress", ProgressBar).update(total=self.total_runs)
             self.live.setdefault(event.config, LiveRow())
             for name, row in self.live.items():
                 row.running = name == event.config
@@ -568,6 +593,10 @@ class OptimizerScreen(Screen[None]):
             self._draw_table()
             return
         self.show_result(message.result)
+        sink = live_session(self.app)
+        if sink is not None and message.measured:
+            # the dashboard's verdict quotes it from the next judgement on
+            sink.note_measured(message.measured)
 
     def show_result(self, result: CompareResult) -> None:
         """Fill the table from a finished comparison and show the winner's code changes."""
@@ -618,6 +647,15 @@ def snapshot_framework(snapshot: Snapshot) -> str:
     if "tensorflow" in names and "torch" not in names:
         return "tensorflow"
     return "torch" if "torch" in names else ""
+
+
+def live_session(app: App[Any]) -> MeasuredSink | None:
+    """The live session behind the dashboard (a launch's or an attach's), None for a replay."""
+    source = getattr(app, "source", None)
+    for holder in (getattr(source, "session", None), source):
+        if callable(getattr(holder, "note_measured", None)):
+            return holder
+    return None
 
 
 def _dashboard_target(app: App[Any]) -> tuple[TargetInfo | None, Snapshot | None]:

@@ -9,6 +9,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 
+from sofa_top.analysis.ranks import headline_verdict
 from sofa_top.model.snapshot import Snapshot
 from sofa_top.model.verdict import Verdict
 from sofa_top.tui.line_cache import LineCachedWidget
@@ -83,10 +84,7 @@ def shown_verdict(snapshot: Snapshot | None) -> Verdict | None:
     distributed job than its processes' averaged verdict."""
     if snapshot is None:
         return None
-    rank_verdict = snapshot.rank_verdict
-    if rank_verdict is not None and rank_verdict.kind == "straggler":
-        return rank_verdict
-    return snapshot.verdict
+    return headline_verdict(snapshot.verdict, snapshot.rank_verdict)
 
 
 def straggler_parts(verdict: Verdict) -> list[Text]:

@@ -332,7 +332,7 @@ def judge_recommendation(text: str, script: dict[str, Any], src: str) -> tuple[s
         if re.search(r"decode_|load_img|Random[A-Z]\w+\(|transforms\.Random", src):
             return "yes", "the script decodes/augments its input"
         return "no", "nothing to decode or augment: the input is arrays/tensors or a generator"
-    if "already keeps the" in t and "busy" in t:
+    if "keeps its producers on the" in t or ("already keeps the" in t and "busy" in t):
         return "partly", "a statement, not a change"
     if ".cache()" in t:
         if pydataset:

@@ -13,6 +13,8 @@ input in its own body (no pipeline); ``stages``: the pipeline as the advice read
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from sofa_top.model.samples import PipelineSample
 from sofa_top.model.verdict import InputCause, Recommendation, ToggleName
 from sofa_top.model.workload import ModelReport
@@ -21,6 +23,7 @@ from sofa_top.optimizers.advice.compute import (
     compute_recommendations,
     depth_first_off,
     oversubscribed_recommendations,
+    thread_count,
     torch_compile_text,
 )
 from sofa_top.optimizers.advice.gpu import (
@@ -50,6 +53,7 @@ __all__ = [
     "oversubscribed_recommendations",
     "pipeline_recommendations",
     "python_recommendations",
+    "thread_count",
     "toggles_off",
     "view",
 ]
@@ -71,10 +75,11 @@ def input_recommendations(
     fw: str,
     cores: int,
     iowait: float | None = None,
+    neighbours: tuple[tuple[int, str], ...] = (),
 ) -> list[Recommendation]:
     """What to change for an input bottleneck of this cause; the prefetch toggle's own
-    advice comes first."""
-    return inputs.input_recommendations(cause, view(p), fw, cores, iowait)
+    advice comes first. ``neighbours``: (pid, name) of the busiest other processes."""
+    return inputs.input_recommendations(cause, view(p), fw, cores, iowait, neighbours)
 
 
 def memory_pressure_recommendations() -> tuple[Recommendation, ...]:
@@ -111,9 +116,23 @@ def launch_recommendations() -> tuple[Recommendation, ...]:
 
 
 def toggles_off(
-    fw: str, verdict_kind: str | None, model: ModelReport | None
+    fw: str,
+    verdict_kind: str | None,
+    model: ModelReport | None,
+    offered: Collection[ToggleName | None] = (),
 ) -> dict[ToggleName, str]:
-    """Why each toggle that cannot help (or cannot apply) here is off; the others are absent."""
+    """Why each toggle that cannot help (or cannot apply) here is off; the others are absent.
+    A toggle the verdict's advice ``offered`` (its recommendations' toggles) is not said to be
+    of no help (what cannot apply stays off)."""
+    off = _off(fw, verdict_kind, model)
+    return {t: why for t, why in off.items() if t not in offered or t not in JUDGED_OFF}
+
+
+# toggles that are off by a judgement of the verdict (not by what the workload is)
+JUDGED_OFF: tuple[ToggleName, ...] = ("prefetch", "threads")
+
+
+def _off(fw: str, verdict_kind: str | None, model: ModelReport | None) -> dict[ToggleName, str]:
     off: dict[ToggleName, str] = {}
     if verdict_kind not in (None, "input-bound", "unknown"):
         off["prefetch"] = f"{verdict_kind}: the loop does not wait for its input"

@@ -9,10 +9,15 @@ names the framework's own setting and the OpenMP environment.
 
 from __future__ import annotations
 
-from sofa_top.model.verdict import Recommendation
+from sofa_top.model.verdict import Recommendation, unmeasured
 from sofa_top.model.workload import ModelReport
+from sofa_top.optimizers.advice.inputs import give_cores
 
 NOT_FOR_TF = "not offered for TensorFlow: XLA (jit_compile=True) already fuses such chains"
+# A model whose forward takes less than this per call (an RNN cell called per letter) gives a
+# compiler too little to fuse: its guards and launches cost as much (the char-RNN tutorial ran
+# 0.40-0.55x under torch.compile)
+TINY_CALL_S = 0.001
 
 
 def xla_text(keras: bool) -> str:
@@ -105,13 +110,35 @@ def _compiler_recommendations(
     if fw == "torch":
         recs: list[Recommendation] = []
         compile_ = torch_compile_text(model)
-        if compile_ is not None:
+        call_s = None if model is None else model.call_s
+        tiny = call_s is not None and call_s < TINY_CALL_S
+        if compile_ is not None and not tiny:
             recs.append(Recommendation(compile_, "xla"))
         df = depth_first_text(model)
         if df is not None:
             recs.append(Recommendation(df, "depth-first"))
+        if tiny and model is not None and call_s is not None:
+            # known to lose at this size: the real lever first, the compiler only to measure
+            recs.insert(0, Recommendation(batch_calls_text(model.module, call_s)))
+            if compile_ is not None:
+                recs.append(
+                    Recommendation(
+                        f"{compile_}: likely slower here, at {call_s * 1e3:.2f} ms per call"
+                        + unmeasured("its guards and launches cost about what it saves"),
+                        "xla",
+                    )
+                )
         return tuple(recs)
     return ()
+
+
+def batch_calls_text(module: str, call_s: float) -> str:
+    """The fix for a model called many times a step on tiny inputs."""
+    return (
+        f"{module or 'the model'} takes {call_s * 1e3:.2f} ms per call: call it on more at once "
+        "(a whole sequence through nn.RNN/nn.LSTM, not a cell per token or letter; a larger "
+        "batch), so each call does enough work"
+    )
 
 
 def thread_count(cores: int, busy: float) -> int:
@@ -120,17 +147,27 @@ def thread_count(cores: int, busy: float) -> int:
 
 
 def oversubscribed_recommendations(
-    fw: str, cores: int, busy: float, model: ModelReport | None = None
+    fw: str,
+    cores: int,
+    busy: float,
+    model: ModelReport | None = None,
+    neighbours: tuple[tuple[int, str], ...] | None = None,
 ) -> tuple[Recommendation, ...]:
-    """Thread pools that wait for cores: fewer threads, and idle OpenMP threads that sleep."""
+    """Thread pools that wait for cores: fewer threads, and idle OpenMP threads that sleep.
+    ``neighbours`` (pid, name): the cores are held by those other processes rather than the
+    job's own pools; what gives the job its cores comes first, and a thread cap (whose effect
+    then depends on what they do) says it is not measured."""
     n = thread_count(cores, busy)
     env = f"OMP_NUM_THREADS={n}"
     recs: list[Recommendation] = []
+    if neighbours is not None:
+        recs.append(give_cores(neighbours))
+    guess = "" if neighbours is None else unmeasured("it depends on what they run")
     if fw == "tensorflow":
         recs.append(
             Recommendation(
                 f"tf.config.threading.set_intra_op_parallelism_threads({n}) and "
-                f"set_inter_op_parallelism_threads({n}) before the first op (or {env})",
+                f"set_inter_op_parallelism_threads({n}) before the first op (or {env}){guess}",
                 "threads",
             )
         )
@@ -143,7 +180,7 @@ def oversubscribed_recommendations(
         recs.append(
             Recommendation(
                 f"torch.set_num_threads({n}){now} at the start of the script, or {env} in its "
-                "environment",
+                f"environment{guess}",
                 "threads",
             )
         )

@@ -10,7 +10,7 @@ once; and a recommendation the ``prefetch`` toggle can try names it.
 
 from __future__ import annotations
 
-from sofa_top.model.verdict import InputCause, Recommendation
+from sofa_top.model.verdict import InputCause, Recommendation, unmeasured
 from sofa_top.optimizers.advice.stages import PipelineView
 
 IOWAIT_EVIDENCE = 5.0  # % iowait: the waits are on local storage (files worth copying closer)
@@ -258,25 +258,82 @@ def _cpu_levers(v: PipelineView, fw: str) -> list[Recommendation]:
     ]
 
 
+def give_cores(neighbours: tuple[tuple[int, str], ...]) -> Recommendation:
+    """What helps when other processes hold the cores: less of them, or cores of its own."""
+    named = ", ".join(f"{name} {pid}" for pid, name in neighbours[:3]) or "them"
+    pids = " ".join(str(pid) for pid, _ in neighbours[:3]) or "PID"
+    return Recommendation(
+        f"other processes keep the CPUs busy ({named}): lower their priority (`renice -n 10 -p "
+        f"{pids}`), pin the job and them to separate CPUs (`taskset -c`), or run it "
+        "on a machine that is not shared"
+    )
+
+
+def fewer_threads(fw: str, cores: int, others: float | None) -> list[Recommendation]:
+    """Beside contended CPUs, the job's own compute pools compete with its input stage for what
+    the neighbours leave: fewer threads may leave more to it (or slow the compute: unmeasured)."""
+    n = max(1, min(cores, int(cores - (others or 0.0) + 0.25)))
+    if n >= cores:
+        return []  # nothing left to cap
+    if fw == "torch":
+        how = f"torch.set_num_threads({n})"
+    elif fw == "tensorflow":
+        how = (
+            f"tf.config.threading.set_intra_op_parallelism_threads({n}) and "
+            f"set_inter_op_parallelism_threads({n})"
+        )
+    else:
+        return []
+    text = f"fewer compute threads leave the contended CPUs to the input stage: {how}"
+    return [Recommendation(text + unmeasured("it depends on what the neighbours run"), "threads")]
+
+
+def _contention(
+    v: PipelineView, fw: str, cores: int, neighbours: tuple[tuple[int, str], ...]
+) -> list[Recommendation]:
+    more = [
+        Recommendation(
+            f"more producers get a larger share of the contended CPUs (fair scheduling gives "
+            f"each runnable thread its turn, at the neighbours' cost): {r.text}{unmeasured()}",
+            r.toggle,
+        )
+        for r in parallelize(v, fw, cores, "cpu")
+    ]
+    return [give_cores(neighbours), *more, *_cpu_levers(v, fw)]
+
+
 def input_recommendations(
     cause: InputCause | None,
     v: PipelineView,
     fw: str,
     cores: int,
     iowait: float | None = None,
+    neighbours: tuple[tuple[int, str], ...] = (),
 ) -> list[Recommendation]:
     """What to change for an input bottleneck of this cause (None: not measured); the prefetch
-    toggle's own advice comes first."""
+    toggle's own advice comes first (for contention, after what gives the job its cores).
+    ``neighbours``: (pid, name) of the busiest other processes."""
     kind = None if cause is None else cause.cause
+    framework = "tensorflow" if v.framework == "tf.data" else v.framework or fw
     if kind == "latency":
-        return _latency(v, fw, cores, iowait)
+        recs = _latency(v, fw, cores, iowait)
+        if cause is not None and cause.contended:
+            recs.append(give_cores(neighbours))
+            recs += fewer_threads(framework, cores, cause.others_cores)
+        return recs
+    if kind == "contention" and cause is not None:
+        return _contention(v, fw, cores, neighbours) + fewer_threads(
+            framework, cores, cause.others_cores
+        )
     recs = parallelize(v, fw, cores, kind)
     if cause is not None and kind == "cpu":
         if cause.usable_cores >= cores:
+            # a physical bound, not a measurement: compare can still try it
             recs = [
                 Recommendation(
-                    f"preprocessing already keeps the {n_cores(cores)} busy: more parallelism "
-                    "cannot help here"
+                    f"preprocessing keeps its producers on the {n_cores(cores)}: cheaper work "
+                    f"per sample is the lever; more parallelism than the cores shares them"
+                    + unmeasured()
                 )
             ]
         recs += _cpu_levers(v, fw)

@@ -80,10 +80,13 @@ class _Steady:
     batch: float | None = None
     stats: InputStats | None = None
     failed: str | None = None
+    partial: bool = False
 
 
 def _steady(stored: _Stored, warmup: int, steps: int | None) -> _Steady:
-    """Throughput over the steps after the warm-up, of the busiest step source."""
+    """Throughput over the steps after the warm-up, of the busiest step source. A run too slow
+    to get past its warm-up (an XLA compile of a large model on a CPU) is measured over the
+    steps after its first: a partial throughput, not a failure."""
     counts: dict[tuple[str, int], int] = {}
     for s in stored.steps:
         counts[(s.source, s.pid)] = counts.get((s.source, s.pid), 0) + 1
@@ -94,9 +97,12 @@ def _steady(stored: _Stored, warmup: int, steps: int | None) -> _Steady:
     warm, steady = main[:warmup], main[warmup:]
     if steps is not None:
         steady = steady[:steps]
+    partial = not steady and len(main) >= 2
+    if partial:
+        warm, steady = main[:1], main[1:]
     if not steady:
         return _Steady(failed="no steps after warm-up")
-    out = _Steady()
+    out = _Steady(partial=partial)
     span = steady[-1].ts - steady[0].start
     bs = [s.batch_size for s in steady if s.batch_size]
     if span > 0:
@@ -181,12 +187,17 @@ def _compile_s(steady: float | None, opt_events: Sequence[Event]) -> float | Non
 
 
 def _data_stream(opt_events: Sequence[Event]) -> DataStream | None:
-    """The last data-check counts the agent sent (they are cumulative)."""
+    """The last data-check counts the agent sent (they are cumulative), with every print it
+    reported, in order."""
     last: dict[str, object] | None = None
+    prints: list[int] = []
     for e in opt_events:
         d = e.data.get("data_check")
         if isinstance(d, dict):
             last = d
+            start, new = d.get("prints_from"), d.get("prints")
+            if isinstance(start, int) and isinstance(new, list) and start == len(prints):
+                prints += [p for p in new if isinstance(p, int)]
     if last is None:
         return None
     batches, repeats, epochs = last.get("batches"), last.get("repeats"), last.get("epoch_batches")
@@ -203,6 +214,7 @@ def _data_stream(opt_events: Sequence[Event]) -> DataStream | None:
         repeats,
         tuple(n for n in (epochs if isinstance(epochs, list) else []) if isinstance(n, int)),
         first_epoch,
+        tuple(prints),
     )
 
 
@@ -268,4 +280,5 @@ def analyze_session(
         blocked=_blocked(stored.opt_events),
         serial_source=serial,
         serial_s_per_step=serial_s,
+        partial=st.partial,
     )

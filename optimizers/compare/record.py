@@ -3,6 +3,7 @@ it once it has run enough steps."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Sequence
@@ -12,7 +13,13 @@ from pathlib import Path
 from sofa_top.agent.toggles import OptimizeSpec
 from sofa_top.collectors.discovery import JobCopy
 from sofa_top.launch import LaunchRequest, Run, Sampling, open_launch
+from sofa_top.model.errors import UserError
+from sofa_top.model.samples import Event
+from sofa_top.model.verdict import Measured
+from sofa_top.optimizers.compare.results import CompareResult
+from sofa_top.optimizers.compare.summary import measured_of
 from sofa_top.optimizers.probes import tree_memory
+from sofa_top.recording.store import append_events
 
 # tree.cpu over short measured windows (headroom's CPU per step); no stacks: they cost CPU
 SAMPLING = Sampling(interval_s=0.2, stack_rate_hz=1.0, stacks=False)
@@ -118,3 +125,19 @@ def _run_until_done(
             if time.monotonic() - warm_at >= seconds:
                 return "enough time"
     return "timeout"
+
+
+def note_measured(result: CompareResult) -> list[Measured]:
+    """Carry what ``result`` measured (``summary.measured_of``) into each of its session files,
+    so that their verdict quotes it (and withdraws the advice it contradicts). A file that can
+    no longer be written is passed over: the comparison's own output says the same."""
+    measured = measured_of(result)
+    if not measured:
+        return measured
+    now = time.time()
+    events = [Event(now, "measured", m.text, m.as_json()) for m in measured]
+    for r in result.runs:
+        for session in r.sessions:
+            with contextlib.suppress(UserError):
+                append_events(Path(session), events)
+    return measured

@@ -1,7 +1,7 @@
 """What ``compare`` returns: per configuration the runs, their throughput, speedup, flags and
 headroom, and for the whole comparison the winner and the code changes that reproduce it.
 
-``CompareResult.to_json`` is ``compare --json`` (schema 2; the JSON schema is
+``CompareResult.to_json`` is ``compare --json`` (schema 3; the JSON schema is
 ``compare.schema.json`` beside this file)."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from sofa_top.optimizers.headroom import Diagnosis, Headroom
 from sofa_top.optimizers.measures import RunOutcome, Throughput
 from sofa_top.optimizers.search import SearchResult
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA_FILE = Path(__file__).with_name("compare.schema.json")
 Flag = Literal[
     "toggle-not-applied",
-    "slower-than-baseline",
+    "slower",  # clearly slower than the baseline, or too slow to finish its measured steps
     "non-finite-loss",
-    "run-failed",
+    "run-failed",  # a run failed (the workload's error, no steps at all); never for slowness
     "numerics-changing",  # a toggle that changes the results' last bits applied (bf16)
     "loss-differs",  # ... and the loss it logged is off the baseline's (see summary.LOSS_TOLERANCE)
     "data-changed",  # the run's loop was fed another data stream than the baseline's
@@ -50,6 +50,12 @@ class ConfigResult:
     loss: float | None = None  # median over the repeats of the loss the workload logged last
     data_change: str | None = None  # how the data stream differed from the baseline's
     advice: list[str] = field(default_factory=list)  # code changes that let a toggle apply
+    data_compared_batches: int | None = None  # batches its stream was compared over
+    interval: tuple[float, float] | None = None  # the median throughput's interval
+    # against the baseline's interval: clearly faster, clearly slower, or not clear at this
+    # noise; None for the baseline and for what cannot be compared (nothing applied, failed)
+    effect: Literal["faster", "slower", "unclear"] | None = None
+    partial: bool = False  # a run stopped before its measured steps: its throughput is partial
 
     def to_json(self) -> dict[str, Any]:
         """One entry of ``runs`` in ``compare --json``."""
@@ -57,8 +63,11 @@ class ConfigResult:
             "config": self.config,
             "optimize": self.optimize.to_json(),
             "applied": list(self.applied),
-            "not_applied": [[t, why] for t, why in self.not_applied],
+            "not_applied": [{"toggle": t, "reason": why} for t, why in self.not_applied],
             "throughput": asdict(self.throughput),
+            "interval": None if self.interval is None else list(self.interval),
+            "effect": self.effect,
+            "partial": self.partial,
             "speedup": self.speedup,
             "verdict": self.verdict,
             "compile_s": self.compile_s,
@@ -70,6 +79,7 @@ class ConfigResult:
             "headroom": asdict(self.headroom),
             "loss": self.loss,
             "data_change": self.data_change,
+            "data_compared_batches": self.data_compared_batches,
             "advice": list(self.advice),
         }
 
@@ -88,6 +98,10 @@ class CompareResult:
     changes: list[str]
     diagnosis: Diagnosis | None = None
     search: SearchResult | None = None
+    rounds: int = 0  # rounds of repeats run (more than ``repeats`` while the noise hid a result)
+    # why no configuration is named best ("no clear difference at this noise", with the
+    # spread); None when one is
+    best_note: str | None = None
     stopped: str | None = None  # why the comparison stopped early (the baseline failed)
 
     @property
@@ -109,8 +123,10 @@ class CompareResult:
             "steps": self.steps,
             "seconds": self.seconds,
             "warmup_steps": self.warmup_steps,
+            "rounds": self.rounds,
             "runs": [r.to_json() for r in self.runs],
             "best": self.best,
+            "best_note": self.best_note,
             "changes": self.changes,
             "diagnosis": None if self.diagnosis is None else self.diagnosis.to_json(),
             "search": {} if self.search is None else self.search.to_json(),

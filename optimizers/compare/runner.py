@@ -15,6 +15,15 @@ so far, the tree's memory (PSS: forked workers share pages that a sum of RSS cou
 worker) passes 2x the baseline's, or the next level would pass half the RAM. ``parallelism``
 skips the search.
 
+Noise. A shared machine makes runs of one configuration differ by 10-50%: after ``repeats``
+rounds, each configuration's median gets an interval (``measures.median_interval``; a
+difference is called with ``summary.MIN_RUNS_CLEAR`` runs a side at least) and rounds go on,
+for the baseline and the configurations whose interval still overlaps the baseline's, until
+none does, ``max_repeats`` rounds were run or the time ``budget_s`` allows runs no more
+(default: as long again as the first rounds took). A configuration is named best only when it
+is clearly faster (``summary.best_config``); one where no toggle applied is run once and not
+timed as if it had.
+
 Headroom (``headroom``), per configuration, from the baseline's measured steps: compute-only
 rate 1 / median(step - input wait); CPU bound free cores / CPU-seconds per step; for
 latency/mixed causes, the latency bound P / input time per step. The headroom is the smallest of
@@ -26,7 +35,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -53,7 +62,15 @@ from sofa_top.optimizers.compare.progress import (
 )
 from sofa_top.optimizers.compare.record import record_one
 from sofa_top.optimizers.compare.results import CompareResult, ConfigResult
-from sofa_top.optimizers.compare.summary import best_config, changes_for, summarize
+from sofa_top.optimizers.compare.summary import (
+    best_config,
+    changes_for,
+    effect,
+    no_best_note,
+    nothing_applied,
+    rates,
+    summarize,
+)
 from sofa_top.optimizers.headroom import diagnose
 from sofa_top.optimizers.measures import RunOutcome, median
 from sofa_top.optimizers.probes import ram_total, usable_cores
@@ -62,6 +79,7 @@ from sofa_top.optimizers.search import SEARCH_LEVELS, SearchResult, given, searc
 # Batches each input producer holds ready before the loop asks: the agent's DataLoader
 # prefetch_factor (sofa_top.agent.optimize), about what a tf.data map + prefetch keeps in flight.
 BUFFERED_PER_PRODUCER = 4
+MORE_ROUNDS = 4  # rounds past ``repeats`` while the noise hides a result (default max_repeats)
 
 
 def run_warmup(warmup_steps: int, spec: OptimizeSpec, cores: int) -> int:
@@ -128,8 +146,12 @@ def run_compare(
     search: bool = True,
     search_levels: int = SEARCH_LEVELS,
     like: JobCopy | None = None,
+    max_repeats: int | None = None,
+    budget_s: float | None = None,
 ) -> CompareResult:
-    """Run ``cmd`` under each configuration, ``repeats`` times interleaved; compare throughput.
+    """Run ``cmd`` under each configuration, ``repeats`` times interleaved (more, up to
+    ``max_repeats`` rounds within ``budget_s`` seconds, while the noise hides whether one is
+    faster); compare throughput.
 
     ``optimize`` maps extra (or overriding) configuration names to their specs. The first
     baseline run is diagnosed before the others: prefetch configurations without a parallelism
@@ -148,7 +170,7 @@ def run_compare(
 
     def run(c: str, i: int) -> None:
         path = base / f"compare-{plan.stamp}-{c}-{i + 1}.sofa"
-        say(RunStarted(c, i + 1, repeats, str(path)))
+        say(RunStarted(c, i + 1, max(repeats, i + 1), str(path)))  # past repeats: more rounds
         out = plan.record(c, results[c].optimize, path)
         results[c].outcomes.append(out)
         say(RunFinished(c, i + 1, out))
@@ -163,7 +185,7 @@ def run_compare(
         run("baseline", 0)
         failure = results["baseline"].outcomes[0].failed
         if failure is not None:
-            result = _result(plan, repeats, {"baseline": results["baseline"]}, None)
+            result = _result(plan, 1, {"baseline": results["baseline"]}, None, repeats)
             result.stopped = f"the baseline failed: {failure}"
             return result
     if searched and parallelism is not None:
@@ -178,11 +200,61 @@ def run_compare(
         n = auto_threads(usable_cores(), None if base_diag is None else base_diag.others_cores)
         for c in threaded:
             results[c].optimize = replace(results[c].optimize, threads=n)
+    started = time.monotonic()
     for i in range(repeats):
         for c in configs:
-            if not (i == 0 and c == "baseline" and first_done):
-                run(c, i)
-    return _result(plan, repeats, results, found)
+            if i == 0 and c == "baseline" and first_done:
+                continue
+            if i > 0 and nothing_applied(results[c]):
+                continue  # it would run the baseline again
+            run(c, i)
+    spent = time.monotonic() - started
+    budget = spent if budget_s is None else budget_s
+    rounds = _more_rounds(
+        results, run, repeats, max_repeats or repeats + MORE_ROUNDS, budget, spent / repeats
+    )
+    return _result(plan, rounds, results, found, repeats)
+
+
+def _unclear(results: dict[str, ConfigResult]) -> list[str]:
+    """The configurations whose median interval still overlaps the baseline's."""
+    base = results.get("baseline")
+    if base is None:
+        return []
+    out = []
+    for c, cr in results.items():
+        if c == "baseline" or nothing_applied(cr) or any(o.failed for o in cr.outcomes):
+            continue
+        if effect(rates(cr), rates(base)) == "unclear":
+            out.append(c)
+    return out
+
+
+def _more_rounds(
+    results: dict[str, ConfigResult],
+    run: Callable[[str, int], None],
+    done: int,
+    most: int,
+    budget_s: float,
+    round_s: float,
+) -> int:
+    """Rounds of the baseline and the unclear configurations, until none is unclear, ``most``
+    rounds ran, or the next would not fit in ``budget_s``; the rounds run in all."""
+    started = time.monotonic()
+    rounds = done
+    n = max(1, len(results))
+    while rounds < most:
+        unclear = _unclear(results)
+        if not unclear:
+            break
+        # a round of only these runs takes about their share of a full round
+        need = round_s * (len(unclear) + 1) / n
+        if time.monotonic() - started + need > budget_s:
+            break
+        for c in ("baseline", *unclear):
+            run(c, rounds)
+        rounds += 1
+    return rounds
 
 
 def _search(
@@ -207,19 +279,26 @@ def _search(
 
 
 def _result(
-    plan: _Plan, repeats: int, results: dict[str, ConfigResult], found: SearchResult | None
+    plan: _Plan,
+    rounds: int,
+    results: dict[str, ConfigResult],
+    found: SearchResult | None,
+    repeats: int,
 ) -> CompareResult:
     base_runs = results["baseline"].outcomes if "baseline" in results else []
     baseline = median([o.rate for o in base_runs if o.rate is not None])
     baseline_loss = median([o.loss for o in base_runs if o.loss is not None])
     diag = diagnose(base_runs, usable_cores()) if "baseline" in results else None
     base_data = next((o.data for o in base_runs if o.data is not None), None)
+    base_rates = [o.rate for o in base_runs if o.rate is not None]
     for cr in results.values():
-        summarize(cr, baseline, diag, baseline_loss, base_data)
+        summarize(cr, baseline, diag, baseline_loss, base_data, base_rates)
     runs = list(results.values())
+    best = best_config(runs)
     result = CompareResult(
-        list(plan.cmd), repeats, plan.steps, plan.seconds, plan.warmup, runs, best_config(runs),
-        [], diagnosis=diag, search=found,
+        list(plan.cmd), repeats, plan.steps, plan.seconds, plan.warmup, runs, best,
+        [], diagnosis=diag, search=found, rounds=rounds,
+        best_note=None if best is not None else no_best_note(runs),
     )  # fmt: skip
     result.changes = changes_for(result, result.best)
     return result

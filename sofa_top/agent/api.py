@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
 from sofa_top.agent import core
+from sofa_top.agent.sched import thread_sched, wait_times
 
 T = TypeVar("T")
 
@@ -43,20 +44,24 @@ def iterate(
         clock.resolve_batch_size = lambda _it: batch_size
     perf = time.perf_counter
     cpu = time.process_time
+    sched = thread_sched
     while True:
         t0 = perf()  # the wall clock outside the CPU clock (see core.timed_next)
         c0 = cpu()
+        s0 = sched()
         try:
             item = next(it)
         except StopIteration:
             if agent.enabled:
+                s1 = sched()
                 c1 = cpu()
-                clock.exhausted(it, t0, perf(), c1 - c0)
+                clock.exhausted(it, t0, perf(), wait_times(c1 - c0, s0, s1))
             return
         if agent.enabled:
+            s1 = sched()
             c1 = cpu()
             t1 = perf()
-            clock.fetched(it, t0, t1, c1 - c0)
+            clock.fetched(it, t0, t1, wait_times(c1 - c0, s0, s1))
         yield item
 
 

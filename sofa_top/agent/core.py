@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sofa_top.agent import output, protocol
 from sofa_top.agent.patches import Patches
 from sofa_top.agent.rankenv import rank_from_env
+from sofa_top.agent.sched import add_waits, thread_sched, wait_times
 from sofa_top.agent.settings import (
     HOOK_NAMES,
     AgentSettings,
@@ -66,12 +67,12 @@ class HookSkipped(Exception):
 
 if TYPE_CHECKING:  # aliases only for the checker: the agent also runs on Python 3.8
     # source, step, start, end, wait, batch size, process CPU during the wait (< 0: unknown);
-    # then the seconds blocked in collectives (< 0: not measured, no torch.distributed); a
-    # the step's forward, backward and optimizer time (< 0: not measured) and its phase flags
-    # (``spans``); a CUDA loop's records carry three more: GPU span, GPU busy (s, < 0:
-    # unknown) and the busy time's source code (protocol.BUSY_SOURCES)
+    # the seconds blocked in collectives (< 0: not measured); the step's forward, backward and
+    # optimizer time (< 0: not measured) and its phase flags (``spans``); a CUDA loop's records
+    # add GPU span, GPU busy (s, < 0: unknown) and the busy time's source (BUSY_SOURCES)
     StepRecord = tuple[Any, ...]
     Installer = Callable[["Agent", ModuleType], None]
+    Wait = float | tuple[float, ...]  # a wait's CPU seconds, or ``wait_times``' tuple
 
 
 def timed_next(
@@ -96,29 +97,29 @@ def timed_next(
     def __next__(self: Any) -> Any:
         if not agent.enabled:
             return orig(self)
-        # the wall clock outside the CPU clock: reading the process's CPU time is a syscall,
-        # where a loaded machine preempts the loop, and that time is the fetch's (as the loop's
-        # own timer around next() counts it); outside, it read as compute: -20 points of input
-        # wait under two CPU hogs
+        # the wall clock outside the CPU clock: that preemptible syscall's time is the fetch's
         t0 = perf()
         c0 = cpu()
+        s0 = thread_sched()
         tls.fetching += 1  # a model called inside the fetch (a Dataset's) is input work
         try:
             value = orig(self)
         except StopIteration:
+            s1 = thread_sched()
             c1 = cpu()
             t1 = perf()
             try:
-                clock.exhausted(self, t0, t1, c1 - c0)
+                clock.exhausted(self, t0, t1, wait_times(c1 - c0, s0, s1))
             except Exception as e:
                 agent.fail(where, e)
             raise
         finally:
             tls.fetching -= 1
+        s1 = thread_sched()
         c1 = cpu()
         t1 = perf()
         try:
-            new = clock.fetched(self, t0, t1, c1 - c0)
+            new = clock.fetched(self, t0, t1, wait_times(c1 - c0, s0, s1))
             if after_fetch is not None:
                 after_fetch(self, new, t1)
         except Exception as e:
@@ -134,13 +135,12 @@ class StepClock:
     """Step boundaries from consecutive fetches of one iterator.
 
     Step ``n`` runs from the return of fetch ``n`` to the return of fetch ``n + 1``: the compute
-    on batch ``n`` followed by the wait for batch ``n + 1`` (its ``input_wait_s``). Switching to
-    another iterator restarts the clock, so no step spans two iterators. An iterator that ends
-    and is fetched from again (a DataLoader with ``persistent_workers``: each epoch resumes the
-    same iterator) carries its first fetch into its next step: that wait is the loop's, and a
-    step from the epoch's end would span whatever the loop did between epochs. ``cpu`` is the
-    CPU time the whole process used during the wait (all its threads: tf.data's pool, a DataLoader
-    running in the loop's thread); it tells input work from waiting on I/O. Negative: unknown.
+    on batch ``n``, then the wait for batch ``n + 1`` (its ``input_wait_s``). Another iterator
+    restarts the clock. An iterator fetched from again after its end (``persistent_workers``)
+    carries that first fetch into its next step (the wait is the loop's; a step from the
+    epoch's end would span what the loop did between epochs). ``cpu``: the process's CPU time
+    during the wait (input work vs I/O; < 0: unknown), or ``wait_times``' tuple: that, then the
+    loop thread's own on-CPU and queued seconds.
     """
 
     __slots__ = (
@@ -165,7 +165,7 @@ class StepClock:
         self.feeds = True
         self._cur: Callable[[], object] | None = None
         self._ended: Callable[[], object] | None = None  # the iterator that ran out last
-        self._carry: tuple[float, float] | None = None  # a resumed iterator's first (wait, cpu)
+        self._carry: tuple[float, Wait] | None = None  # a resumed iterator's first (wait, cpu)
         self._last = 0.0
         self._bs: int | None = None
         # called once per new iterator, never per step
@@ -181,7 +181,7 @@ class StepClock:
         resolve = self.resolve_batch_size
         self._bs = None if resolve is None else resolve(it)
 
-    def fetched(self, it: object, t0: float, t1: float, cpu: float = -1.0) -> bool:
+    def fetched(self, it: object, t0: float, t1: float, cpu: Wait = -1.0) -> bool:
         """Record one fetch of ``it`` that ran from ``t0`` to ``t1`` (perf_counter).
 
         Returns True when ``it`` is a new iterator (no step was recorded)."""
@@ -200,13 +200,13 @@ class StepClock:
         if carry is not None:
             self._carry = None
             wait += carry[0]
-            cpu = cpu + carry[1] if cpu >= 0 and carry[1] >= 0 else -1.0
+            cpu = add_waits(cpu, carry[1])
         self._agent.push((self.source, self.step, self._last, t1, wait, self._bs, cpu))
         self.step += 1
         self._last = t1
         return False
 
-    def exhausted(self, it: object, t0: float, t1: float, cpu: float = -1.0) -> None:
+    def exhausted(self, it: object, t0: float, t1: float, cpu: Wait = -1.0) -> None:
         """A fetch of ``it`` found no more data: close the last step, forget the iterator."""
         if self.feeds:
             self._agent.fed_now()
@@ -220,7 +220,7 @@ class StepClock:
         self._carry = None
         self._cur = None
 
-    def span(self, it: object, t0: float, t1: float, t2: float, cpu: float = -1.0) -> None:
+    def span(self, it: object, t0: float, t1: float, t2: float, cpu: Wait = -1.0) -> None:
         """A step that fetched from ``it`` (``t0``..``t1``) then computed until ``t2``.
 
         It starts where the previous step of the same iterator ended, else at its fetch."""

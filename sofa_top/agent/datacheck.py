@@ -17,8 +17,10 @@ A dataset that does not shard yields the same items in both, and would feed ever
 dataset may call ``get_worker_info()`` and still not shard.
 
 ``DataCheck``: under ``compare`` every run (the baseline too) prints each batch the loop
-fetches and counts repeats and batches per epoch; the agent reports them as ``optimize`` events
-(``data_check``), and compare flags a configuration whose stream differs from the baseline's
+fetches, keeps the first ``SEQUENCE`` prints in order and counts repeats and batches per epoch;
+the agent reports them as ``optimize`` events (``data_check``, with the prints added since the
+last report), and compare compares a configuration's stream with the baseline's over the
+batches both fed (``optimizers.compare.datastream``), flagging one that differs
 (``data-changed``) instead of reporting its speedup.
 """
 
@@ -37,6 +39,7 @@ PROBE_ITEMS = 16  # items read per simulated worker
 PROBE_BUDGET_S = 1.5  # per simulated worker: a slow source is judged on what it gave by then
 PROBE_SEED = 0x5EED
 TRACKED = 8192  # distinct prints remembered per run (bounded memory)
+SEQUENCE = 4096  # prints kept in order (and reported): what compare compares
 REPORT_AT = (8, 32, 128)  # batch counts at which a data check is reported, then every 256
 
 
@@ -112,11 +115,15 @@ class DataCheck:
         self._seen: set[int] = set()
         self._current: dict[int, int] = {}  # id(iterator) -> batches fetched from it
         self._next_report = REPORT_AT[0]
+        self.prints: list[int] = []  # the first SEQUENCE prints, in the order fetched
+        self._sent = 0  # prints already reported
 
     def fetched(self, it: object, batch: Any) -> None:
         """One batch from ``it``."""
         fp = fingerprint(batch)
         self.batches += 1
+        if len(self.prints) < SEQUENCE:
+            self.prints.append(fp)
         key = id(it)
         self._current[key] = self._current.get(key, 0) + 1
         if fp in self._seen:
@@ -140,18 +147,23 @@ class DataCheck:
             self.report()
 
     def as_json(self) -> dict[str, Any]:
-        """The ``data_check`` of an ``optimize`` event."""
+        """The ``data_check`` of an ``optimize`` event: the counts so far, and the prints since
+        the last report (``prints_from``: the index of the first of them)."""
         return {
             "batches": self.batches,
             "repeats": self.repeats,
             "epoch_batches": list(self.epochs),
             "first_epoch": None if self.first_epoch is None else list(self.first_epoch),
             "distinct_tracked": len(self._seen),
+            "prints_from": self._sent,
+            "prints": self.prints[self._sent :],
         }
 
     def report(self) -> None:
         """Send the counts so far."""
-        self._report(self.as_json())
+        data = self.as_json()
+        self._sent = len(self.prints)
+        self._report(data)
 
 
 def wrap_next(orig: Callable[[Any], Any], check: DataCheck) -> Callable[[Any], Any]:

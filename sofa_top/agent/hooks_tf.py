@@ -339,6 +339,12 @@ def runtime_stages(
         name = str(n.name)
         kind = _kind(name, bool(n.inputs))
         par, buf = _param(n, "parallelism"), _param(n, "buffer_size")
+        if name == "Map" and par is None:
+            # the model's plain Map node (Dataset.map without num_parallel_calls, not fused
+            # with its batch) has no parallelism parameter: it runs one element at a time, on
+            # the thread that asks for it (per interleave cycle above it). A fused MapAndBatch
+            # runs ahead on threads of its own and stays "unknown".
+            par = max(outer, 1)
         if name == "FlatMap" and any(
             int(i) in nodes and nodes[int(i)].name == "Generator" for i in n.inputs
         ):

@@ -96,7 +96,23 @@ from sofa_top.agent.toggles import XLA_FLAGS, PrefetchOptions, Toggle, hook_name
 if TYPE_CHECKING:
     from sofa_top.agent.core import Agent, Installer
 
-_WAITING = "requested, but the workload never imported tensorflow or torch"
+# Why a toggle has not applied yet. Until its framework is imported: the framework is missing
+# (what it says if the run ends there); once an installer is in: what it still waits for.
+_NOT_IMPORTED: dict[Toggle, str] = {
+    "prefetch": "not a TF or PyTorch job: the workload never imported tensorflow or torch",
+    "xla": "not a TF or PyTorch job: the workload never imported tensorflow or torch",
+    "threads": "not a TF or PyTorch job: the workload never imported tensorflow or torch",
+    "depth_first": "not a PyTorch job: the workload never imported torch",
+    "pin_memory": "not a PyTorch job: the workload never imported torch",
+    "bf16": "not a PyTorch job: the workload never imported torch",
+    "compile_mode": "not a PyTorch job: the workload never imported torch",
+}
+_NOTHING_YET: dict[str, str] = {
+    "torch.utils.data.dataloader": "no DataLoader was created: the loop does not read its "
+    "batches through torch.utils.data.DataLoader",
+    "tensorflow.python.data.ops.dataset_ops": "no tf.data dataset was iterated eagerly",
+    "torch.nn.modules.module": "no nn.Module with parameters was called",
+}
 
 
 # -- TensorFlow ---------------------------------------------------------------------------------
@@ -322,6 +338,11 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
                     f"prefetch_factor={pf}{', pin_memory=True' if pin else ''})",
                     workers=workers,
                     **extra,
+                )
+            elif current:
+                asked = "" if n is None else f" (parallelism {n} asked)"
+                _skipped(
+                    "prefetch", f"DataLoader(num_workers={current}) already loads in workers{asked}"
                 )
         except TypeError:
             pass
@@ -578,6 +599,23 @@ def _install_check_tf(agent: Agent, module: ModuleType) -> None:
 # -- entry point --------------------------------------------------------------------------------
 
 
+def _waiting(
+    toggles: Sequence[Toggle], module: str, fn: Callable[[Agent, ModuleType], None]
+) -> Callable[[Agent, ModuleType], None]:
+    """``fn``, after which each of ``toggles`` still unapplied says what it now waits for
+    (true if the run ends there) instead of the framework it waited for."""
+    why = _NOTHING_YET.get(module)
+
+    def install(agent: Agent, mod: ModuleType) -> None:
+        fn(agent, mod)
+        for toggle in toggles:
+            said = any(t == toggle for t, _r in _State.reported)  # a real skip stands
+            if why is not None and not _State.where.get(toggle) and not said:
+                agent.hook_skipped(hook_name(toggle), why)
+
+    return install
+
+
 def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Installer]]]) -> None:
     """Register the requested toggles' installers (after the agent's own, so they wrap them)."""
     wanted = agent.settings.optimize
@@ -591,7 +629,7 @@ def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Insta
         if problem.startswith("optimize:"):
             agent.event("optimize", problem, {"toggle": None})
     for t in wanted.toggles():
-        agent.hook_skipped(hook_name(t), _WAITING)
+        agent.hook_skipped(hook_name(t), _NOT_IMPORTED[t])
     if (wanted.xla or wanted.compile_mode) and wanted.depth_first:
         agent.hook_skipped(
             hook_name("depth_first"), "mutually exclusive with torch.compile (xla requested)"
@@ -601,8 +639,14 @@ def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Insta
     if wanted.threads is not None:
         _set_thread_env(wanted.threads)
 
-    def add(name: str, toggle: Toggle, fn: Callable[[Agent, ModuleType], None]) -> None:
-        installers[name] = [*installers.get(name, ()), (hook_name(toggle), _guard(toggle, fn))]
+    def add(
+        name: str, toggle: Toggle, fn: Callable[[Agent, ModuleType], None], *also: Toggle
+    ) -> None:
+        installed = _waiting((toggle, *also), name, fn)
+        installers[name] = [
+            *installers.get(name, ()),
+            (hook_name(toggle), _guard(toggle, installed)),
+        ]
 
     if wanted.xla:
         add("tensorflow", "xla", _install_tf_jit)
@@ -629,4 +673,9 @@ def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Insta
         t for t in wanted.toggles() if t in ("xla", "depth_first", "bf16", "compile_mode")
     ]
     if module_toggles:
-        add("torch.nn.modules.module", module_toggles[0], _install_torch_modules)
+        add(
+            "torch.nn.modules.module",
+            module_toggles[0],
+            _install_torch_modules,
+            *module_toggles[1:],
+        )

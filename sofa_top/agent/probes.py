@@ -9,7 +9,10 @@ torch
     ``CHAIN_BUDGET_S``; it runs once, inside that first call), ``torch.get_num_threads()``, the
     libraries that drive it (Hugging Face ``Trainer``, Lightning, Keras) and the OpenMP/BLAS
     environment. The advice reads it to suggest depth-first and ``torch.compile`` only where
-    they apply, and thread counts that fit the cores.
+    they apply, and thread counts that fit the cores. Then it times the model's next
+    ``CALLS_TIMED`` calls (forward hooks on that module, removed after) and reports the median
+    per call (``call_s``): a model called per token or per letter does so little per call that
+    a compiler's guards and launches cost more than it saves.
 tensorflow
     Right after import: the intra-op pool size and the same environment.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +30,7 @@ if TYPE_CHECKING:
     from sofa_top.agent.core import Agent
 
 CHAIN_BUDGET_S = 0.5
+CALLS_TIMED = 32  # calls of the model timed after its first (which is probed, and compiles)
 ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
@@ -132,6 +137,7 @@ def install_torch_model(agent: Agent, module: ModuleType) -> None:
                 f"{'?' if chains is None else chains} depth-first chains",
                 data,
             )
+            _time_calls(agent, mod, data)
         except Exception as e:
             agent.fail("the model probe", e)
         return None
@@ -144,6 +150,38 @@ def install_torch_model(agent: Agent, module: ModuleType) -> None:
             handle.remove()
 
     agent.patches.on_detach("the model probe's forward pre-hook", remove)
+
+
+def _time_calls(agent: Agent, mod: Any, data: dict[str, Any]) -> None:
+    """Time the next ``CALLS_TIMED`` calls of ``mod``, then report their median (``call_s``)
+    in another ``agent-model`` event and remove the hooks."""
+    perf = time.perf_counter
+    starts: list[float] = []
+    took: list[float] = []
+    handles: list[Any] = []
+
+    def pre(_m: Any, _args: Any) -> None:
+        starts.append(perf())
+
+    def post(_m: Any, _args: Any, _out: Any) -> None:
+        if not starts:
+            return
+        took.append(perf() - starts.pop())
+        if len(took) < CALLS_TIMED:
+            return
+        for h in handles:
+            h.remove()
+        handles.clear()
+        call_s = sorted(took)[len(took) // 2]
+        if agent.enabled:
+            agent.event(
+                "agent-model",
+                f"model {data['module']}: {call_s * 1e3:.2f} ms per call",
+                {**data, "call_s": call_s},
+            )
+
+    handles.append(mod.register_forward_pre_hook(pre))
+    handles.append(mod.register_forward_hook(post))
 
 
 def install_tf(agent: Agent, tf: ModuleType) -> None:

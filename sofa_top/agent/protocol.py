@@ -23,6 +23,9 @@ holding one object with a string ``"type"`` field. Frame types (agent to server 
               Optional ``gpu: [gpu_span_us|null, gpu_busy_us|null, busy_source, ...]``: one
               row of ``GPU_STEP_FIELDS`` per step row (CUDA loops only; ``busy_source`` 0
               unknown, 1 profiler, 2 estimate); a server that predates it ignores it.
+              Optional ``sched_us: [run_us|null, queue_us|null, ...]``: per step row, the loop
+              thread's own time on a CPU and runnable but waiting for one during the input
+              wait (its ``schedstat``; null: not read)
               Optional ``compute: [forward_us|null, backward_us|null, optimizer_us|null,
               flags, ...]``: one row of ``COMPUTE_STEP_FIELDS`` per step row, the step's
               compute spans (null: not measured) and its phase evidence (``PHASE_*`` bits;

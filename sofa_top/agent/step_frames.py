@@ -27,10 +27,17 @@ def steps_frame(
     has_gpu = False
     compute: list[int | None] = []
     has_compute = False
+    sched: list[int | None] = []
+    has_sched = False
     limit = most * len(protocol.STEP_FIELDS)
     while steps and len(data) < limit and steps[0][0] == source:
         rec = steps.popleft()
         _, n, start, end, wait, bs, cpu = rec[:7]
+        run = queue = -1.0
+        if isinstance(cpu, tuple):  # (CPU, schedstat run, schedstat queue) of the wait
+            cpu, run, queue = cpu
+        has_sched = has_sched or run >= 0
+        sched += (_us(run), _us(queue) if run >= 0 else None)
         # a step's start is the previous one's end (same float): they stay equal in µs
         data += (
             n,
@@ -62,4 +69,6 @@ def steps_frame(
         frame["gpu"] = gpu
     if has_compute:
         frame["compute"] = compute
+    if has_sched:
+        frame["sched_us"] = sched
     return protocol.encode(frame)

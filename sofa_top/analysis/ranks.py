@@ -208,6 +208,18 @@ def cross_rank_verdict(stats: Sequence[RankStat]) -> Verdict | None:
     return Verdict("straggler", confidence, headline, evidence, recs)
 
 
+def headline_verdict(job: Verdict | None, ranks: Verdict | None) -> Verdict | None:
+    """The verdict a distributed job leads with: its straggler, when one rank holds the others
+    back (its cause and fix first; the job-level average, which would contradict it, is kept
+    in its evidence as ``job_verdict``); else the job's own."""
+    if ranks is None or ranks.kind != "straggler":
+        return job
+    if job is None:
+        return ranks
+    kept = {"kind": job.kind, "headline": job.headline}
+    return dataclasses.replace(ranks, evidence={**ranks.evidence, "job_verdict": kept})
+
+
 def straggler_json(verdict: Verdict | None) -> dict[str, object] | None:
     """The ``straggler`` object of ``record --json`` / ``cluster --json`` (None: no straggler)."""
     if verdict is None or verdict.kind != "straggler":

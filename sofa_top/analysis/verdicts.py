@@ -1,8 +1,12 @@
 """Verdicts: why is the workload slow? Pure functions over the recent window of samples.
 
-Thresholds live here and nowhere else. They follow the TensorBoard/XProf input-pipeline
-analyzer: a step spending >= 20% of its time waiting for input is *highly* input-bound, >= 5%
-*moderately*; below that the input pipeline is not the problem.
+Thresholds live here and nowhere else. A step spending a fraction f of its time waiting for
+input gains at most 1/(1-f) from any input lever (prefetch, workers, parallel calls), so input
+leads the verdict only where that bound is worth the lever: f >= ``INPUT_BOUND_FRACTION``,
+20%, the TensorBoard/XProf input-pipeline analyzer's *highly* input-bound, where compare
+measured the lever ahead (see there). Between XProf's 5% ("moderately input-bound") and it the
+verdict names what dominates the step, with the input share, its bound and the input lever
+after its own advice.
 
 Evidence, best first:
 1. step telemetry from the in-process agent (launch mode): exact input wait per step; a loop
@@ -17,30 +21,41 @@ Steps are judged per phase (``analysis.steps.by_phase``): an evaluation pass ins
 never mixes into the training steps' numbers; the verdict is about the training steps when the
 window has enough, else about the phase that has the most, and says which.
 
-An input-bound verdict also names its cause, because the fixes differ:
+An input-bound verdict also names its cause, because the fixes differ (``analysis.causes``
+reads it from the scheduler's accounting of the producers' threads: on a CPU, waiting for one,
+blocked):
 
-- ``cpu``: producing input keeps the cores it may use busy while the loop waits (a heavy map or
-  ``__getitem__``). Parallelism helps only up to the core count; past that, caching after the
-  expensive step, preprocessing offline, lighter decoding or more cores are the levers.
-- ``latency``: the loop waits while the input stage barely uses the CPU: it sleeps on storage,
-  the network, a lock. Parallelism well beyond the core count hides the latency.
+- ``cpu``: producing input keeps its producers on a CPU (a heavy map or ``__getitem__``).
+  Parallelism helps up to the core count; caching after the expensive step, preprocessing
+  offline, lighter decoding or more cores are the levers past it.
+- ``latency``: the producers are mostly blocked: they sleep on storage, the network, a lock.
+  Parallelism well beyond the core count hides the latency.
+- ``contention``: the producers mostly wait for a CPU that other processes hold; the busiest of
+  those are named.
 - ``mixed``: in between.
 
-The measure is the input stage's CPU while the loop waits, over the cores it may use: the
-process's own CPU time during each wait (the agent measures it: tf.data's threads, a DataLoader
-loading in the loop's thread) plus the CPU of its child processes (DataLoader workers), divided
-by min(cores, the stage's parallelism, the cores other processes leave free). A stage cannot
-use more cores than its parallelism: CPU beyond that during the waits is other threads (OpenMP
-pools spinning after the last op) and is kept apart (``wait_cpu_cores``), never counted as the
-stage's.
+Where the scheduler's accounting is missing (no schedstat; a session of an older version), the
+measure is the input stage's CPU while the loop waits over min(cores, its parallelism): the
+process's own CPU time during each wait (the agent measures it) plus the CPU of its child
+processes. A stage cannot use more cores than its parallelism: CPU beyond that during the waits
+is other threads (OpenMP pools spinning after the last op) and is kept apart
+(``wait_cpu_cores``), never counted as the stage's.
+
+Nothing is ruled out that a measurement found: a comparison's results (``Evidence.measured``)
+are quoted with the advice they confirm, and advice they contradict is withdrawn.
 
 Cores are always the cores the workload may use (its CPU affinity and cgroup quota:
 ``Evidence.cpu_count``), one count for the headline and the advice, written "X of N cores" with
 X <= N.
 
-``cpu-oversubscribed``: the tree's threads want more cores than it gets. Its runnable threads
-(state R, counted twice a second) exceed the cores it is busy on by ``OVERSUB_MIN_WAITING`` or
-more, with at least ``OVERSUB_MIN_RUNNABLE`` of them (a pool, not one thread on a busy machine).
+``cpu-oversubscribed``: the tree's threads want more cores than it gets. Its threads wait for a
+CPU ``OVERSUB_MIN_WAITING`` cores' worth or more, ``OVERSUB_POOL_WAITING`` of it threads other
+than the loop's (a pool, not one thread on a busy machine), as the scheduler accounts it;
+without that accounting, its runnable threads (state R, counted twice a second) exceed the
+cores it is busy on by as much, with at least ``OVERSUB_MIN_RUNNABLE`` of them. Its
+evidence tells the two sources apart: the tree's own pools (more runnable threads than cores:
+fewer threads is the fix) and other processes holding the cores (named; a thread cap then
+depends on what they do, and says it is not measured).
 A spin-waiting OpenMP/BLAS pool pays for every thread that waits for a core at each barrier: an
 LBFGS loop with 2 OpenMP threads on 2 cores that other processes kept busy ran 25x slower than
 with 1 thread (0.20 vs 4.98 s for 100 steps, this repository's 2-core VM; 1.86 threads runnable,
@@ -50,24 +65,40 @@ threads want, and does not trip it.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
+from sofa_top.analysis import causes
 from sofa_top.analysis import gpu as gpu_loop
 from sofa_top.analysis import steps as step_facts
 from sofa_top.analysis.classify import writes_output
-from sofa_top.analysis.steps import RunFacts
-from sofa_top.model.samples import CudaSample, GpuSample, PipelineSample, StepSample, SystemSample
+from sofa_top.analysis.evidence import Evidence as Evidence  # re-exported: judge's input
+from sofa_top.analysis.inputs import (
+    cause_evidence,
+    input_advice,
+    input_cause,
+    iowait,
+    loop_advice,
+)
+from sofa_top.analysis.measured import apply_measured
+from sofa_top.model.samples import PipelineSample
 from sofa_top.model.snapshot import StackSummary
-from sofa_top.model.units import Percent
-from sofa_top.model.verdict import InputCause, InputCauseKind, Recommendation, Verdict
-from sofa_top.model.workload import ModelReport
+from sofa_top.model.verdict import (
+    UNMEASURED,
+    Recommendation,
+    Verdict,
+    unmeasured,
+)
 from sofa_top.optimizers import advice
 
 HIGH_INPUT_FRACTION = 0.20  # XProf: "highly input-bound"
-MODERATE_INPUT_FRACTION = 0.05  # XProf: "moderately input-bound"
+MODERATE_INPUT_FRACTION = 0.05  # XProf: "moderately input-bound": worth a line, not the verdict
+# Input leads the verdict from here (an input lever gains at most 1/(1-f) = 1.25x, XProf's
+# "highly input-bound"): below it compare did not find the lever clearly ahead on a shared
+# 2-core machine (benchmarks/README, "Input share vs lever": DataLoader workers beside the
+# model at 2-18% input measured 1.03-1.22x, every interval overlapping the baseline's; at 24-25%
+# clearly faster), and the peers' compute-bound workload read 8-11%.
+INPUT_BOUND_FRACTION = HIGH_INPUT_FRACTION
 MIN_STEPS = 3  # fewer steps in the window say too little
 MIN_THREAD_SAMPLES = 50  # about half a second of stacks at 100 Hz
 STACK_INPUT_FRACTION = HIGH_INPUT_FRACTION  # same bar for the stack-based estimate
@@ -76,124 +107,37 @@ IDLE_CPU_PERCENT = 5.0  # the whole tree below this (of one core) is idle
 GPU_UNDERUSED_PERCENT = 50.0  # a GPU below this while compute-bound is underused
 MEMORY_PRESSURE = 0.95  # used / total memory
 WINDOW_S = 10.0  # verdicts look at about the last 10 s
-INPUT_CPU_BUSY = 0.60  # input stage using this share of its usable cores while waited on: cpu
-INPUT_CPU_IDLE = 0.35  # at most this share: the stage mostly waits (latency)
-MIN_FREE_CORES = 0.25  # never judge a stage against less than a quarter of a core
 OVERSUB_MIN_RUNNABLE = 1.5  # mean runnable threads of the tree: a pool wants cores at once
-OVERSUB_MIN_WAITING = 0.75  # runnable threads beyond the cores the tree is busy on
+# cores' worth of the tree's threads waiting for a CPU (measured; without the scheduler's
+# accounting, its runnable threads beyond the cores it is busy on)
+OVERSUB_MIN_WAITING = 0.75
+# ... of which the threads other than the loop's (a pool: one thread starved by neighbours is
+# contention a thread cap cannot help); measured, it replaces OVERSUB_MIN_RUNNABLE, whose
+# twice-a-second count of R threads read 1.4-1.5 for a 2-thread LBFGS pool waiting 1.3 cores
+OVERSUB_POOL_WAITING = 0.25
 
 
-@dataclass(frozen=True, slots=True)
-class Evidence:
-    """What the verdict may look at; every field may be missing."""
-
-    steps: Sequence[StepSample] = ()
-    stacks: StackSummary | None = None
-    tree_cpu: Percent | None = None  # % of one core, summed over the tree
-    cpu_count: int = 1
-    system: SystemSample | None = None
-    gpu: GpuSample | None = None
-    pipeline: PipelineSample | None = None
-    frameworks: tuple[str, ...] = ()  # e.g. ("tensorflow",), from the agent or the stacks
-    child_cpu: Percent | None = None  # % of one core used by the tree less the target itself
-    cuda: Sequence[CudaSample] = ()  # the agent's CUDA readings (GPU loops), oldest first
-    runnable_threads: float | None = None  # mean threads of the tree running or runnable
-    # cores other processes (sofa-top included) kept busy over the same span, when measured
-    others_cores: float | None = None
-    model: ModelReport | None = None  # the agent's model and thread-pool report
-    facts: RunFacts = field(default_factory=RunFacts)  # mode, agent, exit: for the reasons
-    training: bool | None = None  # the session trains (None: judge from ``steps`` alone)
-
-
-def others_cores(
-    machine_busy: float | None, tree_cpu: Percent | None, cores: int, machine_cores: int = 0
-) -> float | None:
-    """Cores other processes kept busy, counted on the tree's ``cores``: the machine's busy
-    cores (all of them, ``machine_cores``) less the tree's, scaled to the tree's share."""
-    if machine_busy is None or tree_cpu is None:
-        return None
-    total = machine_cores or os.cpu_count() or cores
-    others = max(0.0, machine_busy - tree_cpu / 100.0)
-    return others * min(1.0, cores / max(1, total))
-
-
-def input_parallelism(p: PipelineSample | None) -> int | None:
-    """The input stage's parallelism: DataLoader workers, the widest tf.data map/interleave."""
-    if p is None:
-        return None
-    pars = [
-        s.parallelism
-        for s in p.stages
-        if s.kind in ("source", "map", "interleave", "iterable", "generator", "py_dataset")
-        and s.parallelism
-        and s.parallelism > 0
-    ]
-    return max(pars) if pars else None
-
-
-def input_cause(ev: Evidence) -> InputCause | None:
-    """Tell CPU-bound input from latency-bound input (None when nothing was measured)."""
-    measured = [s for s in ev.steps if s.wait_cpu_s is not None and s.input_wait_s > 0]
-    wait = sum(s.input_wait_s for s in measured)
-    child = max(0.0, ev.child_cpu or 0.0) / 100.0
-    source: Literal["agent", "tree"]
-    if wait > 0:
-        busy = sum(s.wait_cpu_s or 0.0 for s in measured) / wait + child
-        source = "agent"
-    elif ev.tree_cpu is not None:
-        busy = ev.tree_cpu / 100.0  # no agent: the whole tree is the closest bound
-        source = "tree"
-    else:
-        return None
-    par = input_parallelism(ev.pipeline)
-    cores = max(1, ev.cpu_count)
-    # Unknown parallelism: AUTOTUNE in a declared pipeline may use every core; with no
-    # pipeline known at all, assume the common serial loop.
-    usable = min(cores, par) if par is not None else cores if ev.pipeline is not None else 1
-    # the stage cannot keep more cores busy than it has producers: the rest is other threads
-    stage = min(busy, float(usable))
-    # On a machine other processes keep busy, the stage can only get the cores they leave:
-    # CPU it did not get would read as waiting, but a CPU-bound stage starved to 0.3 of a core
-    # (many-threaded neighbours) is as busy as it can be, not waiting on I/O.
-    avail = float(usable)
-    if ev.others_cores is not None and ev.others_cores > 0:
-        avail = max(MIN_FREE_CORES, min(avail, cores - ev.others_cores))
-    util = InputCause("latency", stage, usable, par, source, avail).utilization
-    cause: InputCauseKind = (
-        "cpu" if util >= INPUT_CPU_BUSY else "latency" if util <= INPUT_CPU_IDLE else "mixed"
-    )
-    return InputCause(cause, stage, usable, par, source, avail)
-
-
-def wait_cpu_cores(ev: Evidence) -> float | None:
-    """All the tree's CPU during the input waits, in cores (the stage's and other threads')."""
-    measured = [s for s in ev.steps if s.wait_cpu_s is not None and s.input_wait_s > 0]
-    wait = sum(s.input_wait_s for s in measured)
-    if wait <= 0:
-        return None
-    child = max(0.0, ev.child_cpu or 0.0) / 100.0
-    return sum(s.wait_cpu_s or 0.0 for s in measured) / wait + child
-
-
-def _cause_text(c: InputCause, cores: int) -> str:
-    busy = f"{min(c.cpu_cores, cores):.1f} of {cores} core{'s' if cores > 1 else ''} busy"
-    if c.usable_cores < cores:
-        busy += ", serial stage" if c.usable_cores == 1 else f", {c.usable_cores} producers"
-    if c.cause == "cpu":
-        return f"CPU-bound preprocessing ({busy})"
-    if c.cause == "latency":
-        return f"the input stage waits on I/O ({busy})"
-    return f"partly CPU, partly I/O ({busy})"
-
-
-def oversubscription(ev: Evidence) -> tuple[float, float] | None:
-    """(runnable threads, cores busy) when the tree's threads wait for cores; else None."""
+def oversubscription(ev: Evidence) -> tuple[float, float, float] | None:
+    """(runnable threads, cores busy, cores' worth of threads waiting for a CPU) when the
+    tree's threads wait for cores; else None."""
     if ev.runnable_threads is None or ev.tree_cpu is None:
         return None
     busy = min(max(0.0, ev.tree_cpu) / 100.0, float(max(1, ev.cpu_count)))
     runnable = ev.runnable_threads
+    tree = ev.sched.get("tree")
+    if tree is not None:
+        # measured: the tree waits for cores, and not only its loop thread (a pool does) ...
+        pool = sum(g.cpu_wait for n in ("threads", "workers") if (g := ev.sched.get(n)))
+        waits = tree.cpu_wait >= OVERSUB_MIN_WAITING and pool >= OVERSUB_POOL_WAITING
+        # ... and its pool is wider than the cores it gets (else no thread cap lowers it: a
+        # pool sized to the one core it was given, starved by neighbours, is not oversized)
+        size = None if ev.model is None else ev.model.intra_op_threads
+        cap = advice.thread_count(max(1, ev.cpu_count), busy)
+        wide = size > cap if size is not None else runnable >= OVERSUB_MIN_RUNNABLE
+        return (runnable, busy, tree.cpu_wait) if waits and wide else None
+    # without the scheduler's accounting: what the runnable count says
     if runnable >= OVERSUB_MIN_RUNNABLE and runnable - busy >= OVERSUB_MIN_WAITING:
-        return runnable, busy
+        return runnable, busy, runnable - busy
     return None
 
 
@@ -201,23 +145,41 @@ def _oversubscribed(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict |
     found = oversubscription(ev)
     if found is None:
         return None
-    runnable, busy = found
+    runnable, busy, waiting = found
     cores = max(1, ev.cpu_count)
+    nb = ev.neighbours
+    source = causes.oversubscribed_by(runnable, cores, nb)
     evidence = {
         **base,
         "runnable_threads": round(runnable, 2),
         "cores_busy": round(busy, 2),
         "cores": cores,
-        "threads_waiting": round(runnable - busy, 2),
+        "threads_waiting": round(waiting, 2),
         "intra_op_threads": None if ev.model is None else ev.model.intra_op_threads,
+        "oversubscribed_by": source,
+        "others_cores": None if nb is None else round(nb.others_cores, 3),
+        "neighbours": causes.neighbours_json(nb),
     }
+    n = f"{cores} core{'s' if cores > 1 else ''}"
+    why = {
+        "own-pool": "its own thread pools outnumber the cores",
+        "neighbours": f"its threads wait for cores: {nb and nb.text(cores)}",
+        "both": f"its pools outnumber the cores and {nb and nb.text(cores)}",
+        "unknown": "its thread pools wait for cores",
+    }[source]
     return Verdict(
         "cpu-oversubscribed",
         0.7,
         f"cpu-oversubscribed: {runnable:.1f} threads want a core but the workload gets "
-        f"{busy:.1f} of {cores} core{'s' if cores > 1 else ''}; its thread pools wait for cores",
+        f"{busy:.1f} of {n}; {why}",
         evidence,
-        advice.oversubscribed_recommendations(fw or "torch", cores, busy, ev.model),
+        advice.oversubscribed_recommendations(
+            fw or "torch",
+            cores,
+            busy,
+            ev.model,
+            neighbours=causes.names(nb) if source in ("neighbours", "both") else None,
+        ),
     )
 
 
@@ -295,7 +257,7 @@ def judge(ev: Evidence) -> Verdict:
             {"steps_reason": reason, "workload_error": facts.workload_error},
             (Recommendation(step_facts.next_step(facts)),),
         )
-    verdict = _judge(ev)
+    verdict = apply_measured(_judge(ev), ev.measured)
     if not step_facts.failed(facts):
         return verdict
     why = f": {facts.workload_error}" if facts.workload_error else ""
@@ -312,6 +274,8 @@ def _judge(ev: Evidence) -> Verdict:
     base: dict[str, object] = {
         "cpu_saturation": _round(_cpu_saturation(ev)),
         "gpu_util_percent": _gpu_util(ev),
+        # what other processes keep busy (measured), whatever the verdict
+        "others_cores": None if ev.neighbours is None else round(ev.neighbours.others_cores, 3),
     }
     if ev.system is not None and ev.system.mem_total:
         used = ev.system.mem_used / ev.system.mem_total
@@ -400,7 +364,7 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "t
     # a little host time the stacks could not split may be the loop's own Python: only a
     # share past the high bar is called input without them
     unsplit = in_body and (stacks is None or stacks.host_samples < step_facts.MIN_HOST_SAMPLES)
-    if frac >= (HIGH_INPUT_FRACTION if unsplit else MODERATE_INPUT_FRACTION):
+    if frac >= (HIGH_INPUT_FRACTION if unsplit else INPUT_BOUND_FRACTION):
         high = frac >= HIGH_INPUT_FRACTION
         where = f" in stage {evidence['bottleneck_stage']}" if evidence["bottleneck_stage"] else ""
         headline = f"input-bound: {frac:.0%} of each {noun} waits for input{where}"
@@ -409,9 +373,9 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "t
                 f"input-bound: {frac:.0%} of each {noun} prepares its input in the loop body, "
                 "outside the model"
             )
-            cause_text, recs = _loop_advice(ev, fw, evidence, phase)
+            cause_text, recs = loop_advice(ev, fw, evidence, phase)
         else:
-            cause_text, recs = _input_advice(ev, fw, evidence)
+            cause_text, recs = input_advice(ev, fw, evidence)
         headline += cause_text
         return Verdict(
             "input-bound",
@@ -421,30 +385,66 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "t
             tuple(recs),
             severity="high" if high else "moderate",
         )
+    minor = _minor_input(ev, fw, evidence, frac)
     over = _oversubscribed(ev, fw, evidence)
     if over is not None:
-        return over
+        return minor(over)
     gpu = _gpu_util(ev)
     if gpu is not None and gpu < GPU_UNDERUSED_PERCENT:
-        return Verdict(
-            "gpu-underutilized",
-            conf * 0.8,
-            f"gpu-underutilized: compute-bound on the host, GPU at {gpu:.0f}%",
-            evidence,
-            advice.gpu_recommendations(),
+        return minor(
+            Verdict(
+                "gpu-underutilized",
+                conf * 0.8,
+                f"gpu-underutilized: compute-bound on the host, GPU at {gpu:.0f}%",
+                evidence,
+                advice.gpu_recommendations(),
+            )
         )
     # NVML alone (no CUDA readings from the agent): a GPU this busy is the one computing
     evidence["device"] = "gpu" if gpu is not None and gpu >= 100 * gpu_loop.GPU_BUSY_HIGH else "cpu"
     headline = f"compute-bound: only {frac:.0%} of each {noun} waits for input"
-    return Verdict(
-        "compute-bound",
-        conf,
-        headline,
-        evidence,
-        advice.compute_recommendations(
-            fw, ev.model, _keras(ev), setup, step_facts.output_fraction(ev.steps, host, n_host)
-        ),
+    return minor(
+        Verdict(
+            "compute-bound",
+            conf,
+            headline,
+            evidence,
+            advice.compute_recommendations(
+                fw, ev.model, _keras(ev), setup, step_facts.output_fraction(ev.steps, host, n_host)
+            ),
+        )
     )
+
+
+def _minor_input(
+    ev: Evidence, fw: str, evidence: dict[str, object], frac: float
+) -> Callable[[Verdict], Verdict]:
+    """For an input wait between XProf's moderate bar and ``INPUT_BOUND_FRACTION``: the input
+    share and the most an input lever can gain, said after the verdict's own headline, and the
+    input lever (with its cause) after its own advice; otherwise the verdict as it is."""
+    if frac < MODERATE_INPUT_FRACTION or not evidence.get("input_wait_measured", True):
+        return lambda v: v
+    bound = 1.0 / (1.0 - frac)
+    evidence["input_speedup_bound"] = round(bound, 3)
+    _, recs = input_advice(ev, fw, evidence)
+    note = f"at most {bound:.2f}x from the input: {frac:.0%} of each step waits for it"
+    levers = tuple(
+        Recommendation(
+            f"{note}: {r.text}" + ("" if UNMEASURED in r.text else unmeasured()), r.toggle
+        )
+        for r in recs
+        if r.toggle == "prefetch"
+    )
+
+    def add(v: Verdict) -> Verdict:
+        head = v.headline
+        if v.kind != "compute-bound":
+            head += f"; {frac:.0%} of each step waits for input (at most {bound:.2f}x from it)"
+        else:
+            head += f" (an input lever gains at most {bound:.2f}x)"
+        return replace(v, headline=head, recommendations=v.recommendations + levers)
+
+    return add
 
 
 def _pinned(p: PipelineSample | None) -> bool:
@@ -478,7 +478,7 @@ def _judge_gpu_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict 
             f"input-bound: the GPU is busy {b:.0%} of each step; the loop waits {f:.0%} "
             "for the next batch"
         )
-        cause_text, recs = _input_advice(ev, fw, evidence)
+        cause_text, recs = input_advice(ev, fw, evidence)
         headline += cause_text
         return Verdict(
             "input-bound",
@@ -565,9 +565,11 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         recs = advice.pipeline_recommendations(None, fw, cores)
         cause = input_cause(ev)
         if cause is not None:
-            evidence.update(_cause_evidence(cause, ev))
-            headline += f"; {_cause_text(cause, cores)}"
-            recs = advice.input_recommendations(cause, None, fw, cores, _iowait(ev))
+            evidence.update(cause_evidence(cause, ev))
+            headline += f"; {causes.cause_text(cause, cores, ev.neighbours)}"
+            recs = advice.input_recommendations(
+                cause, None, fw, cores, iowait(ev), causes.names(ev.neighbours)
+            )
         return Verdict("input-bound", 0.6, headline, evidence, tuple(recs), severity="high")
     over = _oversubscribed(ev, fw, evidence)
     if over is not None:
@@ -619,6 +621,11 @@ def _judge_unmeasured(ev: Evidence, fw: str, evidence: dict[str, object], conf: 
     split = _loop_thread(s) if s is not None and s.thread_samples >= MIN_THREAD_SAMPLES else {}
     inp, comp = split.get("input", 0.0), split.get("compute", 0.0)
     evidence = {**evidence, "input_share": round(inp, 3), "compute_share": round(comp, 3)}
+    # its threads' waits for a CPU are measured whatever the clock: a pool that outnumbers the
+    # cores it gets is the news before any split of the loop's time
+    over = _oversubscribed(ev, fw, evidence)
+    if over is not None:
+        return over
     if comp >= STACK_DOMINANT:
         return Verdict(
             "compute-bound",
@@ -643,61 +650,6 @@ def _judge_unmeasured(ev: Evidence, fw: str, evidence: dict[str, object], conf: 
         evidence,
         (Recommendation(step_facts.MARK_STEPS),),
     )
-
-
-def _loop_advice(
-    ev: Evidence, fw: str, evidence: dict[str, object], phase: str
-) -> tuple[str, list[Recommendation]]:
-    """A loop body that prepares its input: the cause for the headline and the fix that moves
-    the preparation into the model's framework's input pipeline."""
-    cores = max(1, ev.cpu_count)
-    cause = input_cause(ev)
-    text = ""
-    if cause is not None:
-        evidence.update(_cause_evidence(cause, ev))
-        text = f"; {_cause_text(cause, cores)}"
-    sizes = [s.batch_size for s in ev.steps if s.batch_size is not None]
-    batch = max(set(sizes), key=sizes.count) if sizes else None
-    grads = [s.autograd for s in ev.steps if s.autograd is not None]
-    autograd = any(grads) if grads else None
-    return text, advice.loop_input_recommendations(fw, phase, batch, cores, cause, autograd)
-
-
-def _iowait(ev: Evidence) -> float | None:
-    return None if ev.system is None else ev.system.iowait
-
-
-def _input_advice(
-    ev: Evidence, fw: str, evidence: dict[str, object]
-) -> tuple[str, list[Recommendation]]:
-    """The input stage's cause (added to ``evidence``; "" when unknown) for the headline, and
-    the input advice for it."""
-    cores = max(1, ev.cpu_count)
-    cause = input_cause(ev)
-    if cause is None:
-        return "", advice.pipeline_recommendations(ev.pipeline, fw, cores)
-    evidence.update(_cause_evidence(cause, ev))
-    recs = advice.input_recommendations(cause, ev.pipeline, fw, cores, _iowait(ev))
-    return f"; {_cause_text(cause, cores)}", recs
-
-
-def _cause_evidence(c: InputCause, ev: Evidence) -> dict[str, object]:
-    total = wait_cpu_cores(ev)
-    return {
-        "input_cause": c.cause,
-        "input_cpu_cores": round(c.cpu_cores, 3),
-        "input_usable_cores": c.usable_cores,
-        "input_parallelism": c.parallelism,
-        "input_cpu_utilization": round(c.utilization, 3),
-        "input_available_cores": None if c.available_cores is None else round(c.available_cores, 3),
-        "input_cause_source": c.source,
-        "cores": max(1, ev.cpu_count),
-        "others_cores": None if ev.others_cores is None else round(ev.others_cores, 3),
-        # all the tree's CPU during the waits: above input_cpu_cores, other threads were busy
-        "wait_cpu_cores": None if total is None else round(total, 3),
-        # high iowait says the waiting is on local storage (not the network or a sleep)
-        "iowait_percent": _iowait(ev),
-    }
 
 
 def _median(v: Sequence[float]) -> float | None:

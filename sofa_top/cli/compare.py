@@ -21,6 +21,7 @@ from sofa_top.optimizers.compare import (
     CompareResult,
     run_compare,
 )
+from sofa_top.optimizers.compare.record import note_measured
 from sofa_top.optimizers.compare.text import diagnosis_lines, fmt, headroom_cell, progress_line
 from sofa_top.optimizers.headroom import headroom_line
 
@@ -33,8 +34,9 @@ def add_compare_parser(sub: Any) -> argparse.ArgumentParser:
     c: argparse.ArgumentParser = sub.add_parser(
         "compare",
         help="re-run CMD under optimizer configurations and compare throughput",
-        usage="sofa-top compare [--configs LIST] [--repeats N] [--steps K | --seconds S] "
-        "[--parallelism N] [--json] (-- CMD [ARGS...] | --like PID [--yes])",
+        usage="sofa-top compare [--configs LIST] [--repeats N] [--max-repeats N] [--budget S] "
+        "[--steps K | --seconds S] [--parallelism N] [--json] (-- CMD [ARGS...] | --like PID "
+        "[--yes])",
     )
     c.add_argument(
         "--like",
@@ -49,7 +51,21 @@ def add_compare_parser(sub: Any) -> argparse.ArgumentParser:
         default=",".join(DEFAULT_CONFIGS),
         help=f"comma-separated, from {', '.join(CONFIGS)} (default: all of them)",
     )
-    c.add_argument("--repeats", type=int, default=3, metavar="N", help="runs per config (3)")
+    c.add_argument(
+        "--repeats", type=int, default=3, metavar="N", help="runs per config, at least (3)"
+    )
+    c.add_argument(
+        "--max-repeats",
+        type=int,
+        metavar="N",
+        help="runs per config at most, while the noise hides a difference (repeats + 4)",
+    )
+    c.add_argument(
+        "--budget",
+        type=float,
+        metavar="S",
+        help="seconds for the runs past --repeats (default: as long as those took)",
+    )
     g = c.add_mutually_exclusive_group()
     g.add_argument("--steps", type=int, metavar="K", help="measured steps per run (default 50)")
     g.add_argument("--seconds", type=float, metavar="S", help="measured seconds per run")
@@ -85,6 +101,12 @@ def compare_main(args: argparse.Namespace) -> int:
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     if args.repeats < 1 or (args.steps is not None and args.steps < 1):
         raise UserError("--repeats and --steps must be at least 1")
+    max_repeats = getattr(args, "max_repeats", None)
+    if max_repeats is not None and max_repeats < args.repeats:
+        raise UserError("--max-repeats must be at least --repeats")
+    budget = getattr(args, "budget", None)
+    if budget is not None and budget < 0:
+        raise UserError("--budget must be 0 or more seconds")
     steps = args.steps if args.steps is not None or args.seconds is not None else 50
     out_dir = args.output_dir
     if out_dir is None:
@@ -102,7 +124,10 @@ def compare_main(args: argparse.Namespace) -> int:
         out_dir=out_dir,
         parallelism=getattr(args, "parallelism", None),
         like=like,
+        max_repeats=max_repeats,
+        budget_s=budget,
     )
+    note_measured(result)
     if args.json:
         import json
 
@@ -145,7 +170,10 @@ def _console() -> Console:
 
 def compare_table(result: CompareResult) -> Table:
     """The comparison as a rich table: one row per configuration."""
-    t = Table(title=f"sofa-top compare ({result.repeats} repeat(s), interleaved)")
+    rounds = (
+        f"{result.repeats}-{result.rounds}" if result.rounds > result.repeats else result.repeats
+    )
+    t = Table(title=f"sofa-top compare ({rounds} repeat(s), interleaved)")
     for col in ("config", "throughput (median, min-max)", "speedup", "compile s", "verdict"):
         t.add_column(col, justify="right" if col in ("speedup", "compile s") else "left")
     t.add_column("headroom", overflow="fold")
@@ -153,6 +181,8 @@ def compare_table(result: CompareResult) -> Table:
     for r in result.runs:
         tp = r.throughput
         thr = f"{fmt(tp.median)} ({fmt(tp.min)}-{fmt(tp.max)}) {tp.unit}"
+        if r.partial:
+            thr += " partial"
         notes = ", ".join(r.applied) or "-"
         if r.not_applied:
             notes += "; not applied: " + "; ".join(f"{t_}: {why}" for t_, why in r.not_applied)
@@ -183,6 +213,8 @@ def render_compare(result: CompareResult, console: Console | None = None) -> Non
         console.print(
             f"best: [bold]{result.best}[/bold]: {headroom_line(best.speedup, best.headroom)}"
         )
+    elif result.best_note:
+        console.print(f"best: none: {result.best_note}", highlight=False, markup=False)
     for c in result.changes:
         console.print(f"  - {c}", highlight=False)
     for r in result.runs:

@@ -44,6 +44,48 @@ class ProcInfo:
     exit_code: int | None = None  # once exited, when it could be read (a zombie's /proc stat)
 
 
+ThreadGroup = Literal["loop", "threads", "workers", "tree"]
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadTimes:
+    """What a group of threads did between two readings of the scheduler's accounting
+    (``/proc/PID/task/TID/schedstat``), in cores: seconds per second of wall time. Whatever a
+    thread spent neither on a CPU nor waiting for one, it slept or was blocked (I/O, a lock, a
+    queue)."""
+
+    on_cpu: float  # time on a CPU
+    cpu_wait: float  # time runnable but waiting for a CPU (run-queue delay)
+    threads: int  # threads of the group at the reading
+    io_blocked: int = 0  # of them in uninterruptible sleep (state D: disk I/O, mostly)
+    procs: int = 0  # processes they belong to
+
+
+@dataclass(frozen=True, slots=True)
+class TreeSched:
+    """The scheduler's accounting of the tree's threads over ``span_s`` seconds, by group:
+    ``loop`` the target's main thread (the training loop, in nearly every program), ``threads``
+    the target's other threads (tf.data's, the framework's pools), ``workers`` the threads of its
+    input worker processes (DataLoader, multiprocessing workers), ``tree`` all of them."""
+
+    span_s: float
+    groups: tuple[tuple[ThreadGroup, ThreadTimes], ...] = ()
+    error: str | None = None  # why it could not be read (no schedstat in this kernel, ...)
+
+    def group(self, name: ThreadGroup) -> ThreadTimes | None:
+        """The times of one group (None when the tree has no such thread)."""
+        return next((t for g, t in self.groups if g == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbour:
+    """A process outside the target's tree and what of the machine's cores it kept busy."""
+
+    pid: Pid
+    name: str
+    cores: float
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessSample:
     """The target and all its descendants, plus tree totals."""
@@ -63,6 +105,8 @@ class ProcessSample:
     # cores the tree gets means threads wait for a core (spinning thread pools)
     tree_runnable: int | None = None
     cores: int | None = None  # cores the target may use: its affinity, capped by a cgroup quota
+    # what the tree's threads did since the last such reading (taken with ``tree_runnable``)
+    sched: TreeSched | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +268,12 @@ EventKind = Literal[
     "rank-exit",  # a rank's process exited (data: pid, rank, exit_code, error)
     "rank-verdict",  # the cross-rank verdict changed (data: Verdict.as_json())
     "cuda",  # a CudaSample (data: its fields)
+    # the processes outside the tree that keep the cores busy (data: others_cores, top: the
+    # three busiest as [{pid, name, cores}]), when they change
+    "neighbours",
+    # what a comparison measured, carried into the session and its verdict (data:
+    # ``model.verdict.Measured.as_json()``)
+    "measured",
 ]
 EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
 
@@ -277,6 +327,11 @@ class StepSample:
     # or before the first window
     gpu_busy_s: float | None = None
     gpu_busy_source: GpuBusySource | None = None
+    # the loop thread's own time during the input wait, as the scheduler accounted it: on a CPU
+    # (input made in the loop's thread), and runnable but waiting for a CPU; the rest of the wait
+    # it slept or was blocked. None: not read (no schedstat, or an older agent)
+    wait_run_s: float | None = None
+    wait_queue_s: float | None = None
     # the step's compute spans as the agent timed them (None: not measured): outermost model
     # calls, backward passes, optimizer steps, each less the others nested in it and less
     # the collectives (``collective_s``)

@@ -33,11 +33,26 @@ Severity = Literal["", "high", "moderate"]
 ToggleName = Literal[
     "prefetch", "xla", "depth-first", "threads", "pin-memory", "bf16", "compile-mode"
 ]  # fmt: skip
-InputCauseKind = Literal["cpu", "latency", "mixed"]
+TOGGLE_NAMES: tuple[ToggleName, ...] = get_args(ToggleName)
+# why the input stage is slow: it computes (``cpu``), it waits on storage/network/locks
+# (``latency``), other processes take the cores it needs (``contention``), or a mix
+InputCauseKind = Literal["cpu", "latency", "mixed", "contention"]
+INPUT_CAUSES: tuple[InputCauseKind, ...] = get_args(InputCauseKind)
 RANK_VERDICT_KINDS: tuple[VerdictKind, ...] = ("straggler", "balanced")
 # Why a GPU idles (``gpu-underutilized``'s ``evidence.cause``): kernel launches from Python,
 # host-device copies, other host work, or the allocator near the card's memory
 GpuCause = Literal["launch", "copy", "cpu", "memory-pressure"]
+
+
+# How advice that rests on no measurement ends: " (not measured here: ...)". A comparison that
+# measures it replaces that note with what it measured (``analysis.measured``).
+UNMEASURED = " (not measured here: "
+
+
+def unmeasured(why: str = "") -> str:
+    """The note for advice that rests on no measurement (``why``: what its effect depends on)."""
+    more = f"; {why}" if why else ""
+    return f"{UNMEASURED}Re-run & compare in the o panel, or `sofa-top compare`, measures it{more})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +79,8 @@ class Verdict:
             "severity": self.severity,
             "evidence": dict(self.evidence),
             "recommendations": [r.text for r in self.recommendations],
+            # the optimizer toggle that tries each recommendation (null: none does)
+            "toggles": [r.toggle for r in self.recommendations],
         }
 
     @classmethod
@@ -71,6 +88,7 @@ class Verdict:
         """The inverse of ``as_json`` (for markers read back from a session file); a field
         that is missing or of the wrong type takes its neutral value."""
         recs = d.get("recommendations")
+        toggles = d.get("toggles")
         evidence = d.get("evidence")
         conf = d.get("confidence")
         sev = d.get("severity")
@@ -80,7 +98,15 @@ class Verdict:
             confidence=float(conf) if isinstance(conf, int | float) else 0.0,
             headline=str(d.get("headline") or headline),
             evidence=dict(evidence) if isinstance(evidence, dict) else {},
-            recommendations=tuple(Recommendation(str(t)) for t in recs)
+            recommendations=tuple(
+                Recommendation(
+                    str(t),
+                    one_of(toggles[i], TOGGLE_NAMES)
+                    if isinstance(toggles, list) and i < len(toggles)
+                    else None,
+                )
+                for i, t in enumerate(recs)
+            )
             if isinstance(recs, list)
             else (),
             severity=severity,
@@ -93,22 +119,118 @@ def verdict_kind(value: object) -> VerdictKind:
 
 
 @dataclass(frozen=True, slots=True)
+class TimeSplit:
+    """Where the input producers' time went, as the scheduler accounted it (fractions that add
+    up to 1): on a CPU, runnable but waiting for one, and asleep or blocked (storage, the
+    network, a lock)."""
+
+    on_cpu: float
+    cpu_wait: float
+    blocked: float
+
+    def as_json(self) -> dict[str, float]:
+        """``verdict.evidence.input_time_split``."""
+        return {
+            "on_cpu": round(self.on_cpu, 3),
+            "cpu_wait": round(self.cpu_wait, 3),
+            "blocked": round(self.blocked, 3),
+        }
+
+
+InputCauseSource = Literal["schedstat", "agent", "tree"]
+
+
+@dataclass(frozen=True, slots=True)
 class InputCause:
-    """Why the input stage is slow: ``cpu``, ``latency`` or ``mixed``, with its numbers."""
+    """Why the input stage is slow (``InputCauseKind``), with its numbers."""
 
     cause: InputCauseKind
     cpu_cores: float  # cores busy producing input while the loop waits
     usable_cores: int  # min(cores, the stage's parallelism)
     parallelism: int | None  # the input stage's parallelism, when known
-    source: Literal[
-        "agent", "tree"
-    ]  # "agent" (CPU during each wait) or "tree" (the tree's CPU, no agent)
-    # what of usable_cores the stage could get next to other processes' load (see input_cause)
-    available_cores: float | None = None
+    # "schedstat": the producers' own threads, as the scheduler accounted them; without it
+    # "agent" (the process's CPU during each wait) or "tree" (the tree's CPU, no agent)
+    source: InputCauseSource
+    split: TimeSplit | None = None  # the producers' time (schedstat only)
+    producers: str = ""  # whose time: "the loop's thread", "4 DataLoader workers", ...
+    # other processes keep this many cores busy (measured; None: not known)
+    others_cores: float | None = None
+    contended: bool = False  # the producers notably wait for cores other processes hold
 
     @property
     def utilization(self) -> float:
-        """The share of the cores it could get (its usable ones, less what other processes
-        took, at least an equal share next to them) that the input stage kept busy."""
-        avail = self.available_cores if self.available_cores else max(1, self.usable_cores)
-        return min(1.0, self.cpu_cores / avail)
+        """The share of its usable cores the input stage kept busy."""
+        return min(1.0, self.cpu_cores / max(1, self.usable_cores))
+
+
+MeasuredEffect = Literal["faster", "slower", "unclear", "not-applied"]
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """What a comparison measured for one toggle against the baseline (``compare``, or the
+    optimizer panel): the verdict then carries it and withdraws advice it contradicts."""
+
+    toggle: ToggleName
+    effect: MeasuredEffect
+    speedup: float | None  # median over the baseline's median
+    low: float | None = None  # the speedup's interval (run spread over the baseline's)
+    high: float | None = None
+    parallelism: int | None = None  # the prefetch parallelism it ran at
+    threads: int | None = None  # the thread count it ran at
+    reason: str = ""  # not-applied: why
+    change: str = ""  # the code change that keeps what it measured (compare's ``changes``)
+
+    @property
+    def text(self) -> str:
+        """``measured: prefetch x3.63 at parallelism 16`` (how the verdict quotes it)."""
+        if self.effect == "not-applied" or self.speedup is None:
+            return f"measured: {self.toggle} did not apply ({self.reason or 'nothing to change'})"
+        at = ""
+        if self.parallelism is not None:
+            at = f" at parallelism {self.parallelism}"
+        elif self.threads is not None:
+            at = f" at {self.threads} thread{'s' if self.threads != 1 else ''}"
+        spread = ""
+        if self.low is not None and self.high is not None:
+            spread = f" ({self.low:.2f}-{self.high:.2f})"
+        word = {"faster": "", "slower": ": slower", "unclear": ": no clear difference"}.get(
+            self.effect, ""
+        )
+        return f"measured: {self.toggle} x{self.speedup:.2f}{at}{spread}{word}"
+
+    def as_json(self) -> dict[str, object]:
+        """A ``measured`` event's data (and ``verdict.evidence.measured``' items)."""
+        return {
+            "toggle": self.toggle,
+            "effect": self.effect,
+            "speedup": self.speedup,
+            "low": self.low,
+            "high": self.high,
+            "parallelism": self.parallelism,
+            "threads": self.threads,
+            "reason": self.reason,
+            "change": self.change,
+            "text": self.text,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, object]) -> Measured | None:
+        """The inverse of ``as_json``; None when ``d`` is not one."""
+        toggle = one_of(d.get("toggle"), TOGGLE_NAMES)
+        effect = one_of(d.get("effect"), get_args(MeasuredEffect))
+        if toggle is None or effect is None:
+            return None
+
+        def num(key: str) -> float | None:
+            v = d.get(key)
+            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+        def count(key: str) -> int | None:
+            v = d.get(key)
+            return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+        return cls(
+            toggle, effect, num("speedup"), num("low"), num("high"), count("parallelism"),
+            count("threads"), str(d.get("reason") or ""), str(d.get("change") or ""),
+        )  # fmt: skip

@@ -10,7 +10,7 @@ an older or newer agent did not send takes its neutral value.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 ModelFramework = Literal["torch", "tensorflow"]
@@ -29,6 +29,7 @@ class ModelReport:
     intra_op_threads: int | None = None  # torch.get_num_threads() / TF intra-op pool size
     libraries: tuple[str, ...] = ()  # "transformers", "lightning", "keras" ... when imported
     env: tuple[tuple[str, str], ...] = ()  # OMP_NUM_THREADS, OMP_WAIT_POLICY, ... when set
+    call_s: float | None = None  # the model's median time per call (its forward), when timed
 
     @property
     def keras_model(self) -> bool:
@@ -47,6 +48,7 @@ class ModelReport:
             "intra_op_threads": self.intra_op_threads,
             "libraries": list(self.libraries),
             "env": [list(kv) for kv in self.env],
+            "call_s": self.call_s,
         }
 
 
@@ -75,12 +77,21 @@ def model_report(data: Mapping[str, object]) -> ModelReport | None:
             for kv in (env if isinstance(env, list) else [])
             if isinstance(kv, list | tuple) and len(kv) == 2
         ),
+        call_s=_seconds(data.get("call_s")),
     )
+
+
+def _seconds(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    return None
 
 
 def merge(old: ModelReport | None, new: ModelReport) -> ModelReport:
     """Reports come per framework and event: keep the torch model once one was seen (a TF
     thread-pool report of the same process must not erase it)."""
     if old is None or new.module or not old.module:
+        if old is not None and new.call_s is None and old.module == new.module:
+            return replace(new, call_s=old.call_s)  # the timing came first: keep it
         return new
     return old

@@ -23,11 +23,12 @@ from typing import Any
 
 from sofa_top import __version__
 from sofa_top.analysis import steps as step_facts
+from sofa_top.analysis.causes import Neighbours, neighbours_of, sched_means
 from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats
 from sofa_top.analysis.sources import add_source_dirs
 from sofa_top.analysis.stackstats import summarize, summarize_by_thread
 from sofa_top.analysis.steps import RunFacts
-from sofa_top.analysis.verdicts import MIN_STEPS, WINDOW_S, Evidence, judge, others_cores
+from sofa_top.analysis.verdicts import MIN_STEPS, WINDOW_S, Evidence, judge
 from sofa_top.collectors.base import BACKPRESSURE, Collector
 from sofa_top.collectors.cores import available_cores
 from sofa_top.model.ranks import RankStat
@@ -42,10 +43,11 @@ from sofa_top.model.samples import (
     StackWindow,
     StepSample,
     SystemSample,
+    TreeSched,
 )
 from sofa_top.model.snapshot import LOG_LINES, Snapshot, StackSummary, TargetInfo
 from sofa_top.model.source import OnSnapshot
-from sofa_top.model.verdict import Verdict
+from sofa_top.model.verdict import Measured, Verdict
 from sofa_top.model.workload import ModelReport, merge, model_report
 from sofa_top.recording.ranks_live import RankTracker
 from sofa_top.recording.report import session_verdict
@@ -116,7 +118,10 @@ class Session:
         # (ts, tree CPU, CPU of the tree less the target) per process sample, for the verdict
         self._cpu: deque[tuple[float, float | None, float]] = deque(maxlen=400)
         self._runnable: deque[tuple[float, int]] = deque(maxlen=100)  # (ts, R threads)
-        self._machine: deque[tuple[float, float]] = deque(maxlen=400)  # (ts, busy cores)
+        # (ts, what the tree's threads did since the previous reading), about twice a second
+        self._sched: deque[tuple[float, TreeSched]] = deque(maxlen=100)
+        self._neighbours: Neighbours | None = None  # the last scan of the other processes
+        self._measured: list[Measured] = []  # what comparisons of this workload measured
         # one core count for every number shown: the cores the target may use
         self.cores = available_cores(target.pid) if target.pid > 0 else os.cpu_count() or 1
         self._model: ModelReport | None = None
@@ -309,6 +314,8 @@ class Session:
             self._cpu.append((s.ts, s.tree_cpu_percent, children))
             if s.tree_runnable is not None:
                 self._runnable.append((s.ts, s.tree_runnable))
+            if s.sched is not None:
+                self._sched.append((s.ts, s.sched))
             if s.cores is not None:
                 self.cores = s.cores
             if not s.target_alive and not self.target_exited:
@@ -319,8 +326,6 @@ class Session:
                 self._publish_due = True  # the exit's verdict, at once
         elif isinstance(s, SystemSample):
             self._system = s
-            if s.cpu_per_core:
-                self._machine.append((s.ts, sum(s.cpu_per_core) / 100.0))
         elif isinstance(s, GpuSample):
             self._gpu = s
         elif isinstance(s, StackWindow):
@@ -336,7 +341,11 @@ class Session:
                 self._progress[str(s.data.get("stream"))] = s
             elif s.kind == "log-dropped":
                 self._logs_dropped = int(str(s.data.get("dropped", 0)))
+            elif s.kind == "neighbours":  # a reading, not a marker: kept out of the events
+                self._neighbours = neighbours_of(s.data) or self._neighbours
             else:
+                if s.kind == "measured" and (m := Measured.from_json(s.data)) is not None:
+                    self._measured.append(m)
                 if s.kind == "agent-model" and (report := model_report(s.data)) is not None:
                     self._model = merge(self._model, report)
                 self._events.append(s)
@@ -492,7 +501,6 @@ class Session:
         tree_cpu = statistics.fmean(t for t, _ in recent) if recent else None
         child_cpu = statistics.fmean(c for _, c in recent) if recent else None
         runnable = [n for ts, n in self._runnable if ts >= cutoff]
-        machine = [b for ts, b in self._machine if ts >= cutoff]
         verdict = judge(
             Evidence(
                 steps=steps,
@@ -507,15 +515,20 @@ class Session:
                 cuda=[c for c in self._cuda if c.ts >= now - CUDA_WINDOW_S],
                 facts=facts,
                 runnable_threads=statistics.fmean(runnable) if runnable else None,
-                others_cores=others_cores(
-                    statistics.fmean(machine) if machine else None, tree_cpu, self.cores
-                ),
                 model=self._model,
+                sched=sched_means(r for ts, r in self._sched if ts >= cutoff),
+                neighbours=self._neighbours,
+                measured=tuple(self._measured),
                 training=self._training,
             )
         )
         prev = self._verdict
-        if prev is None or (prev.kind, prev.severity) != (verdict.kind, verdict.severity):
+        # a new measurement is a change too: the marker then carries what was measured
+        if prev is None or (prev.kind, prev.severity, _measured(prev)) != (
+            verdict.kind,
+            verdict.severity,
+            _measured(verdict),
+        ):
             ev = Event(now, "verdict", verdict.headline, verdict.as_json())
             self._events.append(ev)
             self.store.write([ev])
@@ -524,6 +537,12 @@ class Session:
 
     def steps(self) -> list[StepSample]:
         return list(self._steps)
+
+    def note_measured(self, measured: Sequence[Measured]) -> None:
+        """What a comparison of this workload measured: stored in the session, and carried by
+        its verdict from the next judgement on (thread-safe: through the hub's queue)."""
+        for m in measured:
+            self._emit(Event(time.time(), "measured", m.text, m.as_json()))
 
     def _stderr_tail(self) -> str | None:
         """The line of the workload's stderr that names its error (as ``record --json`` reads
@@ -545,6 +564,12 @@ class Session:
             cb(self.snapshot())
         except Exception as exc:  # the UI going away must not stop recording
             self._events.append(Event(time.time(), "ui-error", f"snapshot delivery failed: {exc}"))
+
+
+def _measured(v: Verdict) -> int:
+    """How many measurements a verdict quotes."""
+    m = v.evidence.get("measured")
+    return len(m) if isinstance(m, list) else 0
 
 
 def session_file(path: str | None, name: str) -> Path:

@@ -500,11 +500,11 @@ def _pipeline(data: str | None) -> PipelineSample | None:
 
 
 def _step(row: tuple[Any, ...]) -> StepSample:
-    values = list(row)
-    values[12] = gpu_busy_source(values[12])
-    values[16] = phase_hint(values[16])
-    values[17] = None if values[17] is None else bool(values[17])
-    return StepSample(*values)
+    values = dict(zip(STEP_COLUMNS, row, strict=True))
+    values["gpu_busy_source"] = gpu_busy_source(values["gpu_busy_source"])
+    values["phase_hint"] = phase_hint(values["phase_hint"])
+    values["autograd"] = None if values["autograd"] is None else bool(values["autograd"])
+    return StepSample(**values)
 
 
 def _event(ts: float, kind: str, message: str | None, data: str | None) -> Event:

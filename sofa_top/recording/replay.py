@@ -63,6 +63,7 @@ HIDDEN_EVENT_KINDS = (
     "log",
     "log-progress",
     "log-dropped",
+    "neighbours",
 )  # stored, not hub events
 RANK_STEPS_KEPT = 50_000  # the ranks' steps of one verdict window (8 ranks at 600 steps/s)
 MARKER_KIND = "verdict"

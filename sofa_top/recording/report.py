@@ -7,7 +7,8 @@ The JSON schema is ``record.schema.json`` beside this file (tests validate again
      "target": {"pid", "name", "cmdline"}, "started": UNIX, "ended": UNIX|null,
      "duration_s": S, "exit_code": INT|null, "end_reason": STR,
      "dropped_samples": samples sofa-top itself dropped because its writer fell behind,
-     "verdict": {"kind", "confidence", "evidence", "recommendations"} | null,
+     "verdict": {"kind", "confidence", "evidence", "recommendations"} | null (a distributed job
+                 with a straggler: the straggler's, its job-level average in evidence.job_verdict),
      "workload_error": the last line the workload wrote to stderr when it failed | null,
      "steps": {"count", "median_step_s", "input_wait_fraction" (null: the clock cannot see
                input), "p50_s", "p90_s", "p99_s", "phase": the phase these numbers are of,
@@ -47,11 +48,17 @@ from pathlib import Path
 from typing import Any
 
 from sofa_top.analysis import steps as step_facts
-from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats, straggler_json
+from sofa_top.analysis.causes import Neighbours, neighbours_of, readings_of, sched_means
+from sofa_top.analysis.ranks import (
+    cross_rank_verdict,
+    headline_verdict,
+    rank_stats,
+    straggler_json,
+)
 from sofa_top.analysis.sources import add_source_dirs
 from sofa_top.analysis.stackstats import summarize
 from sofa_top.analysis.steps import RunFacts
-from sofa_top.analysis.verdicts import Evidence, judge, others_cores
+from sofa_top.analysis.verdicts import Evidence, judge
 from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import (
     AgentInfo,
@@ -60,9 +67,10 @@ from sofa_top.model.samples import (
     PipelineSample,
     StackWindow,
     StepSample,
+    TreeSched,
 )
 from sofa_top.model.snapshot import StackSummary
-from sofa_top.model.verdict import Verdict
+from sofa_top.model.verdict import Measured, Verdict
 from sofa_top.model.workload import ModelReport
 from sofa_top.recording.ranks_live import session_ranks
 from sofa_top.recording.reader import SessionReader, launched
@@ -100,6 +108,10 @@ class _Read:
     final_verdict: Verdict | None = None  # the one the hub judged at the session's end
     model: ModelReport | None = None
     injected: bool = False  # attach mode: the agent was injected into the running target
+    sched: tuple[TreeSched, ...] = ()  # the scheduler's accounting of the tree's threads
+    runnable: tuple[float, ...] = ()  # its runnable threads, counted while the loop ran
+    neighbours: Neighbours | None = None  # the last scan of the other processes
+    measured: tuple[Measured, ...] = ()  # what comparisons of this workload measured
 
 
 def _ranks(reader: SessionReader, steps: list[StepSample], cpu_count: int) -> tuple[RankStat, ...]:
@@ -134,6 +146,9 @@ def _read(path: Path) -> _Read:
         agent = reader.agent_info(target_pid)
         steps = step_facts.valid_steps(reader.steps(), agent)
         raw = {n: reader.points(n) for n in reader.series_names() if not n.startswith("proc.")}
+        neighbours = [n for e in reader.events("neighbours") if (n := neighbours_of(e.data))]
+        # what the threads did while the loop ran (not the interpreter's start and imports)
+        loop = min((s.start for s in steps), default=None)
         return _Read(
             meta=meta,
             points={name: [v for _, v, _ in pts] for name, pts in raw.items()},
@@ -155,17 +170,26 @@ def _read(path: Path) -> _Read:
             final_verdict=final_verdict(reader.events("verdict")),
             model=reader.model_report(),
             injected=any(e.data.get("mode") == "attach" for e in reader.events("agent-connected")),
+            sched=tuple(
+                readings_of({n: [(t, v) for t, v, _ in pts] for n, pts in raw.items()}, loop)
+            ),
+            runnable=tuple(
+                v for t, v, _ in raw.get("tree.runnable", []) if v is not None and t > (loop or 0.0)
+            ),
+            neighbours=_typical(neighbours),
+            measured=tuple(
+                m for e in reader.events("measured") if (m := Measured.from_json(e.data))
+            ),
         )
     finally:
         reader.close()
 
 
-def _others(r: _Read, tree_mean: float | None) -> float | None:
-    """Cores other processes kept busy over the session, on the tree's cores."""
-    machine = int(r.meta.get("machine_cpu_count") or r.meta.get("cpu_count") or 1)
-    sys_mean = _stats(r.points.get("sys.cpu", []))[0]
-    busy = None if sys_mean is None else sys_mean / 100.0 * machine
-    return others_cores(busy, tree_mean, int(r.meta.get("cpu_count") or 1), machine)
+def _typical(scans: list[Neighbours]) -> Neighbours | None:
+    """The other processes' load over the session: the scan at their median load."""
+    if not scans:
+        return None
+    return sorted(scans, key=lambda n: n.others_cores)[len(scans) // 2]
 
 
 def _stacks_json(windows: list[StackWindow], summary: StackSummary | None) -> dict[str, Any]:
@@ -287,10 +311,12 @@ def _judge_read(r: _Read, facts: RunFacts, summary: StackSummary | None) -> Verd
             pipeline=r.pipeline,
             child_cpu=None if tree_mean is None else max(0.0, tree_mean - (target_mean or 0.0)),
             cuda=r.cuda,
-            runnable_threads=_stats(pts.get("tree.runnable", []))[0],
-            others_cores=_others(r, tree_mean),
+            runnable_threads=_stats(list(r.runnable or pts.get("tree.runnable", [])))[0],
             model=r.model,
             facts=facts,
+            sched=sched_means(r.sched),
+            neighbours=r.neighbours,
+            measured=r.measured,
             training=step_facts.trained(r.steps),
         )
     )
@@ -314,8 +340,11 @@ def session_summary(path: str | Path) -> dict[str, Any]:
     sys_mean, _ = _stats(pts.get("sys.cpu", []))
     summary = summarize(r.windows) if r.windows else None
     facts = _facts(r)
-    verdict = r.final_verdict or _judge_read(r, facts, summary)
+    # measurements a comparison appended after the session ended are judged with it
+    final = r.final_verdict if not r.measured else None
+    verdict = final or _judge_read(r, facts, summary)
     rank_verdict = cross_rank_verdict(r.ranks)
+    verdict = headline_verdict(verdict, rank_verdict) or verdict
     return {
         "schema": SCHEMA_VERSION,
         "session": str(path),

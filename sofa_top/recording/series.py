@@ -6,6 +6,12 @@ disagree about what a series means. Series names are documented here and nowhere
 - ``tree.cpu`` (% of one core, summed over the target tree), ``tree.rss`` (bytes),
   ``tree.read_rate`` / ``tree.write_rate`` (bytes/s), ``tree.threads``, ``tree.runnable``
   (threads running or waiting for a core, counted about twice a second)
+- ``sched.<group>.on_cpu`` / ``sched.<group>.cpu_wait`` (cores: seconds per second on a CPU,
+  and runnable but waiting for one, from the scheduler's accounting) and
+  ``sched.<group>.threads``, for the groups ``loop`` (the target's main thread), ``threads``
+  (its other threads), ``workers`` (its input worker processes; ``sched.workers.procs``
+  counts them) and ``tree``; ``sched.tree.io_blocked`` (threads in disk I/O at the reading);
+  about twice a second, with ``tree.runnable``
 - ``proc.<pid>.cpu`` / ``proc.<pid>.rss`` (per process of the tree; store only)
 - ``sys.cpu`` (0..100, mean of cores), ``sys.cpu.<i>``, ``sys.iowait``, ``sys.mem_used``,
   ``sys.swap_used``
@@ -31,6 +37,7 @@ from sofa_top.model.samples import (
     StackWindow,
     StepSample,
     SystemSample,
+    TreeSched,
     throttle_mask,
 )
 from sofa_top.model.units import Timestamp
@@ -47,6 +54,10 @@ UNITS: dict[str, str] = {
     "write_rate": "B/s",
     "threads": "",
     "runnable": "",
+    "on_cpu": "cores",
+    "cpu_wait": "cores",
+    "procs": "",
+    "io_blocked": "",
     "iowait": "%",
     "mem_used": "B",
     "swap_used": "B",
@@ -112,6 +123,8 @@ def points_of(sample: Sample, rates: RateState) -> list[SeriesPoint]:
         ]
         if sample.tree_runnable is not None:  # counted about twice a second
             pts.append(("tree.runnable", float(sample.tree_runnable), err))
+        if sample.sched is not None:
+            pts.extend(sched_points(sample.sched))
         for p in sample.procs:
             if p.alive:
                 pts.append((f"proc.{p.pid}.cpu", p.cpu_percent, p.error))
@@ -182,3 +195,21 @@ def _gpu_extra(d: GpuDevice, errs: dict[str, str]) -> list[SeriesPoint]:
 
 def _num(v: int | float | None) -> float | None:
     return None if v is None else float(v)
+
+
+def sched_points(sched: TreeSched) -> list[SeriesPoint]:
+    """The ``sched.*`` points of one reading of the scheduler's accounting."""
+    if sched.error is not None:
+        return [("sched.tree.on_cpu", None, sched.error)]
+    pts: list[SeriesPoint] = []
+    for group, t in sched.groups:
+        pts += [
+            (f"sched.{group}.on_cpu", t.on_cpu, None),
+            (f"sched.{group}.cpu_wait", t.cpu_wait, None),
+            (f"sched.{group}.threads", float(t.threads), None),
+        ]
+        if group == "workers":
+            pts.append(("sched.workers.procs", float(t.procs), None))
+        if group == "tree":
+            pts.append(("sched.tree.io_blocked", float(t.io_blocked), None))
+    return pts

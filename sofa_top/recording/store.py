@@ -18,10 +18,12 @@ Schema (version ``SCHEMA_VERSION``, also in ``PRAGMA user_version``):
   error, hint)`` and ``stack_counts(window_id, pid, tid, thread_name, stack_id, count, klass)``.
 - ``steps(ts, step, start, duration_s, input_wait_s, source, batch_size, pid, wait_cpu_s,
   collective_s, gpu_span_s, gpu_busy_s, gpu_busy_source, forward_s, backward_s, optimizer_s,
-  phase_hint, autograd)`` (``wait_cpu_s`` since v2;
+  phase_hint, autograd, wait_run_s, wait_queue_s)`` (``wait_cpu_s`` since v2;
   ``collective_s`` -- the time the step was blocked in torch.distributed collectives -- and the
   ``gpu_*`` columns since v3; older files read them as NULL; the compute spans
-  ``forward_s``, ``backward_s``, ``optimizer_s``, ``phase_hint`` and ``autograd`` since v4).
+  ``forward_s``, ``backward_s``, ``optimizer_s``, ``phase_hint`` and ``autograd`` since v4;
+  ``wait_run_s`` / ``wait_queue_s``, the loop thread's time on a CPU and waiting for one during
+  the input wait, since v5).
 - ``events(ts REAL, kind TEXT, message TEXT, data TEXT)`` -- markers (JSON data); agent reports,
   tf.data pipelines and CUDA readings are stored here too (kinds ``agent``, ``pipeline``,
   ``cuda``), and so are the ranks of a distributed job (kinds ``rank``, ``rank-exit``,
@@ -59,7 +61,7 @@ from sofa_top.model.samples import (
 )
 from sofa_top.recording.series import RateState, SeriesPoint, points_of, unit_of
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -79,7 +81,8 @@ CREATE INDEX IF NOT EXISTS stack_counts_by_window ON stack_counts (window_id);
 CREATE TABLE IF NOT EXISTS steps (ts REAL, step INTEGER, start REAL, duration_s REAL,
     input_wait_s REAL, source TEXT, batch_size INTEGER, pid INTEGER, wait_cpu_s REAL,
     collective_s REAL, gpu_span_s REAL, gpu_busy_s REAL, gpu_busy_source TEXT, forward_s REAL,
-    backward_s REAL, optimizer_s REAL, phase_hint TEXT, autograd INTEGER);
+    backward_s REAL, optimizer_s REAL, phase_hint TEXT, autograd INTEGER, wait_run_s REAL,
+    wait_queue_s REAL);
 CREATE TABLE IF NOT EXISTS events (ts REAL NOT NULL, kind TEXT NOT NULL, message TEXT,
     data TEXT);
 CREATE INDEX IF NOT EXISTS events_by_kind ON events (kind, ts);
@@ -105,6 +108,8 @@ STEP_COLUMNS = (
     "optimizer_s",
     "phase_hint",
     "autograd",
+    "wait_run_s",
+    "wait_queue_s",
 )  # fmt: skip  (StepSample's field order)
 
 
@@ -246,6 +251,8 @@ class SessionStore:
                     s.optimizer_s,
                     s.phase_hint,
                     s.autograd,
+                    s.wait_run_s,
+                    s.wait_queue_s,
                 ),
             )
         elif isinstance(s, Event):
@@ -280,6 +287,25 @@ class SessionStore:
         with contextlib.suppress(sqlite3.Error):
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._db.close()
+
+
+def append_events(path: Path, events: Iterable[Event]) -> None:
+    """Add ``events`` to a finished session file (what a later comparison measured of its
+    workload); raises UserError when the file cannot be written."""
+    if not path.is_file():
+        raise UserError(f"no such session file: {path}")
+    try:
+        db = connect(path, readonly=False)
+        try:
+            with db:
+                db.executemany(
+                    "INSERT INTO events VALUES (?, ?, ?, ?)",
+                    [(e.ts, e.kind, e.message, json.dumps(e.data, default=str)) for e in events],
+                )
+        finally:
+            db.close()
+    except (OSError, sqlite3.Error) as exc:
+        raise UserError(f"cannot add to session file {path}: {_reason(exc)}") from None
 
 
 def _reason(exc: BaseException) -> str:

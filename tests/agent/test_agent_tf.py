@@ -7,6 +7,7 @@ workload run once by the real ``sofa-top record``); the rest run their own shape
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,41 @@ def test_tf_data_runtime_pipeline_view() -> None:
     assert all(s.self_time_s is None or s.self_time_s >= 0 for s in stages)
     assert sum(s.is_bottleneck for s in stages) == 1
     assert not any(s.is_bottleneck and s.kind == "prefetch" for s in stages)
+
+
+SERIAL_AND_PARALLEL = """
+import json
+import tensorflow as tf
+from sofa_top.agent.hooks_tf import runtime_stages
+
+opts = tf.data.Options()
+opts.autotune.enabled = True
+opts.experimental_optimization.map_parallelization = False
+opts.experimental_optimization.inject_prefetch = False
+opts.experimental_optimization.map_and_batch_fusion = False
+out = {}
+for name, calls in (("serial", None), ("parallel", 3)):
+    ds = tf.data.Dataset.range(10_000).map(lambda x: x * 2, num_parallel_calls=calls)
+    it = iter(ds.batch(4).with_options(opts))
+    for _ in range(200):
+        next(it)
+    out[name] = [(s["kind"], s["parallelism"]) for s in runtime_stages(it)[0]]
+print(json.dumps(out))
+"""
+
+
+def test_tf_data_runtime_view_reads_a_plain_map_as_serial() -> None:
+    """tf.data's model has no parallelism parameter on a plain ``Map`` node (``Dataset.map``
+    without ``num_parallel_calls``, left serial by the options the SOFA case study sets): the
+    runtime view says 1, as the declared one does, so the input advice offers parallel calls
+    rather than reading it as AUTOTUNE over every core."""
+    proc = subprocess.run(
+        [sys.executable, "-c", SERIAL_AND_PARALLEL], capture_output=True, text=True, timeout=280
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert ["map", 1] in out["serial"], out
+    assert ["map", 3] in out["parallel"], out
 
 
 @pytest.mark.parametrize("mode", ["input", "compute"])
