@@ -69,7 +69,8 @@ def test_snapshot_at_a_cursor(replay: ReplaySource) -> None:
     # Stacks: the windows that ended in the 5 s up to the cursor (T0+1 .. T0+4).
     assert s.stacks is not None
     assert (s.stacks.ts_start, s.stacks.ts_end) == (T0, T0 + 4)
-    assert s.stacks.thread_samples == 4 * 200
+    # the worker's idle samples in its loop wait for work: counted apart from the loop's
+    assert s.stacks.thread_samples == 4 * 160 and s.stacks.idle_thread_samples == 4 * 40
     assert set(s.stacks_by_thread) == {MAIN_TID, CHILD}
     main = s.stacks_by_thread[MAIN_TID]
     assert main.split["input"] == pytest.approx(0.3) and main.split["compute"] == pytest.approx(0.7)
