@@ -155,9 +155,10 @@ def test_cause_and_advice_agree_with_what_compare_measures(
             assert ev["oversubscribed_by"] in ("neighbours", "both"), ev
             caps = [r for r in recs if "set_num_threads" in r]
             assert caps and all(UNMEASURED in r for r in caps), recs
+        # None: the clock cannot see input (LBFGS calls its model inside optimizer.step())
         frac = ev["input_fraction"]
-        assert frac < INPUT_BOUND_FRACTION, ev
-        if frac >= MODERATE_INPUT_FRACTION:
+        assert frac is None or frac < INPUT_BOUND_FRACTION, ev
+        if frac is not None and frac >= MODERATE_INPUT_FRACTION:
             # the input share, and at most 1/(1-f) from its lever, offered after the compute
             # advice and not as a sure thing
             said = re.search(r"at most (\d+\.\d\d)x", v["headline"])
@@ -178,7 +179,9 @@ def test_cause_and_advice_agree_with_what_compare_measures(
     assert levers, (recs, off)
     par = next((_parallelism(r) for t, r in advised if t == "prefetch"), None)
     # an LBFGS step is several passes of the model: fewer of them measure as well
-    result = _compare(tmp_path, argv, ["baseline", *levers], par, 30 if causes else 8)
+    # the cpu shape's steps take a few ms: 30 of them are within its workers' warm-up
+    steps = 300 if shape == "cpu" else 30 if causes else 8
+    result = _compare(tmp_path, argv, ["baseline", *levers], par, steps)
     runs = {r["config"]: r for r in result["runs"]}
     for t in sure:
         assert runs[t]["effect"] == "faster", (t, runs[t], result["best_note"])

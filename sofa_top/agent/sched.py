@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 
 
 class _SchedFile:
@@ -37,16 +38,21 @@ NO_SCHED = (-1, -1)
 
 
 def thread_sched() -> tuple[int, int]:
-    """The calling thread's time on a CPU and runnable but waiting for one so far (ns), as the
-    scheduler accounts it; ``NO_SCHED`` where it does not (no /proc, no schedstat)."""
+    """The calling thread's time on a CPU and runnable but waiting for one so far (ns);
+    ``NO_SCHED`` where the scheduler does not account the wait (no /proc, no schedstat).
+
+    The time on a CPU is the thread's CPU clock: schedstat's running total of a thread that is
+    running is only brought up to date at a tick or a switch, so a 2 ms fetch that ran through
+    neither read as 0 on a CPU (blocked). The wait for a CPU is schedstat's: it is added when
+    the thread gets its CPU back, so a running thread's total is whole."""
     f = getattr(_sched_files, "file", None)
     if f is None:
         f = _sched_files.file = _SchedFile()  # closed with the thread's locals
     if f.fd < 0:
         return NO_SCHED
     try:
-        run, queue = os.pread(f.fd, 96, 0).split()[:2]
-        return int(run), int(queue)
+        queue = int(os.pread(f.fd, 96, 0).split()[1])
+        return time.thread_time_ns(), queue
     except (OSError, ValueError):
         f.fd = -1
         return NO_SCHED

@@ -4,8 +4,9 @@ Usage: ``python input_shapes_torch.py --shape cpu|latency [--seconds S]`` (defau
 until killed). ``DataLoader(num_workers=0)`` feeds a small model trained with
 ``optimizer.step()``; it prints ``step N loss=X`` every 20 steps.
 
-``--shape cpu``: each ``__getitem__`` costs CPU tensor ops (an FFT and matmuls, intra-op threads
-kept at 1 so one worker is about one core) -- about 8 ms per batch. ``--shape latency``: each
+``--shape cpu``: each ``__getitem__`` costs CPU tensor ops (an FFT and 32 matmuls of 96x96,
+intra-op threads kept at 1 so one worker is about one core) -- about 8 ms per batch on a
+2-core VM: well above what handing a batch over from a worker costs. ``--shape latency``: each
 ``__getitem__`` waits 4 ms (``time.sleep``, as a slow storage or network read would) and costs
 almost no CPU.
 """
@@ -22,7 +23,7 @@ from torch.utils.data import DataLoader, Dataset
 BATCH = 8
 FEATURES = 64
 LATENCY_S = 0.004
-MATMULS = 8
+MATMULS = 32
 
 
 class Samples(Dataset[tuple[torch.Tensor, int]]):
