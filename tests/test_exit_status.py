@@ -88,9 +88,14 @@ def test_record_keep_running_leaves_the_workload_on_a_signal(tmp_path: Path) -> 
             os.kill(workload.pid, signal.SIGKILL)
 
 
-def test_compare_ctrl_c_exits_130_and_stops_the_run(tmp_path: Path) -> None:
-    """Ctrl-C mid-run: 130, no traceback, the run's workload stopped (no process of it left)
-    and its session finalized as interrupted."""
+@pytest.mark.parametrize(
+    ("signame", "status"), [("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 129)]
+)
+def test_compare_ctrl_c_exits_130_and_stops_the_run(
+    tmp_path: Path, signame: str, status: int
+) -> None:
+    """Ctrl-C (or SIGTERM, or the terminal's SIGHUP) mid-run: 128 + N, no traceback, the run's
+    workload stopped (no process of it left) and its session finalized as interrupted."""
     import signal
     import subprocess
 
@@ -115,9 +120,9 @@ def test_compare_ctrl_c_exits_130_and_stops_the_run(tmp_path: Path) -> None:
             return len(job) >= 3 and any(tmp_path.glob("*.sofa"))  # the loop and 2 workers
 
         wait_for(running, 120, "the baseline's loop and its workers")
-        cmp.send_signal(signal.SIGINT)
+        cmp.send_signal(signal.Signals[signame])
         _, err = cmp.communicate(timeout=60)
-        assert cmp.returncode == 130, err
+        assert cmp.returncode == status, err
         assert "Traceback" not in err
         left = [p for p in job if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         assert left == [], left

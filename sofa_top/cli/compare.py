@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import sys
+import threading
 from typing import Any
 
 from rich.console import Console
@@ -86,9 +88,37 @@ def _print_progress(event: CompareEvent) -> None:
     print(progress_line(event), file=sys.stderr, flush=True)
 
 
+class _Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (a closed terminal, a job scheduler): compare stops as on Ctrl-C (the
+    run it was in is stopped and its session finalized), and exits 128 + N."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum: int, _frame: object) -> None:
+    raise _Stopped(signum)
+
+
 def compare_main(args: argparse.Namespace) -> int:
     """Run ``sofa-top compare`` (``args.cmd`` holds the command after ``--``). Exit status 1
-    when the baseline failed (compare stops there) or every configuration failed."""
+    when the baseline failed (compare stops there) or every configuration failed; 128 + N when
+    signal N stopped it."""
+    if threading.current_thread() is not threading.main_thread():
+        return _compare(args)
+    stops = (signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.signal(sig, _stop) for sig in stops}
+    try:
+        return _compare(args)
+    except _Stopped as exc:
+        return 128 + exc.signum
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _compare(args: argparse.Namespace) -> int:
     cmd = list(getattr(args, "cmd", []) or [])
     like = None
     if getattr(args, "like", None) is not None:
