@@ -107,8 +107,11 @@ def test_compare_ctrl_c_exits_130_and_stops_the_run(
 
     loop = [sys.executable, str(WORKLOADS / "agent_torch.py"), "--mode", "input"]
     cmp = subprocess.Popen(
+        # each run measures for 300 s: the signal lands in the baseline's, however slow the
+        # machine is to show its processes
         [SOFA_TOP, "compare", "--configs", "baseline,prefetch", "--repeats", "1",
-         "-o", str(tmp_path), "--", *loop, "--workers", "2", "--seconds", "600"],
+         "--seconds", "300", "-o", str(tmp_path), "--",
+         *loop, "--workers", "2", "--seconds", "600"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     job: list[psutil.Process] = []

@@ -76,10 +76,13 @@ def test_input_fraction_matches_the_workloads_own(
         assert (v["kind"], v["severity"]) == ("input-bound", "high"), v
     else:
         # A compute-bound workload with tiny steps can still wait 5-20% for input on this
-        # machine (XProf's "moderately input-bound" band, where whole-session and steady-state
-        # fractions straddle the threshold); it must never be called highly input-bound.
+        # machine: never input-bound (input leads from 20%). On a loaded machine other
+        # processes may hold the cores its pool wants: then they, not its pool, are named.
         assert own < HIGH_INPUT_FRACTION, own
-        assert v["kind"] == "compute-bound" or v["severity"] == "moderate", v
+        assert v["kind"] == "compute-bound" or (
+            v["kind"] == "cpu-oversubscribed"
+            and v["evidence"]["oversubscribed_by"] in ("neighbours", "both")
+        ), v
 
 
 @pytest.mark.slow

@@ -220,8 +220,9 @@ def test_default_pools_on_the_cores_they_are_given_are_not_oversubscribed(
         tmp_path, "taskset", "-c", "0", sys.executable, str(WORKLOADS / script), *args, *extra
     )
     v = summary["verdict"]
-    assert v["kind"] == "compute-bound" or (v["kind"], v["severity"]) == (
-        "input-bound",
-        "moderate",
+    # other processes on core 0 (a loaded machine) may hold it: then the neighbours, never
+    # the workload's own pool, are what oversubscribes it
+    assert v["kind"] == "compute-bound" or (
+        v["kind"] == "cpu-oversubscribed" and v["evidence"]["oversubscribed_by"] == "neighbours"
     ), v
     assert summary["cpu"]["cores"] == 1

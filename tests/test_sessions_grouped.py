@@ -40,15 +40,16 @@ def test_a_command_line_reads_as_the_script(cmdline: tuple[str, ...], shown: str
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One user session (``record`` of a script with arguments), then a real comparison of two
-    configurations, in one data directory."""
+    configurations, two runs each (no more at any noise: ``--max-repeats 2``), in one data
+    directory."""
     d = tmp_path_factory.mktemp("grouped")
     env = {"SOFA_TOP_DATA_DIR": str(d)}
     script = str(WORKLOADS / "torch_seeded.py")
     mine = run_cli("record", "--", sys.executable, script, "--epochs", "2", env=env, timeout=240)
     assert mine.returncode == 0, mine.stderr
     compare = run_cli(
-        "compare", "--configs", "baseline,prefetch", "--repeats", "2", "--steps", "10",
-        "--warmup-steps", "2", "--parallelism", "1", "--",
+        "compare", "--configs", "baseline,prefetch", "--repeats", "2", "--max-repeats", "2",
+        "--steps", "10", "--warmup-steps", "2", "--parallelism", "1", "--",
         sys.executable, script, "--epochs", "30",
         env=env, timeout=480,
     )  # fmt: skip
