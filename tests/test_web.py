@@ -139,6 +139,15 @@ def viewers(owner: Owner) -> list[psutil.Process]:
     return found
 
 
+def command_line(screen: str) -> str:
+    """The home screen's command box row (the one under its "launch a command" border)."""
+    rows = screen.splitlines()
+    for i, row in enumerate(rows[:-1]):
+        if "─ launch a command ─" in row:  # its border, not the title line above
+            return rows[i + 1]
+    return ""
+
+
 def test_serve_and_launch_help() -> None:
     for argv in (["serve", "--help"], ["launch", "--help"]):
         r = subprocess.run([SOFA_TOP, *argv], capture_output=True, text=True, timeout=60)
@@ -275,8 +284,11 @@ def test_serve_home_launches_a_run_the_page_does_not_own(tmp_path: Path) -> None
                 await page.wait_screen(
                     lambda s: "no saved session" in s and "scanning" not in s, 60, "the home"
                 )
-                # "/" focuses the command line; what is typed must show there before Enter
-                # (a key that arrived before the page had focus would leave it elsewhere)
+                # "/" focuses the command line; what is typed must show IN it before Enter. Look
+                # at the command box's own row: the process list above it may show the same
+                # command line (another test's workload), which matched where the typed text
+                # had gone nowhere, and Enter then went to an empty line.
+                typed = False
                 for _ in range(5):
                     await page.press("/")
                     # a retry finds the line focused, the "/" and the earlier text in it:
@@ -284,10 +296,21 @@ def test_serve_home_launches_a_run_the_page_does_not_own(tmp_path: Path) -> None
                     await page.ctrl("u")
                     await page.type_text(command)
                     try:
-                        await page.wait_text("torch_input_bound.py 300", 5)
+                        await page.wait_screen(
+                            lambda s: "torch_input_bound.py 300" in command_line(s),
+                            5,
+                            "the command in the command line",
+                        )
+                        typed = True
                         break
                     except TimeoutError:
                         continue
+                if not typed:
+                    shown = await page.screen_text()
+                    raise AssertionError(
+                        f"the typed command never showed in the command line:\n{shown}\n"
+                        f"the server printed:\n{''.join(owner.err[-40:] + owner.out[-20:])}"
+                    )
                 await page.enter()
                 screen = await owner.on_page(page.wait_text("INPUT-BOUND", 180))
                 assert "/view/" in await page.location()
