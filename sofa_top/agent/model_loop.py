@@ -126,6 +126,9 @@ class ModelLoop:
         self._collective_at = 0.0
         self._held: StepRecord | None = None
         self._passing = False
+        # told of each outermost model call (the model, its seconds) while set: the model
+        # probe's timing, which torch module hooks would do with a frame more per nested call
+        self.call_timer: Callable[[object, float], None] | None = None
         agent.step_gate = self._gate
 
     # -- the rare path: once per outermost model call ---------------------------------------
