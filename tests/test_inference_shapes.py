@@ -50,6 +50,11 @@ SHAPES = {
     name: (SCRIPT, ("--shape", name, "--seconds", SECONDS), 3)
     for name in [*CASES, "torch-eval", "keras-fit-val"]
 }
+SHAPES["train-loss-first"] = (
+    SCRIPT,
+    ("--shape", "train-inloop", "--seconds", SECONDS, "--loss-first"),
+    3,
+)
 # the advice of one framework that must never reach a model of the other
 TF_ONLY = re.compile(r"tf\.data|tf\.function|jit_compile|XLA|tf\.stack")
 TORCH_ONLY = re.compile(r"DataLoader|torch\.|num_workers")
@@ -98,6 +103,17 @@ def check_verdict(summary: dict[str, Any], kind: str, framework: str) -> None:
             assert "num_parallel_calls" in recs, recs
     if summary["steps"]["phase"] != "train":
         assert "train" not in verdict["headline"], verdict["headline"]
+
+
+def test_a_loss_seen_before_the_model_does_not_lead_its_steps(shapes: Recordings) -> None:
+    """The first call the model-call clock sees is the criterion's (attached inside the
+    model's forward; here a loss checked before the loop): the model, which holds weights,
+    leads the steps once called, and its host time (the in-loop decoding) is the input wait,
+    where the loss's (none: it follows the forward) would make it ~0."""
+    run = shapes.get("train-loss-first")
+    assert run.exit_code == 0, run.describe()
+    steps = check_steps(run.summary, "torch-model-call", run.value("PREP_FRACTION"))
+    assert steps["phase"] == "train", steps
 
 
 @pytest.mark.parametrize("shape", list(CASES))

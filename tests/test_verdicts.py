@@ -24,7 +24,7 @@ from sofa_top.model.samples import (
     StepSample,
     SystemSample,
 )
-from sofa_top.model.snapshot import StackSummary, ThreadStat
+from sofa_top.model.snapshot import FunctionStat, StackSummary, ThreadStat
 from sofa_top.optimizers.advice import toggles_off
 
 
@@ -143,6 +143,24 @@ def test_few_steps_fall_back_to_stacks() -> None:
 )
 def test_attach_mode_from_stacks(split: dict[str, float], kind: str) -> None:
     assert judge(Evidence(stacks=_stacks(**split), tree_cpu=90.0)).kind == kind
+
+
+def test_stacks_alone_name_the_models_framework_not_its_inputs() -> None:
+    """A torch model fed by TensorFlow's image ops, attached without the agent: the hot
+    functions are TensorFlow's (the model's calls, little work of their own, rank below 30th),
+    and the fix is still the torch model's, not tf.data's."""
+    tf_ops = [
+        FunctionStat(f"op{i}", "tensorflow/python/ops/gen_math_ops.py", 1, 2.0, 2.0, "t", "input")
+        for i in range(45)
+    ]
+    model = FunctionStat(
+        "Module._call_impl", "torch/nn/modules/module.py", 1, 0.0, 15.0, "t", "compute"
+    )
+    stacks = replace(_stacks(input=0.8, compute=0.2), functions=(*tf_ops, model))
+    v = judge(Evidence(stacks=stacks, tree_cpu=100.0, cpu_count=4))
+    assert v.kind == "input-bound" and v.evidence["source"] == "stacks"
+    recs = " | ".join(r.text for r in v.recommendations)
+    assert "tf.data" not in recs and "DataLoader" in recs, recs
 
 
 def test_idle_and_unknown_and_memory() -> None:

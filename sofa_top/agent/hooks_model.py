@@ -89,6 +89,12 @@ def _counted(
             return call(self, *args, **kwargs)
         finally:
             tls.depth = 0
+            timer = loop.call_timer
+            if timer is not None:
+                try:
+                    timer(self, perf() - t0)
+                except Exception as e:
+                    agent.fail(where, e)
             if token is not None:
                 try:
                     loop.leave(token)

@@ -69,6 +69,18 @@ SEVERAL_THREADS = (
 )
 
 
+def _weighted(model: object) -> bool:
+    """Whether ``model`` holds weights (a torch module's parameters, a Keras model's weights):
+    a loss or an activation called as a module holds none."""
+    try:
+        params = getattr(model, "parameters", None)
+        if callable(params):
+            return next(iter(params()), None) is not None
+        return bool(getattr(model, "weights", None))
+    except Exception:
+        return False
+
+
 def _ref(obj: object) -> Callable[[], object]:
     try:
         return weakref.ref(obj)
@@ -107,6 +119,7 @@ class ModelLoop:
         self._run = 0
         self._switches = 0
         self._lead: Callable[[], object] | None = None
+        self._lead_bare = False  # the lead holds no weights (a criterion seen first)
         self._source = ""
         # the other models called since the lead's last call: id -> (weakref, calls)
         self._others: dict[int, tuple[Callable[[], object], int]] = {}
@@ -126,6 +139,9 @@ class ModelLoop:
         self._collective_at = 0.0
         self._held: StepRecord | None = None
         self._passing = False
+        # told of each outermost model call (the model, its seconds) while set: the model
+        # probe's timing, which torch module hooks would do with a frame more per nested call
+        self.call_timer: Callable[[object, float], None] | None = None
         agent.step_gate = self._gate
 
     # -- the rare path: once per outermost model call ---------------------------------------
@@ -245,7 +261,9 @@ class ModelLoop:
         if lead is model:
             others.clear()
             return True
-        if lead is not None:
+        # a lead with no weights (a loss: the first call seen when attached inside the model's
+        # forward) gives way to the first model with weights: else its host time is the loss's
+        if lead is not None and not (self._lead_bare and _weighted(model)):
             ref, calls = others.get(id(model), (None, 0))
             if ref is None or ref() is not model:
                 if len(others) >= _MAX_OTHERS:
@@ -258,6 +276,7 @@ class ModelLoop:
         # the first model, or another one called twice while the lead was not (a criterion
         # called between them keeps its own count): it leads
         self._lead = _ref(model)
+        self._lead_bare = not _weighted(model)
         others.clear()
         if source != self._source:
             self._source = source

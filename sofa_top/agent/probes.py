@@ -10,7 +10,7 @@ torch
     libraries that drive it (Hugging Face ``Trainer``, Lightning, Keras) and the OpenMP/BLAS
     environment. The advice reads it to suggest depth-first and ``torch.compile`` only where
     they apply, and thread counts that fit the cores. Then it times the model's next
-    ``CALLS_TIMED`` calls (forward hooks on that module, removed after) and reports the median
+    ``CALLS_TIMED`` calls (told by the model-call hook, outermost calls only) and reports the median
     per call (``call_s``): a model called per token or per letter does so little per call that
     a compiler's guards and launches cost more than it saves.
 tensorflow
@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -153,25 +152,26 @@ def install_torch_model(agent: Agent, module: ModuleType) -> None:
 
 
 def _time_calls(agent: Agent, mod: Any, data: dict[str, Any]) -> None:
-    """Time the next ``CALLS_TIMED`` calls of ``mod``, then report their median (``call_s``)
-    in another ``agent-model`` event and remove the hooks."""
-    perf = time.perf_counter
-    starts: list[float] = []
+    """Time the next ``CALLS_TIMED`` outermost calls of ``mod`` (the model-call clock's hook
+    tells of each: torch module hooks would put a frame more on each nested call, and a
+    recursive model would then raise RecursionError), then report their median (``call_s``)
+    in another ``agent-model`` event."""
+    from sofa_top.agent import model_loop
+
+    loop = model_loop.loops(agent)[0]
     took: list[float] = []
-    handles: list[Any] = []
+    lead: list[object] = []  # the outermost model of the probed call (mod, or what calls it)
 
-    def pre(_m: Any, _args: Any) -> None:
-        starts.append(perf())
-
-    def post(_m: Any, _args: Any, _out: Any) -> None:
-        if not starts:
+    def timer(model: object, seconds: float) -> None:
+        if not lead:
+            lead.append(model)  # the call being probed (its time is the probe's): not timed
             return
-        took.append(perf() - starts.pop())
+        if model is not lead[0]:
+            return
+        took.append(seconds)
         if len(took) < CALLS_TIMED:
             return
-        for h in handles:
-            h.remove()
-        handles.clear()
+        loop.call_timer = None
         call_s = sorted(took)[len(took) // 2]
         if agent.enabled:
             agent.event(
@@ -180,8 +180,10 @@ def _time_calls(agent: Agent, mod: Any, data: dict[str, Any]) -> None:
                 {**data, "call_s": call_s},
             )
 
-    handles.append(mod.register_forward_pre_hook(pre))
-    handles.append(mod.register_forward_hook(post))
+    loop.call_timer = timer
+    agent.patches.on_detach(
+        "the model probe's call timer", lambda: setattr(loop, "call_timer", None)
+    )
 
 
 def install_tf(agent: Agent, tf: ModuleType) -> None:

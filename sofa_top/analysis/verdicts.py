@@ -190,6 +190,9 @@ def _keras(ev: Evidence) -> bool:
     )
 
 
+_TORCH_MODULE = "torch/nn/modules/module.py"  # nn.Module.__call__: a torch model ran
+
+
 def _framework(ev: Evidence) -> str:
     """The framework of the workload's *model* (a torch model fed by TensorFlow's image ops
     is torch): the model-call clock's, the agent's model report, then the pipeline's..."""
@@ -209,9 +212,12 @@ def _framework(ev: Evidence) -> str:
         if s.source in step_facts.SOURCE_FRAMEWORK:
             return step_facts.SOURCE_FRAMEWORK[s.source]
     if ev.stacks is not None:
+        # a torch model's calls, whatever decodes its input: looked for in every function, as
+        # they run little of their own (the hot functions can all be the input's: TensorFlow's
+        # image ops decoding for a torch model rank them below 30th)
+        if any(_TORCH_MODULE in f.filename for f in ev.stacks.functions):
+            return "torch"
         files = " ".join(f.filename for f in ev.stacks.functions[:30])
-        if "torch/nn/modules/module.py" in files:
-            return "torch"  # a torch model's calls, whatever decodes its input
         if "tensorflow" in files or "keras" in files:
             return "tensorflow"
         if "torch" in files:

@@ -332,6 +332,8 @@ def run_train(args: argparse.Namespace, truth: Truth, files: list[bytes]) -> Non
         if evals is not None and i % args.eval_every == 0:
             evaluate(i)
 
+    if args.loss_first:
+        loss_fn(torch.zeros(BATCH, 10), labels)
     timed_loop(truth, train, maybe_evaluate)
     if evals is not None:
         evals.report("EVAL_")
@@ -381,6 +383,9 @@ def main() -> None:
     p.add_argument("--stop", default=None)
     p.add_argument("--eval-every", type=int, default=20)
     p.add_argument("--eval-batches", type=int, default=10)
+    # the criterion called once before the loop: the first call the model-call clock sees is
+    # the loss's, as when sofa-top attaches inside the model's forward
+    p.add_argument("--loss-first", action="store_true")
     args = p.parse_args()
     truth = Truth(args)
     files = jpegs()
