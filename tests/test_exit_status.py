@@ -124,7 +124,7 @@ def test_compare_ctrl_c_exits_130_and_stops_the_run(
 
         wait_for(running, 120, "the baseline's loop and its workers")
         cmp.send_signal(signal.Signals[signame])
-        _, err = cmp.communicate(timeout=60)
+        _, err = cmp.communicate(timeout=180)  # its run stops and its session is finalized
         assert cmp.returncode == status, err
         assert "Traceback" not in err
         left = [p for p in job if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
