@@ -34,12 +34,12 @@ from sofa_top.tui.app import DashboardApp
 from sofa_top.tui.confirm_quit import QUESTION, ConfirmQuitScreen
 from sofa_top.tui.help_screen import HelpScreen
 from sofa_top.tui.log_pane import STDERR_STYLE, log_line
+from sofa_top.tui.pipeline_panel import agent_text
 from sofa_top.tui.steps_panel import (
     AXIS_W,
     COMPUTE_STYLE,
     INPUT_STYLE,
     NO_STEPS_ATTACH,
-    agent_text,
     step_chart,
     step_stats,
 )
@@ -526,7 +526,7 @@ def test_verdict_evidence_names_the_input_cause() -> None:
 
 def test_agent_pane_shows_keras_only_for_a_workload_that_uses_it() -> None:
     from sofa_top.model.samples import AgentInfo
-    from sofa_top.tui.steps_panel import keras_used
+    from sofa_top.tui.pipeline_panel import keras_used
 
     # what the agent reports for a plain tf.data script: TensorFlow imported Keras itself,
     # so the Keras hook installed, yet the script never calls fit

@@ -30,10 +30,11 @@ from sofa_top.tui.help_screen import HelpScreen
 from sofa_top.tui.line_cache import update_static
 from sofa_top.tui.log_pane import LogPane
 from sofa_top.tui.messages import ReplayMoved, SnapshotArrived, SourceStopped
+from sofa_top.tui.pipeline_panel import PipelinePane
 from sofa_top.tui.processes_panel import ProcessesPane
 from sofa_top.tui.ranks_panel import RanksPane
 from sofa_top.tui.stacks_panel import StacksPanel
-from sofa_top.tui.steps_panel import PipelinePane, StepsPane
+from sofa_top.tui.steps_panel import StepsPane
 from sofa_top.tui.timelines import TimelinesPane, next_zoom
 from sofa_top.tui.verdict_panel import VerdictPanel
 

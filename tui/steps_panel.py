@@ -1,7 +1,6 @@
 """Steps view: per-step input wait vs compute (and, in CUDA loops, how busy the GPU was),
 throughput, each phase's steps (training, evaluation, inference) with their input wait and
-step-time percentiles, the compute split, the tf.data / DataLoader stages and what the
-in-process agent hooked (launch mode)."""
+step-time percentiles and the compute split (the stages and the agent: ``pipeline_panel``)."""
 
 from __future__ import annotations
 
@@ -10,18 +9,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from rich.style import Style
-from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Vertical
 from textual.geometry import Size
-from textual.widget import Widget
 
 from sofa_top.analysis import steps as step_facts
-from sofa_top.model.samples import AgentInfo, PipelineSample, StepSample, agent_state
+from sofa_top.model.samples import StepSample, agent_state
 from sofa_top.model.snapshot import Snapshot
-from sofa_top.model.workload import ModelReport
-from sofa_top.tui.formatting import truncate
 from sofa_top.tui.line_cache import LineCachedWidget, QuietTitles
 from sofa_top.tui.sparkline import append_runs
 from sofa_top.tui.split_bar import CLASS_COLORS
@@ -103,11 +98,26 @@ def step_stats(
     )
 
 
-def shown_stats(snapshot: Snapshot) -> StepStats | None:
-    """The step figures a screen shows (the steps pane and the verdict's evidence line): the
-    recent steps', with the share of each step spent waiting for input taken from the verdict
-    when it was judged from steps, so that the screen says that one fact with one number (the
-    verdict's window; at the end of a session: the whole session)."""
+@dataclass(frozen=True, slots=True)
+class StepsView:
+    """What the screens show of one snapshot's steps, derived once per snapshot: the steps
+    pane and the verdict panel read the same one."""
+
+    phases: Mapping[step_facts.Phase, Sequence[StepSample]]
+    host: Mapping[str, float] | None
+    host_samples: int
+    stats: StepStats | None
+    verdict_share: tuple[str, float] | None  # the verdict's phase and its input share
+
+
+_last_view: tuple[Snapshot, StepsView] | None = None
+
+
+def steps_view(snapshot: Snapshot) -> StepsView:
+    """The steps figures of ``snapshot`` (the last one's kept: each refresh asks twice)."""
+    global _last_view
+    if _last_view is not None and _last_view[0] is snapshot:
+        return _last_view[1]
     stacks = snapshot.stacks
     host = stacks.host_split if stacks is not None else None
     host_n = stacks.host_samples if stacks is not None else 0
@@ -115,11 +125,28 @@ def shown_stats(snapshot: Snapshot) -> StepStats | None:
     main = step_facts.main_phase(phases)
     # the main phase's figures: an evaluation pass never mixes into them
     stats = step_stats(phases[main] if main else snapshot.steps, host=host, host_samples=host_n)
+    share = _verdict_share(snapshot)
+    if stats is not None and share is not None:
+        stats = replace(stats, input_fraction=share[1])
+    view = StepsView(phases, host, host_n, stats, share)
+    _last_view = (snapshot, view)
+    return view
+
+
+def _verdict_share(snapshot: Snapshot) -> tuple[str, float] | None:
+    """The verdict's phase and input share, when it was judged from steps: the screen says
+    that one fact with one number (the verdict's window; at a session's end, the session)."""
     verdict = snapshot.verdict
     judged = verdict.evidence.get("input_fraction") if verdict is not None else None
-    if stats is None or not isinstance(judged, int | float) or isinstance(judged, bool):
-        return stats
-    return replace(stats, input_fraction=float(judged))
+    if verdict is None or not isinstance(judged, int | float) or isinstance(judged, bool):
+        return None
+    return str(verdict.evidence.get("phase", "train")), float(judged)
+
+
+def shown_stats(snapshot: Snapshot) -> StepStats | None:
+    """The step figures a screen shows (the steps pane and the verdict's evidence line): the
+    recent steps' of the main phase, the input share the verdict's."""
+    return steps_view(snapshot).stats
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -382,19 +409,6 @@ def phase_rows(
     return sorted(rows, key=lambda r: step_facts.PHASES.index(r.phase))
 
 
-def _with_verdict_share(rows: list[PhaseRow], snapshot: Snapshot) -> list[PhaseRow]:
-    """The rows, the verdict's phase showing the verdict's input share: one fact, one number
-    on the screen (the verdict's window; at the end of a session, the whole session)."""
-    verdict = snapshot.verdict
-    if verdict is None:
-        return rows
-    judged = verdict.evidence.get("input_fraction")
-    phase = verdict.evidence.get("phase", "train")
-    if not isinstance(judged, int | float) or isinstance(judged, bool):
-        return rows
-    return [replace(r, input_fraction=float(judged)) if r.phase == phase else r for r in rows]
-
-
 def phases_lines(rows: Sequence[PhaseRow], split: Mapping[str, float] | None) -> list[Text]:
     """The phase table (phase, steps, input wait, p50 = median, p90, p99) and the compute
     split."""
@@ -483,11 +497,8 @@ class StepsPane(Vertical, QuietTitles):
     def show(self, snapshot: Snapshot) -> None:
         """Draw the steps of ``snapshot`` (or why there are none)."""
         steps = snapshot.steps
-        stacks = snapshot.stacks
-        host = stacks.host_split if stacks is not None else None
-        host_n = stacks.host_samples if stacks is not None else 0
-        phases = step_facts.by_phase(steps)
-        self.stats = shown_stats(snapshot)
+        view = steps_view(snapshot)
+        self.stats = view.stats
         summary = self.summary
         if not steps:
             state = agent_state(snapshot.target.launched, snapshot.agent)
@@ -500,7 +511,10 @@ class StepsPane(Vertical, QuietTitles):
             return
         summary.display = True
         summary.show(self.stats)
-        rows = _with_verdict_share(phase_rows(phases, host, host_n), snapshot)
+        rows = phase_rows(view.phases, view.host, view.host_samples)
+        if view.verdict_share is not None:
+            phase, share = view.verdict_share
+            rows = [replace(r, input_fraction=share) if r.phase == phase else r for r in rows]
         # one phase in a short pane: its name goes in the title and the chart keeps the rows
         table = len(rows) > 1 or self.size.height >= TABLE_MIN_HEIGHT
         split = step_facts.compute_split(steps[-200:])
@@ -510,191 +524,3 @@ class StepsPane(Vertical, QuietTitles):
         batch = f" · batch {self.stats.batch_size}" if self.stats.batch_size else ""
         phase = f" · {rows[0].phase}" if len(rows) == 1 else ""
         self.set_titles(f"steps · {self.stats.source}{batch}{phase}")
-
-
-# -- pipeline and agent -------------------------------------------------------------------------
-
-
-def pipeline_table(pipeline: PipelineSample, width: int) -> Table:
-    """The stages, outermost first: name, kind, parallelism, buffer, time per element."""
-    table = Table(
-        box=None,
-        expand=False,  # numbers next to the names, not across a 160-column screen
-        pad_edge=False,
-        show_edge=False,
-        padding=(0, 1),
-        collapse_padding=True,
-        header_style="bold",
-    )
-    table.add_column("stage", no_wrap=True, overflow="ellipsis", max_width=max(12, width - 40))
-    table.add_column("kind", no_wrap=True)
-    table.add_column("parallel" if width >= 70 else "par", justify="right", no_wrap=True)
-    table.add_column("buffer", justify="right", no_wrap=True)
-    table.add_column("per element" if width >= 70 else "per elem", justify="right", no_wrap=True)
-    table.add_column("", no_wrap=True)
-    for stage in pipeline.stages:
-        marker = Text("◀ bottleneck" if width >= 60 else "◀", BOTTLENECK_STYLE)
-        style = BOTTLENECK_STYLE if stage.is_bottleneck else Style()
-        table.add_row(
-            Text(stage.name, style),
-            Text(stage.kind),
-            Text("-" if stage.parallelism is None else str(stage.parallelism)),
-            Text("-" if stage.buffer is None else str(stage.buffer)),
-            Text(human_seconds(stage.self_time_s)),
-            marker if stage.is_bottleneck else Text(""),
-        )
-    return table
-
-
-NOT_IMPORTED = "not imported by the workload"  # the agent's reason for a hook never installed
-
-
-def keras_used(
-    agent: AgentInfo | None, steps: Sequence[StepSample], model: ModelReport | None = None
-) -> bool:
-    """Whether the workload itself uses Keras: TensorFlow imports Keras on its own, so a hook
-    installed (or a ``keras`` module loaded) says nothing; a Keras fit step, a fit the hook
-    saw and could not measure, or a Keras model run by torch does."""
-    keras_clocks = ("keras-fit", "keras-model-call", "keras-evaluate")
-    if any(s.source in keras_clocks for s in steps) or (model is not None and model.keras_model):
-        return True
-    if agent is None:
-        return False
-    return any(h == "keras-fit" and why != NOT_IMPORTED for h, why in agent.hooks_skipped) and (
-        "keras-fit" not in agent.hooks_applied
-    )
-
-
-def agent_text(agent: AgentInfo | None, launched: bool, keras: bool = True) -> Text:
-    """What the agent hooked and skipped (and why), on one line (wrapping when needed);
-    without ``keras`` (the workload never used Keras) its Keras hook and module are left out."""
-    if agent_state(launched, agent) == "waiting":
-        return Text("agent: no report yet", DIM)
-    if agent is None:
-        return Text("agent: not loaded (attach mode)", DIM)
-    text = Text.assemble(("agent ", BOLD), f"pid {agent.pid} · python {agent.python}")
-    for name, version in agent.frameworks:
-        if keras or name != "keras":
-            text.append(f" · {name} {version}")
-    # (a hook of a library the workload never imported says nothing: left out)
-    applied = [h for h in agent.hooks_applied if keras or not h.startswith("keras-")]
-    skipped = [
-        (h, why)
-        for h, why in agent.hooks_skipped
-        if (keras or not h.startswith("keras-")) and why != NOT_IMPORTED
-    ]
-    if applied:
-        text.append(" · hooks ")
-        text.append(" ".join(f"✓{h}" for h in applied), Style(color="green"))
-    if skipped:
-        text.append(" · skipped ")
-        text.append(
-            ", ".join(f"✗{h} ({reason})" for h, reason in skipped),
-            Style(color="yellow"),
-        )
-    if agent.dropped:
-        text.append(f" · {agent.dropped} messages dropped", Style(color="red"))
-    return text
-
-
-class PipelineBody(Widget):
-    """The stage table, or why there is none, and the agent line."""
-
-    DEFAULT_CSS = """
-    PipelineBody { height: auto; width: 1fr; }
-    """
-
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.pipeline: PipelineSample | None = None
-        self.agent: AgentInfo | None = None
-        self.launched = False
-        self.keras = False
-        self.in_body = False
-
-    def show(
-        self,
-        pipeline: PipelineSample | None,
-        agent: AgentInfo | None,
-        launched: bool,
-        keras: bool = False,
-        in_body: bool = False,
-    ) -> None:
-        """Replace what is drawn (``keras``: the workload uses Keras; ``in_body``: its steps
-        come from its model calls, its input is prepared in the loop body)."""
-        now = (pipeline, agent, launched, keras, in_body)
-        same = now == (self.pipeline, self.agent, self.launched, self.keras, self.in_body)
-        self.pipeline = pipeline
-        self.agent = agent
-        self.launched = launched
-        self.keras = keras
-        self.in_body = in_body
-        if not same:  # the agent reports rarely: most seconds there is nothing to redraw
-            self.refresh(layout=True)
-
-    def _agent_lines(self, width: int) -> int:
-        text = agent_text(self.agent, self.launched, self.keras)
-        return max(1, math.ceil(text.cell_len / max(width, 1)))
-
-    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        stages = len(self.pipeline.stages) + 1 if self.pipeline and self.pipeline.stages else 1
-        note = 1 if self.pipeline is not None and self.pipeline.note else 0
-        return stages + note + self._agent_lines(width)
-
-    def render(self) -> Table:
-        width = self.size.width
-        grid = Table.grid(expand=True)
-        grid.add_column()
-        pipeline = self.pipeline
-        if pipeline is None and self.in_body:
-            grid.add_row(
-                Text(
-                    "no input pipeline: the loop prepares its input in its own body (its steps "
-                    "come from its model calls; the time between them is the input's)",
-                    DIM,
-                )
-            )
-        elif pipeline is None or not pipeline.stages:
-            grid.add_row(
-                Text(
-                    "no input-pipeline report (the agent describes tf.data pipelines and "
-                    "DataLoaders in launch mode)",
-                    DIM,
-                )
-                if pipeline is None
-                else Text(f"{pipeline.framework}: no stages reported", DIM)
-            )
-        else:
-            grid.add_row(pipeline_table(pipeline, width))
-        grid.add_row(agent_text(self.agent, self.launched, self.keras))
-        # Last: the first thing to scroll out of a short pane.
-        if pipeline is not None and pipeline.note:
-            grid.add_row(Text(truncate(pipeline.note, width), DIM))
-        return grid
-
-
-class PipelinePane(VerticalScroll, QuietTitles, can_focus=True):
-    """Stages of the input pipeline and the agent's hooks."""
-
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.border_title = "input pipeline"
-        self.body = PipelineBody(id="pipeline-body")
-
-    def compose(self) -> ComposeResult:
-        yield self.body
-
-    def show(self, snapshot: Snapshot) -> None:
-        """Draw the pipeline and agent of ``snapshot``."""
-        pipeline = snapshot.pipeline
-        keras = keras_used(snapshot.agent, snapshot.steps, snapshot.model)
-        in_body = step_facts.main_source(snapshot.steps[-50:]) in step_facts.MODEL_CALL_SOURCES
-        self.body.show(pipeline, snapshot.agent, snapshot.target.launched, keras, in_body)
-        if pipeline is None:
-            self.set_titles("input pipeline")
-        else:
-            bottleneck = next((s.name for s in pipeline.stages if s.is_bottleneck), None)
-            title = f"input pipeline · {pipeline.framework} · {len(pipeline.stages)} stages"
-            if bottleneck:
-                title += f" · bottleneck {bottleneck}"
-            self.set_titles(title)
