@@ -269,10 +269,11 @@ class StacksPanel(Vertical, QuietTitles, can_focus=False):
             table.display = False
 
     def _redraw(self) -> None:
-        if not self.is_mounted:
-            return
+        bars = self.query(SplitBar)
+        if not self.is_mounted or not bars:
+            return  # its children are not mounted yet: the next snapshot draws it
         snapshot = self.snapshot
-        split_bar = self.query_one(SplitBar)
+        split_bar = bars.first()
         window = snapshot.last_stack_window if snapshot is not None else None
         summary = self.current_summary()
         self._update_titles(summary)
