@@ -166,11 +166,18 @@ class TreeAccount:
 
 class NeighbourScan:
     """The busiest processes outside a tree: CPU seconds per second between two scans of
-    every process on the machine (one /proc/PID/stat read each)."""
+    every process on the machine (one /proc/PID/stat read each).
+
+    The total is the busy time of the CPUs the tree may use (``/proc/stat``) less the tree's
+    and sofa-top's own: processes born and gone between two scans (a build's compilers, a
+    test runner's short commands) never show in a per-process scan but held the cores all
+    the same. A process born since the last scan counts its whole CPU time."""
 
     def __init__(self) -> None:
         self._last: dict[Pid, tuple[float, float]] = {}  # pid -> (CPU seconds, create time)
         self._last_ts: float | None = None
+        self._last_wall = 0.0
+        self._last_busy: dict[int, float] = {}  # CPU index -> busy seconds (/proc/stat)
         self._self = os.getpid()
         self.busy: dict[Pid, tuple[str, float]] = {}  # the last scan: pid -> (name, cores)
 
@@ -181,25 +188,53 @@ class NeighbourScan:
         current: dict[Pid, tuple[float, float]] = {}
         busy: list[tuple[float, Pid, str]] = []
         prev_ts, self._last_ts = self._last_ts, now
+        prev_wall, self._last_wall = self._last_wall, time.time()
         span = None if prev_ts is None else now - prev_ts
+        own = 0.0  # CPU seconds the tree and sofa-top took in the span
+        cpus: set[int] = set()
         for p in psutil.process_iter(["name", "cpu_times", "create_time"]):
             info = p.info
             times = info.get("cpu_times")
-            if times is None or p.pid in tree or p.pid == self._self:
+            if times is None:
                 continue
             cpu = float(times.user + times.system)
             ct = float(info.get("create_time") or 0.0)
             current[p.pid] = (cpu, ct)
             last = self._last.get(p.pid)
-            if span and last is not None and last[1] == ct and cpu >= last[0]:
-                busy.append(((cpu - last[0]) / span, p.pid, str(info.get("name") or "?")))
+            if last is not None and last[1] == ct and cpu >= last[0]:
+                took = cpu - last[0]
+            else:
+                took = cpu if prev_wall and ct >= prev_wall else 0.0
+            if p.pid in tree or p.pid == self._self:
+                own += took
+                if p.pid in tree:
+                    cpus.update(_affinity(p))
+            elif span:
+                busy.append((took / span, p.pid, str(info.get("name") or "?")))
         self._last = current
+        total = _busy_cpu_seconds()
+        prev_busy, self._last_busy = self._last_busy, total
         if not span or span <= 0:
             return None
         self.busy = {pid: (name, c) for c, pid, name in busy}
         busy.sort(reverse=True)
         top = tuple(Neighbour(pid, name, round(c, 3)) for c, pid, name in busy[:TOP_NEIGHBOURS])
-        return sum(c for c, _, _ in busy), top
+        listed = sum(c for c, _, _ in busy)
+        on = cpus or set(total)
+        spent = sum(total[i] - prev_busy[i] for i in on if i in total and i in prev_busy)
+        return max(listed, (spent - own) / span), top
+
+
+def _affinity(p: psutil.Process) -> list[int]:
+    try:
+        return list(p.cpu_affinity())
+    except (psutil.Error, AttributeError, OSError):  # gone, or a platform without affinity
+        return []
+
+
+def _busy_cpu_seconds() -> dict[int, float]:
+    """Per CPU, the seconds it spent running anything (user, nice and system time)."""
+    return {i: t.user + t.nice + t.system for i, t in enumerate(psutil.cpu_times(percpu=True))}
 
 
 class NeighbourWatch:

@@ -129,6 +129,22 @@ def test_torch_advice_is_written_for_torch() -> None:
     assert "__getitem__" in cpu
 
 
+def test_cpu_bound_input_beside_busy_neighbours_gets_workers_as_unmeasured() -> None:
+    """A serial CPU-bound stage on a machine whose other processes keep a core busy: more
+    producers share the cores they hold (compare measured no gain there), so the workers are
+    offered as not measured; with the machine to itself they are advised outright."""
+    loader = torch_loader("source", 0)
+    alone = advice.input_recommendations(cause("cpu", 0.95), loader, "torch", 2)
+    workers = [r for r in alone if r.toggle == "prefetch"]
+    assert workers and "not measured here" not in workers[0].text
+    shared = InputCause("cpu", 0.95, 1, 1, "schedstat", others_cores=0.8)
+    recs = advice.input_recommendations(shared, loader, "torch", 2, None, ((9, "make"),))
+    more = [r for r in recs if r.toggle == "prefetch"]
+    assert more and all("not measured here" in r.text for r in more)
+    assert "other processes keep 0.8 of 2 cores busy" in more[0].text
+    assert "DataLoader(num_workers=" in more[0].text
+
+
 def test_an_iterable_dataset_gets_workers_only_with_sharding() -> None:
     text = texts(advice.pipeline_recommendations(torch_loader("iterable", 0), "torch", 2))
     assert "get_worker_info()" in text and "i % info.num_workers == info.id" in text

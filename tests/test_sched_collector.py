@@ -72,6 +72,23 @@ def test_the_scan_sees_a_hog_outside_the_tree(cpu_hog: subprocess.Popen[bytes]) 
     assert os.getpid() not in scan.busy  # sofa-top itself is never a neighbour
 
 
+def test_a_process_born_and_gone_between_two_scans_is_counted() -> None:
+    """A short command (a compiler, a test runner's subprocess) that starts and exits between
+    two scans is in no per-process listing, but held a core: the total counts it."""
+    scan = NeighbourScan()
+    t0 = time.monotonic()
+    assert scan.scan({os.getpid()}, t0) is None
+    burn = "import time\nwhile time.process_time() < 0.5: pass"  # 0.5 CPU seconds, then gone
+    child = subprocess.Popen([sys.executable, "-c", burn])
+    assert child.wait(timeout=120) == 0
+    t1 = time.monotonic()
+    found = scan.scan({os.getpid()}, t1)
+    assert found is not None
+    others, _ = found
+    assert child.pid not in scan.busy
+    assert others * (t1 - t0) >= 0.4, (others, t1 - t0)
+
+
 def test_neighbour_names_are_text(monkeypatch: pytest.MonkeyPatch) -> None:
     """A process can name itself anything (prctl PR_SET_NAME with bytes that are no UTF-8):
     the event the store writes carries valid text (a surrogate in it failed whole recordings)."""

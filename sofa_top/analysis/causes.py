@@ -41,6 +41,7 @@ from sofa_top.model.samples import (
     ThreadTimes,
     TreeSched,
 )
+from sofa_top.model.verdict import NEIGHBOURS_BUSY as NEIGHBOURS_BUSY  # the bar, one home
 from sofa_top.model.verdict import InputCause, InputCauseKind, TimeSplit
 from sofa_top.optimizers.advice.stages import view
 
@@ -51,7 +52,6 @@ LATENCY_BLOCKED = 0.60  # producers blocked this share of their time: they wait 
 LATENCY_MAJOR = 0.50
 CONTENTION_WAIT = 0.30  # ... runnable but not running this share: they wait for a CPU
 CPU_BUSY = 0.60  # ... on a CPU or runnable this share: they compute
-NEIGHBOURS_BUSY = 0.5  # cores other processes must keep busy for their load to be the cause
 NOTABLE_WAIT = 0.10  # a latency stage that also waits for a CPU this share: say so
 MIN_MEASURED_WAIT_S = 0.05  # measured input wait below this in the window says too little
 

@@ -139,6 +139,8 @@ class TimeSplit:
 
 InputCauseSource = Literal["schedstat", "agent", "tree"]
 
+NEIGHBOURS_BUSY = 0.5  # cores other processes must keep busy for their load to count
+
 
 @dataclass(frozen=True, slots=True)
 class InputCause:
@@ -161,6 +163,12 @@ class InputCause:
     def utilization(self) -> float:
         """The share of its usable cores the input stage kept busy."""
         return min(1.0, self.cpu_cores / max(1, self.usable_cores))
+
+    @property
+    def shared(self) -> bool:
+        """Other processes keep ``NEIGHBOURS_BUSY`` cores or more busy: more producers get
+        only the share the scheduler gives them."""
+        return self.others_cores is not None and self.others_cores >= NEIGHBOURS_BUSY
 
 
 MeasuredEffect = Literal["faster", "slower", "unclear", "not-applied"]
