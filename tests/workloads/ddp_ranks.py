@@ -15,6 +15,7 @@ without sofa-top can be compared: rank 0 prints ``CHECKSUM=`` of the trained wei
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -102,6 +103,10 @@ def main() -> None:
         if args.report:
             say(f"STEPS_PER_S={steps / elapsed:.4f}")
     dist.barrier()  # no rank tears the group down while another still uses it
+    # DDP's reducer (and the user's hook's futures) hold gloo work: freed while the group lives,
+    # not at interpreter exit, where gloo's teardown may abort the process (SIGABRT)
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
 
 
