@@ -25,6 +25,7 @@ from sofa_top.model.samples import (
     SystemSample,
 )
 from sofa_top.model.snapshot import FunctionStat, StackSummary, ThreadStat
+from sofa_top.model.verdict import UNMEASURED
 from sofa_top.optimizers.advice import toggles_off
 
 
@@ -466,3 +467,27 @@ def test_an_injected_agent_is_never_called_missing() -> None:
     assert "sofa-top launch" not in v.recommendations[0].text
     assert RunFacts("attach", False, agent).mode_text().endswith("sofa-top's agent injected")
     assert "(no agent)" in RunFacts("attach", False, None).mode_text()
+
+
+def test_beside_busy_neighbours_a_thread_cap_is_offered_unmeasured_not_ruled_out() -> None:
+    """A compute-bound loop whose pools the window saw unstarved, beside neighbours that keep a
+    core busy: the thread cap may win or lose with what they run, so it is offered, unmeasured,
+    and the panel does not call it of no help; quiet, it stays off with its reason."""
+    steps = [replace(s, source="torch-dataloader") for s in _steps(20, 0.02)]
+    quiet = judge(Evidence(steps=steps, cpu_count=2))
+    assert quiet.kind == "compute-bound"
+    assert "threads" not in {r.toggle for r in quiet.recommendations}
+    offered = [r.toggle for r in quiet.recommendations]
+    assert "threads" in toggles_off("torch", quiet.kind, None, offered)
+    hog = Neighbours(1.0, (Neighbour(9, "hog", 1.0),))
+    busy = judge(Evidence(steps=steps, cpu_count=2, neighbours=hog))
+    assert busy.kind == "compute-bound"
+    caps = [r for r in busy.recommendations if r.toggle == "threads"]
+    assert len(caps) == 1 and UNMEASURED in caps[0].text and "1.0 of 2 cores" in caps[0].text
+    assert busy.recommendations[: len(quiet.recommendations)] == quiet.recommendations
+    offered = [r.toggle for r in busy.recommendations]
+    assert "threads" not in toggles_off("torch", busy.kind, None, offered)
+    # a neighbour below the bar (half a core) is no reason
+    light = Neighbours(0.3, (Neighbour(9, "cron", 0.3),))
+    lit = judge(Evidence(steps=steps, cpu_count=2, neighbours=light))
+    assert lit.recommendations == quiet.recommendations

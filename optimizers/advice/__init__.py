@@ -53,6 +53,7 @@ __all__ = [
     "oversubscribed_recommendations",
     "pipeline_recommendations",
     "python_recommendations",
+    "shared_cores_recommendations",
     "thread_count",
     "toggles_off",
     "view",
@@ -108,6 +109,16 @@ def python_recommendations(writer: str | None = None) -> tuple[Recommendation, .
             ),
         )
     return (Recommendation("move the hot Python function into vectorized framework ops"),)
+
+
+def shared_cores_recommendations(
+    fw: str, cores: int, others_cores: float
+) -> tuple[Recommendation, ...]:
+    """Other processes keep cores busy: a compute pool as wide as the cores they leave may stop
+    waiting for them, or lose to them (it depends on what they run: unmeasured)."""
+    busy = min(others_cores, float(cores))
+    lead = f"other processes keep {busy:.1f} of {cores} cores busy: a pool of the cores they leave"
+    return tuple(inputs.fewer_threads(fw, cores, others_cores, lead))
 
 
 def launch_recommendations() -> tuple[Recommendation, ...]:

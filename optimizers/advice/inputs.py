@@ -269,9 +269,15 @@ def give_cores(neighbours: tuple[tuple[int, str], ...]) -> Recommendation:
     )
 
 
-def fewer_threads(fw: str, cores: int, others: float | None) -> list[Recommendation]:
-    """Beside contended CPUs, the job's own compute pools compete with its input stage for what
-    the neighbours leave: fewer threads may leave more to it (or slow the compute: unmeasured)."""
+def fewer_threads(
+    fw: str,
+    cores: int,
+    others: float | None,
+    lead: str = "fewer compute threads leave the contended CPUs to the input stage",
+) -> list[Recommendation]:
+    """Beside contended CPUs, the job's own compute pools compete with its input stage (or with
+    the neighbours: ``lead`` says which) for what the neighbours leave: fewer threads may leave
+    more to it (or slow the compute: unmeasured)."""
     n = max(1, min(cores, int(cores - (others or 0.0) + 0.25)))
     if n >= cores:
         return []  # nothing left to cap
@@ -284,7 +290,7 @@ def fewer_threads(fw: str, cores: int, others: float | None) -> list[Recommendat
         )
     else:
         return []
-    text = f"fewer compute threads leave the contended CPUs to the input stage: {how}"
+    text = f"{lead}: {how}"
     return [Recommendation(text + unmeasured("it depends on what the neighbours run"), "threads")]
 
 

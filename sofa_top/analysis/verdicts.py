@@ -263,7 +263,7 @@ def judge(ev: Evidence) -> Verdict:
             {"steps_reason": reason, "workload_error": facts.workload_error},
             (Recommendation(step_facts.next_step(facts)),),
         )
-    verdict = apply_measured(_judge(ev), ev.measured)
+    verdict = apply_measured(_beside_neighbours(_judge(ev), ev), ev.measured)
     if not step_facts.failed(facts):
         return verdict
     why = f": {facts.workload_error}" if facts.workload_error else ""
@@ -273,6 +273,30 @@ def judge(ev: Evidence) -> Verdict:
         f"{facts.exit_code}{why})",
         evidence={**verdict.evidence, "workload_error": facts.workload_error},
     )
+
+
+# verdicts on the loop's own work, whose advice a thread cap beside busy neighbours joins (a
+# cpu-oversubscribed verdict names the threads itself; memory, idleness, a GPU are other news)
+SHARED_CORES_KINDS = ("compute-bound", "input-bound", "python-overhead")
+
+
+def _beside_neighbours(v: Verdict, ev: Evidence) -> Verdict:
+    """Beside neighbours that keep ``NEIGHBOURS_BUSY`` cores busy, a thread cap may win (the
+    pool stops waiting for them) or lose, with what they run: it is offered, unmeasured, never
+    judged of no help (load that comes and goes can leave a window's pools unstarved while
+    compare, over many runs, measures the cap ahead)."""
+    nb = ev.neighbours
+    if (
+        nb is None
+        or nb.others_cores < causes.NEIGHBOURS_BUSY
+        or v.kind not in SHARED_CORES_KINDS
+        or any(r.toggle == "threads" for r in v.recommendations)
+    ):
+        return v
+    extra = advice.shared_cores_recommendations(
+        _framework(ev), max(1, ev.cpu_count), nb.others_cores
+    )
+    return replace(v, recommendations=v.recommendations + extra)
 
 
 def _judge(ev: Evidence) -> Verdict:
