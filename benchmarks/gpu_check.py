@@ -226,7 +226,8 @@ def _record(
     recs = v.get("recommendations") or []
     if recs:
         say(f"  first fix: {recs[0]}")
-    if summary.get("exit_code") not in (None, 0, -15, 143):
+    # a workload sofa-top stopped at --duration ends as a stop does (1, 130, 143): not a failure
+    if summary.get("end_reason") == "target exited" and summary.get("exit_code") not in (None, 0):
         say(f"  workload exit code {summary.get('exit_code')}: {err.strip()[-300:]}")
     return ok
 

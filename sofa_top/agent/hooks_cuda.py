@@ -33,6 +33,7 @@ hook with a fake (``use_backend``) because the machines they run on have no GPU.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import json
@@ -57,6 +58,10 @@ PENDING_MAX_S = 5.0  # a step record waits at most this long for its GPU time
 PENDING_MAX = 512  # ... and at most this many records wait
 READY_CHECK_S = 0.5  # how often a loop without CUDA (yet) is checked again
 WINDOW_MAX_S = 5.0  # a profiler window closes after this long even with fewer steps
+# At the workload's exit, the most it waits for a window's trace to be read: a thread still in
+# torch.profiler's C++ while the interpreter finalizes crashed the workload (SIGSEGV, 4 of 5
+# runs of a VGG11 loop on an H200 whose last window closed at its end)
+EXIT_JOIN_S = 3.0
 OWN_TIME_S = 0.002  # this hook's own work at a boundary beyond this: the next step is tainted
 _WAITING = "the workload has not initialised CUDA"
 
@@ -246,6 +251,8 @@ class CudaSteps:
         self._next_window = float("inf")
         self._next_memory = 0.0
         self._window: _Window | None = None
+        self._finishing: threading.Thread | None = None  # reading a window's trace
+        self.pid = os.getpid()
         self._windows_off = self.window_every <= 0
         self._busy_per_step: float | None = None
         self._memory: dict[str, Any] = {}
@@ -370,12 +377,13 @@ class CudaSteps:
             self._send_cuda(f"profiler window: {type(e).__name__}: {e}")
             return
         self._next_window = time.perf_counter() + self.window_every
-        threading.Thread(
+        self._finishing = threading.Thread(
             target=self._finish_window,
             args=(w, export, wall),
             name="sofa-top-cuda-window",
             daemon=True,
-        ).start()
+        )
+        self._finishing.start()
 
     def _finish_window(self, w: _Window, export: Callable[[], object], wall: float) -> None:
         """Off the training thread: read the window's trace, then let its steps go."""
@@ -429,6 +437,20 @@ class CudaSteps:
             while pending and (final or pending[0].t < cutoff):
                 self.agent.enqueue(pending.popleft().record)
 
+    def at_exit(self) -> None:
+        """At the workload's exit, before the interpreter finalizes: no profiler window left
+        running and no trace left being read (either crashes a finalizing interpreter)."""
+        if os.getpid() != self.pid:  # a forked child inherits the handler, not the windows
+            return
+        w, self._window = self._window, None
+        if w is not None:
+            w.done = True
+            with contextlib.suppress(Exception):
+                self.backend.stop_profiler()
+        t = self._finishing
+        if t is not None and t.is_alive():
+            t.join(EXIT_JOIN_S)
+
     def stop(self, reason: str) -> None:
         """Switch the hook off after a failing CUDA call; the steps go on without GPU time."""
         agent = self.agent
@@ -463,4 +485,10 @@ def install(agent: Agent, module: ModuleType) -> None:
     _observer = observer
     agent.step_observer = observer
     agent.before_flush = observer.release
+    # registered after the agent's own exit handler, so it runs first (atexit is last-in
+    # first-out): the windows are closed before the agent's last flush
+    atexit.register(observer.at_exit)
+    agent.patches.on_detach(
+        "the CUDA windows' exit handler", lambda: atexit.unregister(observer.at_exit)
+    )
     agent.hook_skipped(HOOK, _WAITING)

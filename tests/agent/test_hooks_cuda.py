@@ -319,3 +319,45 @@ def test_the_real_backend_never_initialises_cuda() -> None:
         loop.step()
     assert not backend.ready() and not torch.cuda.is_initialized()
     assert [len(r) for r in _queued(agent)] == [G, G, G]  # passed through untouched
+
+
+class _SlowExport(FakeCuda):
+    """A trace that takes half a second to read (torch.profiler's export of a long window)."""
+
+    def stop_profiler(self) -> Any:
+        self.stops = getattr(self, "stops", 0) + 1
+        export = super().stop_profiler()
+
+        def slow() -> object:
+            time.sleep(0.5)
+            return export()
+
+        return slow
+
+
+def test_at_exit_no_window_is_left_running_and_no_trace_left_being_read() -> None:
+    """A window's trace still being read while the interpreter finalized crashed the workload
+    (SIGSEGV, a VGG11 loop on an H200): at exit the reading is waited for, and an open window
+    is stopped, before the agent's last flush."""
+    agent = _agent(cuda_first_window_s=0.0, cuda_window_steps=2, cuda_window_s=3600.0)
+    fake = _SlowExport("input", lag=0)
+    obs = _observer(agent, fake)
+    loop = _Loop(agent)
+    deadline = time.monotonic() + 30
+    while obs._finishing is None and time.monotonic() < deadline:
+        loop.step()
+    reading = obs._finishing
+    assert reading is not None and reading.is_alive()  # the trace is being read
+    obs.at_exit()
+    assert not reading.is_alive()
+    assert [f["window"]["steps"] for f in _frames(agent, "cuda") if f["window"]] == [2]
+
+    agent = _agent(cuda_first_window_s=0.0, cuda_window_steps=1000, cuda_window_s=3600.0)
+    fake = _SlowExport("input", lag=0)
+    obs = _observer(agent, fake)
+    loop = _Loop(agent)
+    while obs._window is None and time.monotonic() < deadline:
+        loop.step()
+    assert obs._window is not None  # a window is open as the workload exits
+    obs.at_exit()
+    assert obs._window is None and fake.stops == 1 and fake._window is None
