@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import shutil
 import signal
 import sys
@@ -89,16 +91,36 @@ def _print_progress(event: CompareEvent) -> None:
 
 
 class _Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGHUP (a closed terminal, a job scheduler): compare stops as on Ctrl-C (the
-    run it was in is stopped and its session finalized), and exits 128 + N."""
+    """Ctrl-C, SIGTERM or SIGHUP (a closed terminal, a job scheduler): compare stops the run
+    it was in and finalizes its session, and exits 128 + N (within ``SIGNAL_EXIT_S``)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
 
 
+# After a stop signal compare stops the run it was in and finalizes that session (a minute on a
+# loaded machine: ``record_one`` waits up to 60 s for it); past this it exits regardless, so that
+# a stuck teardown never leaves Ctrl-C unanswered
+SIGNAL_EXIT_S = 90.0
+
+
 def _stop(signum: int, _frame: object) -> None:
+    status = 128 + signum
+    # a daemon timer: it outlives a main thread stuck in teardown, never a normal exit
+    timer = threading.Timer(SIGNAL_EXIT_S, _exit_now, args=(status,))
+    timer.daemon = True
+    timer.start()
     raise _Stopped(signum)
+
+
+def _exit_now(status: int) -> None:
+    with contextlib.suppress(Exception):
+        print(
+            f"sofa-top: compare did not finish stopping in {SIGNAL_EXIT_S:.0f} s", file=sys.stderr
+        )
+        sys.stderr.flush()
+    os._exit(status)
 
 
 def compare_main(args: argparse.Namespace) -> int:
@@ -107,7 +129,7 @@ def compare_main(args: argparse.Namespace) -> int:
     signal N stopped it."""
     if threading.current_thread() is not threading.main_thread():
         return _compare(args)
-    stops = (signal.SIGTERM, signal.SIGHUP)
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     before = {sig: signal.signal(sig, _stop) for sig in stops}
     try:
         return _compare(args)
