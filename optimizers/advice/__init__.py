@@ -112,12 +112,12 @@ def python_recommendations(writer: str | None = None) -> tuple[Recommendation, .
 
 
 def shared_cores_recommendations(
-    fw: str, cores: int, others_cores: float
+    fw: str, cores: int, others_cores: float, around: str
 ) -> tuple[Recommendation, ...]:
-    """Other processes keep cores busy: a compute pool as wide as the cores they leave may stop
-    waiting for them, or lose to them (it depends on what they run: unmeasured)."""
-    busy = min(others_cores, float(cores))
-    lead = f"other processes keep {busy:.1f} of {cores} cores busy: a pool of the cores they leave"
+    """Other processes keep cores busy (``around``: the neighbours as the verdict says them): a
+    compute pool as wide as the cores they leave may stop waiting for them, or lose to them (it
+    depends on what they run: unmeasured)."""
+    lead = f"{around}: a pool of the cores they leave"
     return tuple(inputs.fewer_threads(fw, cores, others_cores, lead))
 
 

@@ -59,7 +59,7 @@ PENDING_MAX = 512  # ... and at most this many records wait
 READY_CHECK_S = 0.5  # how often a loop without CUDA (yet) is checked again
 WINDOW_MAX_S = 5.0  # a profiler window closes after this long even with fewer steps
 # At the workload's exit, the most it waits for a window's trace to be read: a thread still in
-# torch.profiler's C++ while the interpreter finalizes crashed the workload (SIGSEGV, 4 of 5
+# torch.profiler's C++ while the interpreter finalizes crashed the workload (SIGSEGV, 5 of 6
 # runs of a VGG11 loop on an H200 whose last window closed at its end)
 EXIT_JOIN_S = 3.0
 OWN_TIME_S = 0.002  # this hook's own work at a boundary beyond this: the next step is tainted

@@ -293,8 +293,9 @@ def _beside_neighbours(v: Verdict, ev: Evidence) -> Verdict:
         or any(r.toggle == "threads" for r in v.recommendations)
     ):
         return v
+    cores = max(1, ev.cpu_count)
     extra = advice.shared_cores_recommendations(
-        _framework(ev), max(1, ev.cpu_count), nb.others_cores
+        _framework(ev), cores, nb.others_cores, nb.text(cores)
     )
     return replace(v, recommendations=v.recommendations + extra)
 
