@@ -63,6 +63,7 @@ from sofa_top.model.samples import StackCount, StackWindow
 from sofa_top.model.units import Pid
 
 DEFAULT_CPU_BUDGET = 0.02  # py-spy's share of one core (see the module docstring)
+GIL_BUDGET_SHARE = 0.5  # the GIL sampler's budget, a share of py-spy's, spent on top of it
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 10.0)  # retry delays after an error that will not fix itself
 POLL_S = 0.1  # how often a running window checks ``stop`` (py-spy's exit wakes it at once)
 SCAN_S_PER_PROCESS = 0.00015  # py-spy --subprocesses: CPU s per second per process in /proc
@@ -329,7 +330,7 @@ class StackCollector:
     ) -> None:
         self.pid = pid
         self.gil = gil  # run the GIL sampler alongside (sofa_top.collectors.gil)
-        self._gil_plan = GilPlanner(cpu_budget / 2)  # on top of py-spy's own budget
+        self._gil_plan = GilPlanner(cpu_budget * GIL_BUDGET_SHARE)
         self.rate_hz = rate_hz
         self.window_s = window_s
         self.cpu_budget = cpu_budget

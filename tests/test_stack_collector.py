@@ -21,6 +21,7 @@ from sofa_top.analysis.stackstats import summarize
 from sofa_top.collectors.stacks import (
     BACKOFF_S,
     DEFAULT_CPU_BUDGET,
+    GIL_BUDGET_SHARE,
     RateController,
     StackCollector,
     diagnose,
@@ -138,8 +139,9 @@ def test_cpu_budget_is_respected() -> None:
     spent = sum((w.sampler_cpu or 0.0) * (w.ts_end - w.ts_start) for w in steady)
     wall = sum(w.ts_end - w.ts_start for w in steady)
     rates = [w.rate_hz for w in steady]
-    # sampler_cpu is in percent of one core; allow for timing noise on a shared machine
-    assert spent / wall <= 100 * budget * 1.6, (spent / wall, rates)
+    # sampler_cpu is in percent of one core and counts the GIL sampler, whose own budget comes on
+    # top of py-spy's; allow for timing noise on a shared machine
+    assert spent / wall <= 100 * budget * (1 + GIL_BUDGET_SHARE) * 1.6, (spent / wall, rates)
     at_max_rate = max(rates) >= run.collector.rate_hz
     assert at_max_rate or spent / wall >= 100 * budget * 0.3, (spent / wall, rates)
 
