@@ -190,6 +190,12 @@ def test_oversubscription_tells_its_own_pools_from_the_neighbours() -> None:
     # unknown size: 1.4 is no pool (an optimizer clock without stacks then abstains)
     assert _pool(1.4, HOG).kind != "cpu-oversubscribed"
     assert judge(replace(_pool_evidence(1.4, HOG), model=wide)).kind == "cpu-oversubscribed"
+    # whose threads: a pool as wide as the 2 cores is not the workload's own doing, whatever
+    # the runnable count (tf.data and inter-op threads wake around each op); a wider one is
+    as_wide = judge(replace(_pool_evidence(3.0, HOG), model=wide))
+    assert as_wide.evidence["oversubscribed_by"] == "neighbours", as_wide.evidence
+    wider = judge(replace(_pool_evidence(3.0, HOG), model=replace(wide, intra_op_threads=4)))
+    assert wider.evidence["oversubscribed_by"] == "both", wider.evidence
     # a pool no wider than the cores it gets: no thread cap lowers it (neighbours starve it)
     sized = replace(wide, intra_op_threads=1)
     assert judge(replace(_pool_evidence(2.0, HOG), model=sized)).kind != "cpu-oversubscribed"

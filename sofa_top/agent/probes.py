@@ -187,11 +187,14 @@ def _time_calls(agent: Agent, mod: Any, data: dict[str, Any]) -> None:
 
 
 def install_tf(agent: Agent, tf: ModuleType) -> None:
-    """Report TensorFlow's intra-op pool (0 is its default: one thread per core)."""
+    """Report TensorFlow's intra-op pool; 0 is its default, one thread per core it may run on
+    (TF sizes it from the affinity mask, so ``taskset -c 0`` gives a pool of one)."""
     try:
         n = int(tf.config.threading.get_intra_op_parallelism_threads())
     except Exception:
         n = 0
+    if n <= 0:
+        n = _schedulable_cores()
     agent.event(
         "agent-model",
         "tensorflow thread pools",
@@ -202,3 +205,11 @@ def install_tf(agent: Agent, tf: ModuleType) -> None:
             "env": _env(),
         },
     )
+
+
+def _schedulable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 0

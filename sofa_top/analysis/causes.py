@@ -263,12 +263,15 @@ OversubscribedBy = Literal["own-pool", "neighbours", "both", "unknown"]
 
 
 def oversubscribed_by(
-    runnable: float, cores: int, neighbours: Neighbours | None
+    runnable: float, cores: int, neighbours: Neighbours | None, pool: int | None = None
 ) -> OversubscribedBy:
-    """Whose threads hold the cores a tree's waiting threads want: its own pools (more of its
-    threads runnable than it has cores), other processes (they keep ``NEIGHBOURS_BUSY`` cores
-    or more busy), both, or "unknown" (no scan of the other processes)."""
-    own = runnable > cores + 0.5
+    """Whose threads hold the cores a tree's waiting threads want: its own pools (the
+    framework's pool wider than its cores where the agent reported it, else more of its threads
+    runnable than it has cores), other processes (they keep ``NEIGHBOURS_BUSY`` cores or more
+    busy), both, or "unknown" (no scan of the other processes)."""
+    # a pool sized to its cores can still show more runnable threads than cores (the framework's
+    # inter-op and tf.data threads wake around each op): its size, when known, is the better fact
+    own = pool > cores if pool is not None else runnable > cores + 0.5
     if neighbours is None:
         return "own-pool" if own else "unknown"
     others = neighbours.others_cores >= NEIGHBOURS_BUSY

@@ -148,14 +148,15 @@ def _oversubscribed(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict |
     runnable, busy, waiting = found
     cores = max(1, ev.cpu_count)
     nb = ev.neighbours
-    source = causes.oversubscribed_by(runnable, cores, nb)
+    pool = None if ev.model is None else ev.model.intra_op_threads
+    source = causes.oversubscribed_by(runnable, cores, nb, pool)
     evidence = {
         **base,
         "runnable_threads": round(runnable, 2),
         "cores_busy": round(busy, 2),
         "cores": cores,
         "threads_waiting": round(waiting, 2),
-        "intra_op_threads": None if ev.model is None else ev.model.intra_op_threads,
+        "intra_op_threads": pool,
         "oversubscribed_by": source,
         "others_cores": None if nb is None else round(nb.others_cores, 3),
         "neighbours": causes.neighbours_json(nb),
