@@ -163,9 +163,9 @@ CNN = ModelReport("torch", "CNN", "__main__", 40_000, 1, "", 1)
 
 
 def test_depth_first_only_where_chains_were_counted() -> None:
-    assert "depth-first" not in {r.toggle for r in advice.compute_recommendations("torch", LSTM)}
+    assert "depth_first" not in {r.toggle for r in advice.compute_recommendations("torch", LSTM)}
     cnn = advice.compute_recommendations("torch", CNN)
-    df = [r for r in cnn if r.toggle == "depth-first"]
+    df = [r for r in cnn if r.toggle == "depth_first"]
     assert len(df) == 1 and "1 chain of memory-bound layers in CNN" in df[0].text
     # no count (attach mode, an agent without the probe): not suggested, compile still is
     attach = advice.compute_recommendations("torch", None)
@@ -197,12 +197,12 @@ def test_torch_compile_in_the_api_that_runs_the_model(
 
 def test_toggles_off_say_why() -> None:
     off = advice.toggles_off("tensorflow", "compute-bound", None)
-    assert "not offered for TensorFlow" in off["depth-first"]
+    assert "not offered for TensorFlow" in off["depth_first"]
     assert "does not wait for its input" in off["prefetch"] and "xla" not in off
     assert "outnumber" in off["threads"]
     lstm = advice.toggles_off("torch", "cpu-oversubscribed", LSTM)
-    assert "no chain of memory-bound layers" in lstm["depth-first"] and "threads" not in lstm
-    assert "depth-first" not in advice.toggles_off("torch", "compute-bound", CNN)
+    assert "no chain of memory-bound layers" in lstm["depth_first"] and "threads" not in lstm
+    assert "depth_first" not in advice.toggles_off("torch", "compute-bound", CNN)
 
 
 def test_oversubscription_advice_names_the_framework_setting() -> None:

@@ -9,9 +9,9 @@ import pytest
 from conftest import validate_compare_json
 
 from sofa_top.agent.toggles import OptimizeSpec
-from sofa_top.optimizers.compare import CONFIGS, CompareResult, ConfigResult, changes_for
+from sofa_top.optimizers.compare import CompareResult, ConfigResult, changes_for, configs
 from sofa_top.optimizers.compare.analyze import logged_loss
-from sofa_top.optimizers.compare.configs import GPU_CONFIGS
+from sofa_top.optimizers.compare.configs import gpu_configs
 from sofa_top.optimizers.compare.summary import LOSS_TOLERANCE, best_config, summarize
 from sofa_top.optimizers.measures import RunOutcome
 
@@ -28,18 +28,18 @@ def outcome(
 def config(name: str, *outs: RunOutcome) -> ConfigResult:
     """``name``'s runs: each outcome three times, 2% apart (what a clear result needs)."""
     runs = [replace(o, rate=o.rate * k) for o in outs if o.rate for k in (0.98, 1.0, 1.02)]
-    return ConfigResult(name, CONFIGS[name], runs)
+    return ConfigResult(name, configs()[name], runs)
 
 
 BASE_RATES = [98.0, 100.0, 102.0]
 
 
 def test_gpu_configurations_and_their_specs() -> None:
-    assert GPU_CONFIGS == ("pin-memory", "bf16", "compile-mode")
-    assert CONFIGS["pin-memory"] == OptimizeSpec(pin_memory=True)
-    assert CONFIGS["bf16"] == OptimizeSpec(bf16=True)
-    assert CONFIGS["compile-mode"] == OptimizeSpec(compile_mode="reduce-overhead")
-    assert CONFIGS["max-autotune"].compile_mode == "max-autotune"
+    assert gpu_configs() == ("pin-memory", "bf16", "compile-mode")
+    assert configs()["pin-memory"] == OptimizeSpec(pin_memory=True)
+    assert configs()["bf16"] == OptimizeSpec(bf16=True)
+    assert configs()["compile-mode"] == OptimizeSpec(compile_mode="reduce-overhead")
+    assert configs()["max-autotune"].compile_mode == "max-autotune"
 
 
 def test_logged_loss_is_the_median_of_the_last_five() -> None:

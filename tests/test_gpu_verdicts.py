@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from sofa_top.agent.toggles import toggle_name
 from sofa_top.analysis import gpu as g
 from sofa_top.analysis.verdicts import HIGH_INPUT_FRACTION, MODERATE_INPUT_FRACTION, Evidence, judge
 from sofa_top.model.samples import (
@@ -86,7 +87,7 @@ def verdict(
 
 
 def toggles(v: Verdict) -> list[str | None]:
-    return [r.toggle for r in v.recommendations]
+    return [r.toggle and toggle_name(r.toggle) for r in v.recommendations]
 
 
 @pytest.mark.parametrize(("busy", "kind"), [(0.81, "compute-bound"), (0.79, "gpu-underutilized")])

@@ -487,7 +487,7 @@ async def test_only_toggles_that_apply_are_ticked_and_the_others_say_why() -> No
     # a TensorFlow job whose (older) verdict still offered depth-first: never ticked for TF
     old = compute_bound_verdict()
     old = replace(
-        old, recommendations=(*old.recommendations, Recommendation("depth_first", "depth-first"))
+        old, recommendations=(*old.recommendations, Recommendation("depth_first", "depth_first"))
     )
     app = dashboard(launch_snapshot(verdict=old))
     async with app.run_test(size=SIZE) as pilot:

@@ -32,11 +32,11 @@ from textual.screen import ModalScreen, Screen
 from textual.validation import Number
 from textual.widgets import Button, Checkbox, Footer, Input, Label, ProgressBar, Static
 
-from sofa_top.agent.toggles import OptimizeSpec
+from sofa_top.agent.toggles import EXCLUSIVE_NOTE, OptimizeSpec, excluded, rows, toggle_of
 from sofa_top.collectors.discovery import JobCopy, job_copy
 from sofa_top.model.errors import UserError
 from sofa_top.model.snapshot import Snapshot, TargetInfo
-from sofa_top.model.verdict import Measured, ToggleName, Verdict
+from sofa_top.model.verdict import Measured, Verdict
 from sofa_top.model.workload import ModelReport
 from sofa_top.optimizers.advice import toggles_off
 from sofa_top.optimizers.compare import (
@@ -61,23 +61,6 @@ ATTACH_MESSAGE = (
     "environment; you confirm first); the running job is not touched"
 )
 NO_COMMAND_MESSAGE = "no command line to re-run: sofa-top launch -- CMD"
-EXCLUSIVE_NOTE = (
-    "depth-first and torch.compile are mutually exclusive: a run with both reports "
-    "depth-first skipped"
-)
-# toggle (verdict recommendations, compare's configuration names), checkbox label
-TOGGLES: tuple[tuple[ToggleName, str], ...] = (
-    ("prefetch", "prefetch + parallelism"),
-    ("xla", "XLA / torch.compile"),
-    ("depth-first", "depth-first"),
-    ("threads", "threads"),
-)
-# offered only when the workload uses CUDA (the agent saw it initialised)
-GPU_TOGGLES: tuple[tuple[ToggleName, str], ...] = (
-    ("pin-memory", "pin_memory + non_blocking"),
-    ("bf16", "bf16 autocast (numerics change)"),
-    ("compile-mode", "CUDA graphs (reduce-overhead)"),
-)
 DEFAULT_REPEATS = 3
 DEFAULT_STEPS = 50
 MAX_REPEATS = 20
@@ -335,7 +318,8 @@ class OptimizerScreen(Screen[None]):
         self.copier = copier
         self.verdict = verdict
         self.cuda = cuda  # the workload uses CUDA: the GPU toggles are offered
-        self.toggles = TOGGLES + (GPU_TOGGLES if cuda else ())
+        # the checkboxes: the toggle table's rows, the GPU ones where the workload uses CUDA
+        self.toggles = rows(gpu=False) + (rows(gpu=True) if cuda else ())
         # why each toggle that cannot help or apply here is off (shown, never pre-ticked)
         recs = verdict.recommendations if verdict else ()
         self.off = toggles_off(
@@ -350,7 +334,9 @@ class OptimizerScreen(Screen[None]):
         self.done_runs = 0
         self.total_runs = 0
         wanted = {r.toggle for r in (verdict.recommendations if verdict else ()) if r.toggle}
-        self.preselected = {t for t, _label in self.toggles if t in wanted and t not in self.off}
+        self.preselected = {
+            r.key for r in self.toggles if r.key in wanted and r.key not in self.off
+        }
 
     @property
     def can_run(self) -> bool:
@@ -368,13 +354,13 @@ class OptimizerScreen(Screen[None]):
             cmd = cmdline_text(self.target.cmdline, self.target.name)
         yield Static(Text(truncate(f"Optimizer · {cmd}", 200)), id="opt-title")
         with Horizontal(id="opt-toggles"):
-            for toggle, label in TOGGLES:
-                yield Checkbox(label, toggle in self.preselected, id=f"opt-{toggle}", compact=True)
+            for r in rows(gpu=False):
+                yield Checkbox(r.label, r.key in self.preselected, id=f"opt-{r.name}", compact=True)
         if self.cuda:
             with Horizontal(id="opt-gpu-toggles"):
-                for toggle, label in GPU_TOGGLES:
-                    checked = toggle in self.preselected
-                    yield Checkbox(label, checked, id=f"opt-{toggle}", compact=True)
+                for r in rows(gpu=True):
+                    checked = r.key in self.preselected
+                    yield Checkbox(r.label, checked, id=f"opt-{r.name}", compact=True)
         yield Static(EXCLUSIVE_NOTE, id="opt-note")
         with Horizontal(id="opt-form"):
             yield Label("repeats")
@@ -413,22 +399,23 @@ class OptimizerScreen(Screen[None]):
     # -- form -----------------------------------------------------------------------------------
 
     def selected(self) -> list[str]:
-        """The ticked toggles, in TOGGLES (then GPU_TOGGLES) order."""
-        return [t for t, _label in self.toggles if self.query_one(f"#opt-{t}", Checkbox).value]
+        """The ticked toggles by the names people type, in the toggle table's order."""
+        return [
+            r.name for r in self.toggles if self.query_one(f"#opt-{r.name}", Checkbox).value
+        ]
 
     @on(Checkbox.Changed)
     def _toggled(self) -> None:
         self._update_note()
 
     def _update_note(self) -> None:
-        chosen = self.selected()
-        compiles = "xla" in chosen or "compile-mode" in chosen
-        conflict = compiles and "depth-first" in chosen
+        chosen = [t for n in self.selected() if (t := toggle_of(n)) is not None]
+        conflict = bool(excluded(chosen))
         note = self.query_one("#opt-note", Static)
         text = EXCLUSIVE_NOTE
         if conflict:
             text = "⚠ both ticked: " + EXCLUSIVE_NOTE.replace("a run with both", "the combined run")
-        off = [f"{t}: {why}" for t, _label in TOGGLES if (why := self.off.get(t))]
+        off = [f"{r.name}: {why}" for r in rows(gpu=False) if (why := self.off.get(r.key))]
         if off:
             text += "\noff here: " + "; ".join(off)
         note.update(Text(text))

@@ -9,6 +9,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 
+from sofa_top.agent.toggles import toggle_name
 from sofa_top.analysis.ranks import headline_verdict
 from sofa_top.model.snapshot import Snapshot
 from sofa_top.model.verdict import Verdict
@@ -195,7 +196,7 @@ def recommendation_text(verdict: Verdict, index: int, *, numbered: bool) -> Text
     head = f"{index + 1}. " if numbered else "fix: "
     text = Text.assemble((head, FIX_STYLE), rec.text)
     if rec.toggle:
-        text.append(f"  [{rec.toggle}]", TOGGLE_STYLE)
+        text.append(f"  [{toggle_name(rec.toggle)}]", TOGGLE_STYLE)
     return text
 
 

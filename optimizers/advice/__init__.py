@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from sofa_top.agent import toggles as tg
+from sofa_top.agent.toggles import Toggle
 from sofa_top.model.samples import PipelineSample
-from sofa_top.model.verdict import InputCause, Recommendation, ToggleName
+from sofa_top.model.verdict import InputCause, Recommendation
 from sofa_top.model.workload import ModelReport
 from sofa_top.optimizers.advice import inputs
 from sofa_top.optimizers.advice.compute import (
@@ -130,8 +132,8 @@ def toggles_off(
     fw: str,
     verdict_kind: str | None,
     model: ModelReport | None,
-    offered: Collection[ToggleName | None] = (),
-) -> dict[ToggleName, str]:
+    offered: Collection[Toggle | None] = (),
+) -> dict[Toggle, str]:
     """Why each toggle that cannot help (or cannot apply) here is off; the others are absent.
     A toggle the verdict's advice ``offered`` (its recommendations' toggles) is not said to be
     of no help (what cannot apply stays off)."""
@@ -140,18 +142,18 @@ def toggles_off(
 
 
 # toggles that are off by a judgement of the verdict (not by what the workload is)
-JUDGED_OFF: tuple[ToggleName, ...] = ("prefetch", "threads")
+JUDGED_OFF: tuple[Toggle, ...] = (tg.PREFETCH, tg.THREADS)
 
 
-def _off(fw: str, verdict_kind: str | None, model: ModelReport | None) -> dict[ToggleName, str]:
-    off: dict[ToggleName, str] = {}
+def _off(fw: str, verdict_kind: str | None, model: ModelReport | None) -> dict[Toggle, str]:
+    off: dict[Toggle, str] = {}
     if verdict_kind not in (None, "input-bound", "unknown"):
-        off["prefetch"] = f"{verdict_kind}: the loop does not wait for its input"
+        off[tg.PREFETCH] = f"{verdict_kind}: the loop does not wait for its input"
     if fw == "torch" and torch_compile_text(model) is None:
-        off["xla"] = "no model with parameters has run that torch.compile could take"
+        off[tg.XLA] = "no model with parameters has run that torch.compile could take"
     df = depth_first_off(fw, model)
     if df is not None:
-        off["depth-first"] = df
+        off[tg.DEPTH_FIRST] = df
     if verdict_kind != "cpu-oversubscribed":
-        off["threads"] = "the thread pools do not outnumber the cores the workload gets"
+        off[tg.THREADS] = "the thread pools do not outnumber the cores the workload gets"
     return off

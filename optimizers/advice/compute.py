@@ -9,6 +9,7 @@ names the framework's own setting and the OpenMP environment.
 
 from __future__ import annotations
 
+from sofa_top.agent import toggles as tg
 from sofa_top.model.verdict import Recommendation, unmeasured
 from sofa_top.model.workload import ModelReport
 from sofa_top.optimizers.advice.inputs import give_cores
@@ -106,17 +107,17 @@ def _compiler_recommendations(
             ),
         )
     if fw == "tensorflow":
-        return (Recommendation(xla_text(keras), "xla"),)
+        return (Recommendation(xla_text(keras), tg.XLA),)
     if fw == "torch":
         recs: list[Recommendation] = []
         compile_ = torch_compile_text(model)
         call_s = None if model is None else model.call_s
         tiny = call_s is not None and call_s < TINY_CALL_S
         if compile_ is not None and not tiny:
-            recs.append(Recommendation(compile_, "xla"))
+            recs.append(Recommendation(compile_, tg.XLA))
         df = depth_first_text(model)
         if df is not None:
-            recs.append(Recommendation(df, "depth-first"))
+            recs.append(Recommendation(df, tg.DEPTH_FIRST))
         if tiny and model is not None and call_s is not None:
             # known to lose at this size: the real lever first, the compiler only to measure
             recs.insert(0, Recommendation(batch_calls_text(model.module, call_s)))
@@ -125,7 +126,7 @@ def _compiler_recommendations(
                     Recommendation(
                         f"{compile_}: likely slower here, at {call_s * 1e3:.2f} ms per call"
                         + unmeasured("its guards and launches cost about what it saves"),
-                        "xla",
+                        tg.XLA,
                     )
                 )
         return tuple(recs)
@@ -168,7 +169,7 @@ def oversubscribed_recommendations(
             Recommendation(
                 f"tf.config.threading.set_intra_op_parallelism_threads({n}) and "
                 f"set_inter_op_parallelism_threads({n}) before the first op (or {env}){guess}",
-                "threads",
+                tg.THREADS,
             )
         )
     else:
@@ -181,7 +182,7 @@ def oversubscribed_recommendations(
             Recommendation(
                 f"torch.set_num_threads({n}){now} at the start of the script, or {env} in its "
                 f"environment{guess}",
-                "threads",
+                tg.THREADS,
             )
         )
     recs.append(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sofa_top.agent import toggles as tg
 from sofa_top.model.verdict import GpuCause, Recommendation
 
 PIN_MEMORY = (
@@ -20,7 +21,7 @@ def gpu_input_recommendations(
     """The GPU waits for the next batch: the input fixes (``recs``), and pinned copies."""
     if pinned:
         return tuple(recs)
-    return (*recs, Recommendation(PIN_MEMORY, "pin-memory"))
+    return (*recs, Recommendation(PIN_MEMORY, tg.PIN_MEMORY))
 
 
 def gpu_compute_recommendations(
@@ -34,7 +35,7 @@ def gpu_compute_recommendations(
             Recommendation(
                 "with torch.autocast('cuda', dtype=torch.bfloat16): around forward and loss "
                 "(tensor cores at 16 bits; numerics change: check the loss)",
-                "bf16",
+                tg.BF16,
             )
         )
     elif not half:
@@ -51,7 +52,7 @@ def gpu_compute_recommendations(
                 "inputs too (cuDNN's NHWC kernels, faster on tensor cores)"
             )
         )
-    recs.append(Recommendation("model.compile() (torch.compile fuses elementwise kernels)", "xla"))
+    recs.append(Recommendation("model.compile() (torch.compile fuses elementwise kernels)", tg.XLA))
     return tuple(recs)
 
 
@@ -61,14 +62,14 @@ def gpu_underused_recommendations(
     """The GPU idles for ``cause``: what keeps it fed."""
     if cause == "launch":
         return (
-            Recommendation(REDUCE_OVERHEAD, "compile-mode"),
+            Recommendation(REDUCE_OVERHEAD, tg.COMPILE_MODE),
             Recommendation("bigger batches: the same number of kernels does more work each"),
             Recommendation(
                 "fewer, larger ops: no Python loops over tensors or layers inside the step"
             ),
         )
     if cause == "copy":
-        recs = [] if pinned else [Recommendation(PIN_MEMORY, "pin-memory")]
+        recs = [] if pinned else [Recommendation(PIN_MEMORY, tg.PIN_MEMORY)]
         return (
             *recs,
             Recommendation(
@@ -81,7 +82,7 @@ def gpu_underused_recommendations(
             Recommendation(
                 "lower the batch size, or torch.autocast with bf16 (activations take half the "
                 "memory)",
-                "bf16" if bf16 is not False else None,
+                tg.BF16 if bf16 is not False else None,
             ),
             Recommendation(
                 "against fragmentation: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"

@@ -10,6 +10,7 @@ once; and a recommendation the ``prefetch`` toggle can try names it.
 
 from __future__ import annotations
 
+from sofa_top.agent import toggles as tg
 from sofa_top.model.verdict import InputCause, Recommendation, unmeasured
 from sofa_top.optimizers.advice.stages import PipelineView
 
@@ -65,7 +66,7 @@ def _tf_stage_recs(v: PipelineView, n: int | None) -> list[Recommendation]:
             text = f"map: num_parallel_calls={_calls(n)} (stage {s.name} runs {now})"
         else:
             text = f"interleave(..., num_parallel_calls={_calls(n)}) (stage {s.name} runs {now})"
-        recs.append(Recommendation(text, "prefetch"))
+        recs.append(Recommendation(text, tg.PREFETCH))
     return recs
 
 
@@ -77,7 +78,7 @@ def _tf_source_recs(v: PipelineView, cause: str | None, n: int | None) -> list[R
             recs.append(py_dataset_rec(s.name, cause, n))
     if not v.has("prefetch", "py_dataset"):
         where = "after batch()" if v.has("batch") else "as the pipeline's last step"
-        recs.append(Recommendation(f"add .prefetch(tf.data.AUTOTUNE) {where}", "prefetch"))
+        recs.append(Recommendation(f"add .prefetch(tf.data.AUTOTUNE) {where}", tg.PREFETCH))
     return recs
 
 
@@ -108,7 +109,7 @@ def _torch_parallel(v: PipelineView, cores: int, n: int | None) -> list[Recommen
             Recommendation(
                 f"DataLoader(num_workers={want}, persistent_workers=True) over the "
                 f"IterableDataset {src.name} only after you {SHARD_RECIPE} ({SHARD_WHY})",
-                "prefetch",
+                tg.PREFETCH,
             )
         ]
     return [
@@ -132,7 +133,7 @@ def parallelize(
                 f"tf.data: num_parallel_calls={_calls(n)} on the pipeline's map/interleave "
                 "stages and .prefetch(tf.data.AUTOTUNE) last (sofa-top launch shows which "
                 "stages it has)",
-                "prefetch",
+                tg.PREFETCH,
             )
         ]
     if fw == "torch":
@@ -141,14 +142,14 @@ def parallelize(
             Recommendation(
                 f"DataLoader(num_workers={w}, persistent_workers=True) (an IterableDataset "
                 "must shard by get_worker_info() first)",
-                "prefetch",
+                tg.PREFETCH,
             )
         ]
     return [
         Recommendation(
             "overlap input with compute: prefetch batches in the background and parallelize "
             "preprocessing",
-            "prefetch",
+            tg.PREFETCH,
         )
     ]
 
@@ -169,7 +170,7 @@ def _latency(v: PipelineView, fw: str, cores: int, iowait: float | None) -> list
                 Recommendation(
                     f"{head}: {' and '.join(parts)} and options.threading."
                     f"private_threadpool_size={wide} (AUTOTUNE stops at the core count)",
-                    "prefetch",
+                    tg.PREFETCH,
                 )
             )
         recs += _tf_source_recs(v, "latency", wide)
@@ -184,7 +185,7 @@ def _latency(v: PipelineView, fw: str, cores: int, iowait: float | None) -> list
         recs = [
             Recommendation(
                 f"{head}: overlap more reads (threads or async I/O), or read fewer, larger files",
-                "prefetch",
+                tg.PREFETCH,
             )
         ]
     if iowait is not None and iowait >= IOWAIT_EVIDENCE:
@@ -291,7 +292,7 @@ def fewer_threads(
     else:
         return []
     text = f"{lead}: {how}"
-    return [Recommendation(text + unmeasured("it depends on what the neighbours run"), "threads")]
+    return [Recommendation(text + unmeasured("it depends on what the neighbours run"), tg.THREADS)]
 
 
 def _contention(

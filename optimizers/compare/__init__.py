@@ -8,7 +8,7 @@ diagnosis and the parallelism search), ``progress`` (typed events while it runs)
 """
 
 from sofa_top.optimizers.compare.analyze import analyze_session
-from sofa_top.optimizers.compare.configs import CONFIGS, DEFAULT_CONFIGS, plan
+from sofa_top.optimizers.compare.configs import configs, default_configs, plan
 from sofa_top.optimizers.compare.progress import (
     CompareEvent,
     Diagnosed,
@@ -25,8 +25,6 @@ from sofa_top.optimizers.compare.runner import run_compare
 from sofa_top.optimizers.compare.summary import changes_for
 
 __all__ = [
-    "CONFIGS",
-    "DEFAULT_CONFIGS",
     "CompareEvent",
     "CompareResult",
     "ConfigResult",
@@ -40,6 +38,8 @@ __all__ = [
     "SearchLevelStarted",
     "analyze_session",
     "changes_for",
+    "configs",
+    "default_configs",
     "plan",
     "record_one",
     "run_compare",

@@ -1,36 +1,51 @@
-"""The configurations ``compare`` knows: each is the set of toggles a run asks the agent for."""
+"""The configurations ``compare`` knows: each is the set of toggles a run asks the agent for,
+derived from the toggle table (``agent.toggles.TABLE``): one per toggle, under the name people
+type, plus ``baseline``, ``all`` and ``max-autotune``."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sofa_top.agent.toggles import OptimizeSpec, PrefetchOptions, Toggle, toggle_name, toggle_of
+from sofa_top.agent.toggles import (
+    AUTO_THREADS,
+    COMPILE_MODE,
+    OptimizeSpec,
+    Toggle,
+    row_of,
+    rows,
+    toggle_name,
+    toggle_of,
+)
 from sofa_top.model.errors import UserError
 
-# ``threads`` at 0 is "pick it": compare sets the cores the baseline's run was left by other
-# processes (``auto_threads``) before it runs the configuration.
-AUTO_THREADS = 0
-CONFIGS: dict[str, OptimizeSpec] = {
-    "baseline": OptimizeSpec(),
-    "prefetch": OptimizeSpec(prefetch=PrefetchOptions()),
-    "xla": OptimizeSpec(xla=True),
-    "depth-first": OptimizeSpec(depth_first=True),
-    "threads": OptimizeSpec(threads=AUTO_THREADS),
-    "all": OptimizeSpec(xla=True, prefetch=PrefetchOptions(), depth_first=True),
-    # GPU loops (PyTorch on CUDA); not in the defaults: on a CPU loop they do nothing or slow down
-    "pin-memory": OptimizeSpec(pin_memory=True),
-    "bf16": OptimizeSpec(bf16=True),
-    "compile-mode": OptimizeSpec(compile_mode="reduce-overhead"),  # CUDA graphs
-    "max-autotune": OptimizeSpec(compile_mode="max-autotune"),  # may compile for minutes
-}
-DEFAULT_CONFIGS = ("baseline", "prefetch", "xla", "depth-first", "all")
-GPU_CONFIGS = ("pin-memory", "bf16", "compile-mode")
-# as configurations are listed; "all" is every CPU toggle but threads (threads is tried on its
-# own, the GPU ones are asked for by name)
-ORDER: tuple[Toggle, ...] = (
-    "prefetch", "xla", "depth_first", "threads", "pin_memory", "bf16", "compile_mode",
-)  # fmt: skip
-ALL: tuple[Toggle, ...] = ("prefetch", "xla", "depth_first")
+__all__ = ["AUTO_THREADS", "auto_threads", "check_configs", "config_table", "configs", "plan"]
+
+
+def configs() -> dict[str, OptimizeSpec]:
+    """The known configurations, in the table's order."""
+    table = {"baseline": OptimizeSpec()}
+    table |= {r.name: spec_of([r.key]) for r in rows(gpu=False)}
+    table["all"] = spec_of(all_toggles())
+    table |= {r.name: spec_of([r.key]) for r in rows(gpu=True)}
+    table["max-autotune"] = OptimizeSpec().with_(COMPILE_MODE, "max-autotune")  # may take minutes
+    return table
+
+
+def default_configs() -> tuple[str, ...]:
+    """What ``compare`` runs when not told: the baseline, each CPU toggle of ``all``, ``all``
+    (threads is tried on its own, the GPU ones are asked for by name: on a CPU loop they do
+    nothing or slow down)."""
+    return ("baseline", *(toggle_name(t) for t in all_toggles()), "all")
+
+
+def gpu_configs() -> tuple[str, ...]:
+    """The configurations offered where the workload uses CUDA."""
+    return tuple(r.name for r in rows(gpu=True))
+
+
+def all_toggles() -> tuple[Toggle, ...]:
+    """The toggles ``all`` turns on."""
+    return tuple(r.key for r in rows() if r.in_all)
 
 
 def auto_threads(cores: int, others_cores: float | None) -> int:
@@ -41,7 +56,7 @@ def auto_threads(cores: int, others_cores: float | None) -> int:
 
 def config_table(extra: Mapping[str, OptimizeSpec] | None = None) -> dict[str, OptimizeSpec]:
     """The known configurations plus ``extra`` ones (which may override them)."""
-    return {**CONFIGS, **(extra or {})}
+    return {**configs(), **(extra or {})}
 
 
 def check_configs(configs: Sequence[str], table: Mapping[str, OptimizeSpec]) -> None:
@@ -52,28 +67,20 @@ def check_configs(configs: Sequence[str], table: Mapping[str, OptimizeSpec]) -> 
 
 
 def spec_of(toggles: Sequence[Toggle]) -> OptimizeSpec:
-    """The spec that turns on ``toggles`` with their defaults (compile_mode: reduce-overhead)."""
-    return OptimizeSpec(
-        xla="xla" in toggles,
-        prefetch=PrefetchOptions() if "prefetch" in toggles else None,
-        depth_first="depth_first" in toggles,
-        pin_memory="pin_memory" in toggles,
-        bf16="bf16" in toggles,
-        compile_mode="reduce-overhead" if "compile_mode" in toggles else None,
-        threads=AUTO_THREADS if "threads" in toggles else None,
-    )
+    """The spec that turns on ``toggles`` with their table defaults (threads: picked by
+    compare, compile_mode: reduce-overhead)."""
+    return OptimizeSpec({t: r.default for t in toggles if (r := row_of(t)) is not None})
 
 
 def plan(names: Sequence[str]) -> tuple[list[str], dict[str, OptimizeSpec]]:
-    """The configurations to run for the chosen toggles (``prefetch``, ``xla``,
-    ``depth-first``, ``threads``, and on a GPU ``pin-memory``, ``bf16``, ``compile-mode``), and
-    the extra ones to define: baseline, one per toggle, and (two or more chosen) their
-    combination, named ``all`` when it is the first three."""
-    chosen = [t for t in (toggle_of(n) for n in names) if t is not None]
-    ordered = [t for t in ORDER if t in chosen]
+    """The configurations to run for the chosen toggles (by the names people type), and the
+    extra ones to define: baseline, one per toggle, and (two or more chosen) their
+    combination, named ``all`` when it is ``all``'s toggles."""
+    chosen = {t for t in (toggle_of(n) for n in names) if t is not None}
+    ordered = [r.key for r in rows() if r.key in chosen]
     configs = ["baseline", *(toggle_name(t) for t in ordered)]
     extra: dict[str, OptimizeSpec] = {}
-    if ordered == list(ALL):
+    if tuple(ordered) == all_toggles():
         configs.append("all")
     elif len(ordered) > 1:
         name = "+".join(toggle_name(t) for t in ordered)

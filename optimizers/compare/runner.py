@@ -39,13 +39,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sofa_top.agent.toggles import OptimizeSpec
+from sofa_top.agent.toggles import THREADS, OptimizeSpec
 from sofa_top.collectors.discovery import JobCopy
 from sofa_top.model.errors import UserError
 from sofa_top.optimizers.compare.analyze import analyze_session
 from sofa_top.optimizers.compare.configs import (
     AUTO_THREADS,
-    DEFAULT_CONFIGS,
+    default_configs,
     auto_threads,
     check_configs,
     config_table,
@@ -133,7 +133,7 @@ def _check(cmd: Sequence[str], steps: int | None, seconds: float | None, p: int 
 
 def run_compare(
     cmd: Sequence[str],
-    configs: Sequence[str] = DEFAULT_CONFIGS,
+    configs: Sequence[str] = default_configs(),
     repeats: int = 3,
     steps: int | None = 50,
     seconds: float | None = None,
@@ -199,7 +199,7 @@ def run_compare(
         base_diag = diagnose(results["baseline"].outcomes, usable_cores()) if first_done else None
         n = auto_threads(usable_cores(), None if base_diag is None else base_diag.others_cores)
         for c in threaded:
-            results[c].optimize = replace(results[c].optimize, threads=n)
+            results[c].optimize = results[c].optimize.with_(THREADS, n)
     started = time.monotonic()
     for i in range(repeats):
         for c in configs:

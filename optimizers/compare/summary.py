@@ -7,9 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from sofa_top.agent.toggles import NUMERICS_CHANGING, XLA_FLAGS, Toggle
-from sofa_top.model.literals import one_of
-from sofa_top.model.verdict import TOGGLE_NAMES, Measured
+from sofa_top.agent.toggles import XLA_FLAGS, Toggle, numerics_changing, toggle_of
+from sofa_top.model.verdict import Measured
 from sofa_top.optimizers.advice.inputs import SHARD_RECIPE
 from sofa_top.optimizers.compare.datastream import compare_streams
 from sofa_top.optimizers.compare.results import CompareResult, ConfigResult, Flag
@@ -67,7 +66,7 @@ def _flags(cr: ConfigResult, baseline_loss: float | None = None) -> list[Flag]:
         flags.append("non-finite-loss")
     if any(o.failed for o in cr.outcomes):
         flags.append("run-failed")
-    if any(t in NUMERICS_CHANGING for t in cr.applied):
+    if numerics_changing(cr.applied):
         flags.append("numerics-changing")
         if _loss_differs(cr, baseline_loss):
             flags.append("loss-differs")
@@ -287,7 +286,7 @@ def measured_of(result: CompareResult) -> list[Measured]:
     base = result.run("baseline")
     bmed = None if base is None else base.throughput.median
     for r in result.runs:
-        toggle = one_of(r.config, TOGGLE_NAMES)
+        toggle = toggle_of(r.config)
         if toggle is None or not bmed:
             continue
         if r.not_applied and not r.applied:

@@ -91,22 +91,43 @@ from sofa_top.agent.optimize_state import guard as _guard
 from sofa_top.agent.optimize_state import on_detach as _on_detach
 from sofa_top.agent.optimize_state import patch as _patch
 from sofa_top.agent.optimize_state import skipped as _skipped
-from sofa_top.agent.toggles import XLA_FLAGS, PrefetchOptions, Toggle, hook_name
+from sofa_top.agent.toggles import (
+    BF16,
+    COMPILE_MODE,
+    DEPTH_FIRST,
+    EXCLUDED_BECAUSE,
+    PIN_MEMORY,
+    PREFETCH,
+    THREADS,
+    XLA,
+    XLA_FLAGS,
+    PrefetchOptions,
+    Toggle,
+    excluded,
+    hook_name,
+    row_of,
+)
 
 if TYPE_CHECKING:
     from sofa_top.agent.core import Agent, Installer
 
 # Why a toggle has not applied yet. Until its framework is imported: the framework is missing
 # (what it says if the run ends there); once an installer is in: what it still waits for.
-_NOT_IMPORTED: dict[Toggle, str] = {
-    "prefetch": "not a TF or PyTorch job: the workload never imported tensorflow or torch",
-    "xla": "not a TF or PyTorch job: the workload never imported tensorflow or torch",
-    "threads": "not a TF or PyTorch job: the workload never imported tensorflow or torch",
-    "depth_first": "not a PyTorch job: the workload never imported torch",
-    "pin_memory": "not a PyTorch job: the workload never imported torch",
-    "bf16": "not a PyTorch job: the workload never imported torch",
-    "compile_mode": "not a PyTorch job: the workload never imported torch",
-}
+# the toggles installed on the workload's top module (torch.nn.Module's first call)
+_MODULE_TOGGLES: tuple[Toggle, ...] = (XLA, DEPTH_FIRST, BF16, COMPILE_MODE)
+_FRAMEWORKS = {"tensorflow": "TF", "torch": "PyTorch"}
+
+
+def _not_imported(toggle: Toggle) -> str:
+    """Why ``toggle`` has not applied while none of its frameworks is imported."""
+    row = row_of(toggle)
+    fws = row.frameworks if row is not None else ()
+    return (
+        f"not a {' or '.join(_FRAMEWORKS[f] for f in fws)} job: the workload never imported "
+        f"{' or '.join(fws)}"
+    )
+
+
 _NOTHING_YET: dict[str, str] = {
     "torch.utils.data.dataloader": "no DataLoader was created: the loop does not read its "
     "batches through torch.utils.data.DataLoader",
@@ -121,7 +142,7 @@ _NOTHING_YET: dict[str, str] = {
 def _install_tf_jit(agent: Agent, tf: ModuleType) -> None:
     tf.config.optimizer.set_jit("autoclustering")
     flags = os.environ.get("TF_XLA_FLAGS", "")
-    _applied("xla", f"tensorflow: auto-clustering (TF_XLA_FLAGS={flags!r}, set_jit)")
+    _applied(XLA, f"tensorflow: auto-clustering (TF_XLA_FLAGS={flags!r}, set_jit)")
 
 
 def _install_keras_jit(agent: Agent, module: ModuleType) -> None:
@@ -134,7 +155,7 @@ def _install_keras_jit(agent: Agent, module: ModuleType) -> None:
         if kwargs.get("jit_compile", "auto") in ("auto", None):
             kwargs["jit_compile"] = True
         out = orig(self, *args, **kwargs)
-        _applied("xla", f"keras: {type(self).__name__}.compile(jit_compile=True)")
+        _applied(XLA, f"keras: {type(self).__name__}.compile(jit_compile=True)")
         return out
 
     compile.__wrapped__ = orig  # type: ignore[attr-defined]
@@ -172,7 +193,7 @@ def _install_tf_data(agent: Agent, module: ModuleType) -> None:
                     if nondet and a.get("deterministic") is None:
                         a["deterministic"] = False
                     calls = "AUTOTUNE" if n is None else str(n)
-                    _applied("prefetch", f"tf.data: {name}(num_parallel_calls={calls})", **extra)
+                    _applied(PREFETCH, f"tf.data: {name}(num_parallel_calls={calls})", **extra)
                 args, kwargs = tuple(b.args[1:]), dict(b.kwargs)
             except TypeError:
                 pass  # let the original raise its own error
@@ -203,18 +224,18 @@ def _install_tf_data(agent: Agent, module: ModuleType) -> None:
                     ds = self.prefetch(autotune).with_options(o)
                     pool = "" if n is None else f" with private_threadpool_size={n}"
                     _applied(
-                        "prefetch",
+                        PREFETCH,
                         f"tf.data: .prefetch(AUTOTUNE) appended at iteration{pool}",
                         **extra,
                     )
                 elif n is not None:
                     ds = self.with_options(o)
                     _applied(
-                        "prefetch", f"tf.data: private_threadpool_size={n} at iteration", **extra
+                        PREFETCH, f"tf.data: private_threadpool_size={n} at iteration", **extra
                     )
         except Exception as e:
             ds = self
-            _skipped("prefetch", f"appending prefetch failed: {e!r}")
+            _skipped(PREFETCH, f"appending prefetch failed: {e!r}")
         return orig_iter(ds)
 
     __iter__.__wrapped__ = orig_iter  # type: ignore[attr-defined]
@@ -274,12 +295,12 @@ def _install_py_dataset(agent: Agent, module: ModuleType) -> None:
                 x.workers = workers  # threads: the OrderedEnqueuer keeps the batch order
                 _on_detach(f"{type(x).__name__}.workers", _set_back(x, "workers", workers, prior))
                 _applied(
-                    "prefetch",
+                    PREFETCH,
                     f"keras: {type(x).__name__} PyDataset(workers={workers})",
                     workers=workers,
                 )
         except Exception as e:
-            _skipped("prefetch", f"PyDataset workers not set: {e!r}")
+            _skipped(PREFETCH, f"PyDataset workers not set: {e!r}")
         orig(self, x, *args, **kwargs)
 
     __init__.__wrapped__ = orig  # type: ignore[attr-defined]
@@ -315,7 +336,7 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
                     shards, why = _shards(dataset, workers)
                     if not shards:
                         _skipped(
-                            "prefetch",
+                            PREFETCH,
                             f"not sharded: DataLoader over {type(dataset).__name__} keeps "
                             f"num_workers={current}: {why}",
                             blocked="unsharded-iterable",
@@ -333,7 +354,7 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
                     a["pin_memory"] = True
                 args, kwargs = tuple(b.args[1:]), dict(b.kwargs)
                 _applied(
-                    "prefetch",
+                    PREFETCH,
                     f"torch: DataLoader(num_workers={workers}, persistent_workers=True, "
                     f"prefetch_factor={pf}{', pin_memory=True' if pin else ''})",
                     workers=workers,
@@ -342,7 +363,7 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
             elif current:
                 asked = "" if n is None else f" (parallelism {n} asked)"
                 _skipped(
-                    "prefetch", f"DataLoader(num_workers={current}) already loads in workers{asked}"
+                    PREFETCH, f"DataLoader(num_workers={current}) already loads in workers{asked}"
                 )
         except TypeError:
             pass
@@ -431,7 +452,7 @@ def _time_first_compiled_call(module: Any) -> None:
             agent.event(
                 "optimize",
                 f"xla: first compiled call of {name} took {dt:.2f} s",
-                {"toggle": "xla", "applied": True, "where": None, "compile_s": dt},
+                {"toggle": XLA, "applied": True, "where": None, "compile_s": dt},
             )
         return out
 
@@ -467,19 +488,19 @@ def _on_top_module(module: Any) -> None:
         mode = wanted.compile_mode
         _compile_in_place(module, mode=mode)
         _time_first_compiled_call(module)
-        _applied("compile_mode", f"torch: {name}.compile(mode={mode!r}) (torch.compile in place)")
+        _applied(COMPILE_MODE, f"torch: {name}.compile(mode={mode!r}) (torch.compile in place)")
         if wanted.xla:
-            _skipped("xla", f"torch: compile_mode={mode!r} compiles the module instead")
+            _skipped(XLA, f"torch: compile_mode={mode!r} compiles the module instead")
     elif wanted.xla:
         _compile_in_place(module)
         _time_first_compiled_call(module)
-        _applied("xla", f"torch: {name}.compile() (torch.compile in place)")
+        _applied(XLA, f"torch: {name}.compile() (torch.compile in place)")
     if wanted.depth_first:
         if compiles:
-            _skipped("depth_first", "mutually exclusive with torch.compile (xla requested)")
+            _skipped(DEPTH_FIRST, EXCLUDED_BECAUSE)
         else:
             _depth_first_in_place(module)
-            _applied("depth_first", f"torch: depth_first({name}) in place")
+            _applied(DEPTH_FIRST, f"torch: depth_first({name}) in place")
 
 
 def _install_torch_modules(agent: Agent, module: ModuleType) -> None:
@@ -501,7 +522,7 @@ def _install_torch_modules(agent: Agent, module: ModuleType) -> None:
             _on_top_module(mod)
         except Exception as e:
             for t in _State.wanted.toggles():
-                if t not in ("prefetch", "pin_memory"):
+                if t in _MODULE_TOGGLES:
                     _skipped(t, f"on {type(mod).__name__}: {e!r}")
         return None
 
@@ -536,13 +557,13 @@ def _install_torch_threads(agent: Agent, torch: ModuleType) -> None:
     def set_num_threads(k: int) -> None:
         capped = min(int(k), n) if isinstance(k, int) and k > 0 else k
         if capped != k:
-            _applied("threads", f"torch: the script's set_num_threads({k}) capped at {n}")
+            _applied(THREADS, f"torch: the script's set_num_threads({k}) capped at {n}")
         orig(capped)
 
     set_num_threads.__wrapped__ = orig  # type: ignore[attr-defined]
     agent.patches.set(torch, "set_num_threads", set_num_threads)
     _applied(
-        "threads",
+        THREADS,
         f"torch: set_num_threads({n}), OMP_NUM_THREADS={n}, OMP_WAIT_POLICY=PASSIVE",
         threads=n,
     )
@@ -555,7 +576,7 @@ def _install_tf_threads(agent: Agent, tf: ModuleType) -> None:
     tf.config.threading.set_intra_op_parallelism_threads(n)
     tf.config.threading.set_inter_op_parallelism_threads(n)
     _applied(
-        "threads",
+        THREADS,
         f"tensorflow: set_intra_op_parallelism_threads({n}), set_inter_op_parallelism_threads"
         f"({n}), OMP_NUM_THREADS={n}",
         threads=n,
@@ -629,11 +650,9 @@ def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Insta
         if problem.startswith("optimize:"):
             agent.event("optimize", problem, {"toggle": None})
     for t in wanted.toggles():
-        agent.hook_skipped(hook_name(t), _NOT_IMPORTED[t])
-    if (wanted.xla or wanted.compile_mode) and wanted.depth_first:
-        agent.hook_skipped(
-            hook_name("depth_first"), "mutually exclusive with torch.compile (xla requested)"
-        )
+        agent.hook_skipped(hook_name(t), _not_imported(t))
+    for t in excluded(wanted.toggles()):
+        agent.hook_skipped(hook_name(t), EXCLUDED_BECAUSE)
     if wanted.xla:
         os.environ.setdefault("TF_XLA_FLAGS", XLA_FLAGS)
     if wanted.threads is not None:
@@ -649,15 +668,15 @@ def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Insta
         ]
 
     if wanted.xla:
-        add("tensorflow", "xla", _install_tf_jit)
-        add("keras.src.trainers.trainer", "xla", _install_keras_jit)
+        add("tensorflow", XLA, _install_tf_jit)
+        add("keras.src.trainers.trainer", XLA, _install_keras_jit)
     if wanted.prefetch is not None:
-        add("tensorflow.python.data.ops.dataset_ops", "prefetch", _install_tf_data)
-        add("torch.utils.data.dataloader", "prefetch", _install_dataloader)
-        add("keras.src.trainers.data_adapters.py_dataset_adapter", "prefetch", _install_py_dataset)
+        add("tensorflow.python.data.ops.dataset_ops", PREFETCH, _install_tf_data)
+        add("torch.utils.data.dataloader", PREFETCH, _install_dataloader)
+        add("keras.src.trainers.data_adapters.py_dataset_adapter", PREFETCH, _install_py_dataset)
     if wanted.threads is not None:
-        add("torch", "threads", _install_torch_threads)
-        add("tensorflow", "threads", _install_tf_threads)
+        add("torch", THREADS, _install_torch_threads)
+        add("tensorflow", THREADS, _install_tf_threads)
     if wanted.check_data:
         installers["torch.utils.data.dataloader"] = [
             *installers.get("torch.utils.data.dataloader", ()),
@@ -668,10 +687,8 @@ def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Insta
             ("data-check", _check_guard(_install_check_tf)),
         ]
     if wanted.pin_memory:
-        add("torch.utils.data.dataloader", "pin_memory", _install_pin_memory)
-    module_toggles = [
-        t for t in wanted.toggles() if t in ("xla", "depth_first", "bf16", "compile_mode")
-    ]
+        add("torch.utils.data.dataloader", PIN_MEMORY, _install_pin_memory)
+    module_toggles = [t for t in wanted.toggles() if t in _MODULE_TOGGLES]
     if module_toggles:
         add(
             "torch.nn.modules.module",

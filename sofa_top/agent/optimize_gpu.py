@@ -10,6 +10,7 @@ from sofa_top.agent.optimize_state import applied as _applied
 from sofa_top.agent.optimize_state import bind as _bind
 from sofa_top.agent.optimize_state import patch as _patch
 from sofa_top.agent.optimize_state import skipped as _skipped
+from sofa_top.agent.toggles import BF16, PIN_MEMORY
 
 if TYPE_CHECKING:
     from sofa_top.agent.core import Agent
@@ -27,13 +28,13 @@ def install_pin_memory(agent: Agent, module: ModuleType) -> None:
             import torch
 
             if not torch.cuda.is_available():
-                _skipped("pin_memory", "no CUDA device: pinned memory only speeds up GPU copies")
+                _skipped(PIN_MEMORY, "no CUDA device: pinned memory only speeds up GPU copies")
             else:
                 b = _bind(orig, (self, *args), kwargs)
                 if not b.arguments.get("pin_memory"):
                     b.arguments["pin_memory"] = True
                     args, kwargs = tuple(b.args[1:]), dict(b.kwargs)
-                    _applied("pin_memory", "torch: DataLoader(..., pin_memory=True)")
+                    _applied(PIN_MEMORY, "torch: DataLoader(..., pin_memory=True)")
                 _non_blocking_copies(torch)
         except TypeError:
             pass
@@ -71,7 +72,7 @@ def _non_blocking_copies(torch: Any) -> None:
             and self.is_pinned()
         ):
             kwargs["non_blocking"] = True
-            _applied("pin_memory", "torch: tensor.to(cuda, non_blocking=True) for pinned batches")
+            _applied(PIN_MEMORY, "torch: tensor.to(cuda, non_blocking=True) for pinned batches")
         return orig_to(self, *args, **kwargs)
 
     def cuda(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -83,7 +84,7 @@ def _non_blocking_copies(torch: Any) -> None:
             and self.is_pinned()
         ):
             kwargs["non_blocking"] = True
-            _applied("pin_memory", "torch: tensor.cuda(non_blocking=True) for pinned batches")
+            _applied(PIN_MEMORY, "torch: tensor.cuda(non_blocking=True) for pinned batches")
         return orig_cuda(self, *args, **kwargs)
 
     for fn, wrapped in ((to, orig_to), (cuda, orig_cuda)):
@@ -100,7 +101,7 @@ def autocast_bf16(module: Any) -> None:
     param = next(module.parameters(), None)
     device = param.device.type if param is not None else "cpu"
     if device == "cuda" and not torch.cuda.is_bf16_supported():
-        _skipped("bf16", "this GPU has no bf16 (try float16 autocast with a GradScaler)")
+        _skipped(BF16, "this GPU has no bf16 (try float16 autocast with a GradScaler)")
         return
     forward = module.forward
 
@@ -110,6 +111,4 @@ def autocast_bf16(module: Any) -> None:
 
     autocast_forward.__wrapped__ = forward  # type: ignore[attr-defined]
     _patch(module, "forward", autocast_forward)
-    _applied(
-        "bf16", f"torch: {type(module).__name__}.forward under torch.autocast({device!r}, bf16)"
-    )
+    _applied(BF16, f"torch: {type(module).__name__}.forward under torch.autocast({device!r}, bf16)")

@@ -16,15 +16,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from sofa_top.model.verdict import UNMEASURED, Measured, Recommendation, ToggleName, Verdict
+from sofa_top.agent import toggles as tg
+from sofa_top.agent.toggles import Toggle
+from sofa_top.model.verdict import UNMEASURED, Measured, Recommendation, Verdict
 
 # advice texts that rule a lever out; a measurement that found it winning withdraws them
-RULED_OUT = {"prefetch": ("cannot help", "more parallelism than the")}
+RULED_OUT = {tg.PREFETCH: ("cannot help", "more parallelism than the")}
 
 
 def latest(measured: Iterable[Measured]) -> tuple[Measured, ...]:
     """The last measurement of each toggle, in the order they were first measured."""
-    out: dict[ToggleName, Measured] = {}
+    out: dict[Toggle, Measured] = {}
     for m in measured:
         out[m.toggle] = m
     return tuple(out.values())
@@ -36,7 +38,7 @@ def _measured(text: str) -> str:
     return text if at < 0 else text[:at]
 
 
-def _rules_out(r: Recommendation, toggle: ToggleName) -> bool:
+def _rules_out(r: Recommendation, toggle: Toggle) -> bool:
     return r.toggle is None and any(w in r.text for w in RULED_OUT.get(toggle, ()))
 
 

@@ -68,6 +68,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from sofa_top.agent import toggles as tg
 from sofa_top.analysis import causes
 from sofa_top.analysis import gpu as gpu_loop
 from sofa_top.analysis import steps as step_facts
@@ -291,7 +292,7 @@ def _beside_neighbours(v: Verdict, ev: Evidence) -> Verdict:
         nb is None
         or nb.others_cores < causes.NEIGHBOURS_BUSY
         or v.kind not in SHARED_CORES_KINDS
-        or any(r.toggle == "threads" for r in v.recommendations)
+        or any(r.toggle == tg.THREADS for r in v.recommendations)
     ):
         return v
     cores = max(1, ev.cpu_count)
@@ -465,7 +466,7 @@ def _minor_input(
             f"{note}: {r.text}" + ("" if UNMEASURED in r.text else unmeasured()), r.toggle
         )
         for r in recs
-        if r.toggle == "prefetch"
+        if r.toggle == tg.PREFETCH
     )
 
     def add(v: Verdict) -> Verdict:

@@ -19,10 +19,10 @@ from sofa_top.cli import exits
 from sofa_top.collectors.discovery import JobCopy
 from sofa_top.model.errors import UserError
 from sofa_top.optimizers.compare import (
-    CONFIGS,
-    DEFAULT_CONFIGS,
     CompareEvent,
     CompareResult,
+    configs,
+    default_configs,
     run_compare,
 )
 from sofa_top.optimizers.compare.record import note_measured
@@ -52,8 +52,8 @@ def add_compare_parser(sub: Any) -> argparse.ArgumentParser:
     c.add_argument("--yes", action="store_true", help="with --like: do not ask first")
     c.add_argument(
         "--configs",
-        default=",".join(DEFAULT_CONFIGS),
-        help=f"comma-separated, from {', '.join(CONFIGS)} (default: all of them)",
+        default=",".join(default_configs()),
+        help=f"comma-separated, from {', '.join(configs())} (default: all of them)",
     )
     c.add_argument(
         "--repeats", type=int, default=3, metavar="N", help="runs per config, at least (3)"

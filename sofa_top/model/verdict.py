@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from sofa_top.agent.toggles import Toggle, toggle_name, toggle_of
 from sofa_top.model.literals import one_of
 
 VerdictKind = Literal[
@@ -29,11 +30,6 @@ VerdictKind = Literal[
 ]
 VERDICT_KINDS: tuple[VerdictKind, ...] = get_args(VerdictKind)
 Severity = Literal["", "high", "moderate"]
-# The optimizer toggle a recommendation can be tried with (compare's configuration names).
-ToggleName = Literal[
-    "prefetch", "xla", "depth-first", "threads", "pin-memory", "bf16", "compile-mode"
-]  # fmt: skip
-TOGGLE_NAMES: tuple[ToggleName, ...] = get_args(ToggleName)
 # why the input stage is slow: it computes (``cpu``), it waits on storage/network/locks
 # (``latency``), other processes take the cores it needs (``contention``), or a mix
 InputCauseKind = Literal["cpu", "latency", "mixed", "contention"]
@@ -58,7 +54,7 @@ def unmeasured(why: str = "") -> str:
 @dataclass(frozen=True, slots=True)
 class Recommendation:
     text: str  # a concrete code change
-    toggle: ToggleName | None = None  # the optimizer toggle that tries it
+    toggle: Toggle | None = None  # the optimizer toggle that tries it
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +76,7 @@ class Verdict:
             "evidence": dict(self.evidence),
             "recommendations": [r.text for r in self.recommendations],
             # the optimizer toggle that tries each recommendation (null: none does)
-            "toggles": [r.toggle for r in self.recommendations],
+            "toggles": [r.toggle and toggle_name(r.toggle) for r in self.recommendations],
         }
 
     @classmethod
@@ -101,8 +97,10 @@ class Verdict:
             recommendations=tuple(
                 Recommendation(
                     str(t),
-                    one_of(toggles[i], TOGGLE_NAMES)
-                    if isinstance(toggles, list) and i < len(toggles)
+                    toggle_of(toggles[i])
+                    if isinstance(toggles, list)
+                    and i < len(toggles)
+                    and isinstance(toggles[i], str)
                     else None,
                 )
                 for i, t in enumerate(recs)
@@ -179,7 +177,7 @@ class Measured:
     """What a comparison measured for one toggle against the baseline (``compare``, or the
     optimizer panel): the verdict then carries it and withdraws advice it contradicts."""
 
-    toggle: ToggleName
+    toggle: Toggle
     effect: MeasuredEffect
     speedup: float | None  # median over the baseline's median
     low: float | None = None  # the speedup's interval (run spread over the baseline's)
@@ -190,10 +188,15 @@ class Measured:
     change: str = ""  # the code change that keeps what it measured (compare's ``changes``)
 
     @property
+    def name(self) -> str:
+        """The toggle as people read it (``depth-first``)."""
+        return toggle_name(self.toggle)
+
+    @property
     def text(self) -> str:
         """``measured: prefetch x3.63 at parallelism 16`` (how the verdict quotes it)."""
         if self.effect == "not-applied" or self.speedup is None:
-            return f"measured: {self.toggle} did not apply ({self.reason or 'nothing to change'})"
+            return f"measured: {self.name} did not apply ({self.reason or 'nothing to change'})"
         at = ""
         if self.parallelism is not None:
             at = f" at parallelism {self.parallelism}"
@@ -205,12 +208,12 @@ class Measured:
         word = {"faster": "", "slower": ": slower", "unclear": ": no clear difference"}.get(
             self.effect, ""
         )
-        return f"measured: {self.toggle} x{self.speedup:.2f}{at}{spread}{word}"
+        return f"measured: {self.name} x{self.speedup:.2f}{at}{spread}{word}"
 
     def as_json(self) -> dict[str, object]:
         """A ``measured`` event's data (and ``verdict.evidence.measured``' items)."""
         return {
-            "toggle": self.toggle,
+            "toggle": self.name,
             "effect": self.effect,
             "speedup": self.speedup,
             "low": self.low,
@@ -225,7 +228,8 @@ class Measured:
     @classmethod
     def from_json(cls, d: Mapping[str, object]) -> Measured | None:
         """The inverse of ``as_json``; None when ``d`` is not one."""
-        toggle = one_of(d.get("toggle"), TOGGLE_NAMES)
+        t = d.get("toggle")
+        toggle = toggle_of(t) if isinstance(t, str) else None
         effect = one_of(d.get("effect"), get_args(MeasuredEffect))
         if toggle is None or effect is None:
             return None
