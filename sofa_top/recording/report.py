@@ -59,6 +59,7 @@ from sofa_top.analysis.sources import add_source_dirs
 from sofa_top.analysis.stackstats import summarize
 from sofa_top.analysis.steps import RunFacts
 from sofa_top.analysis.verdicts import Evidence, judge
+from sofa_top.collectors.cores import recorded_cores
 from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import (
     AgentInfo,
@@ -162,7 +163,7 @@ def _read(path: Path) -> _Read:
             steps=steps,
             pipeline=reader.last_pipeline(),
             agent_dropped=_agent_dropped(reader),
-            ranks=_ranks(reader, steps, int(meta.get("cpu_count") or 1)),
+            ranks=_ranks(reader, steps, recorded_cores(meta)),
             cuda=reader.cuda_samples(),
             cuda_errors=[e.message for e in reader.events("cuda-error")],
             agent=agent,
@@ -307,7 +308,7 @@ def _judge_read(r: _Read, facts: RunFacts, summary: StackSummary | None) -> Verd
             steps=r.steps,
             stacks=_during_steps(r.windows, r.steps) or summary,
             tree_cpu=tree_mean,
-            cpu_count=int(meta.get("cpu_count") or 1),
+            cpu_count=recorded_cores(meta),
             pipeline=r.pipeline,
             child_cpu=None if tree_mean is None else max(0.0, tree_mean - (target_mean or 0.0)),
             cuda=r.cuda,
