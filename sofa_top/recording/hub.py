@@ -430,7 +430,7 @@ class Session:
         self, now: float
     ) -> tuple[StackSummary | None, dict[int, StackSummary], Verdict | None]:
         """The recent stacks summary and the job's and ranks' verdicts, as of ``now``."""
-        recent = [w for w in self._windows if w.ts_end >= now - STACK_SUMMARY_S] or list(
+        recent = [w for w in self._windows if w.ts_end > now - STACK_SUMMARY_S] or list(
             self._windows
         )[-1:]
         summary, by_thread = summarize_by_thread(recent)
