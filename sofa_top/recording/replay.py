@@ -444,7 +444,7 @@ def _gpu_at(r: SessionReader, ts: float, names: list[str]) -> GpuSample | None:
                 sm_clock_mhz=values["sm_clock"],
                 target_mem=as_int(values["target_mem"]),
                 target_util=extra["target_util"],
-                target_scope="" if scope is None else "device" if scope else "pids",
+                target_scope=None if scope is None else "device" if scope else "pids",
                 power_limit_w=extra["power_limit"],
                 mem_clock_mhz=extra["mem_clock"],
                 throttle=None if throttle is None else throttle_names(int(throttle)),

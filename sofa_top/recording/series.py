@@ -206,7 +206,10 @@ def _gpu_extra(d: GpuDevice, errs: dict[str, str]) -> list[SeriesPoint]:
     """The readings NVML gives on some devices only: a series once it has a value or an error."""
     values: tuple[tuple[str, float | None], ...] = (
         ("target_util", d.target_util),
-        ("target_from_device", None if not d.target_scope else float(d.target_scope == "device")),
+        (
+            "target_from_device",
+            None if d.target_scope is None else float(d.target_scope == "device"),
+        ),
         ("mem_clock", d.mem_clock_mhz),
         ("power_limit", d.power_limit_w),
         ("throttle", None if d.throttle is None else float(throttle_mask(d.throttle))),
