@@ -45,7 +45,7 @@ from sofa_top.model.samples import (
     SystemSample,
     TreeSched,
 )
-from sofa_top.model.snapshot import LOG_LINES, Snapshot, StackSummary, TargetInfo
+from sofa_top.model.snapshot import LOG_LINES, Mode, Snapshot, StackSummary, TargetInfo
 from sofa_top.model.source import OnSnapshot
 from sofa_top.model.verdict import Measured, Verdict
 from sofa_top.model.workload import ModelReport, merge, model_report
@@ -77,7 +77,7 @@ class Session:
         collectors: Sequence[Collector],
         store: SessionStore,
         *,
-        mode: str,
+        mode: Mode,
         snapshot_interval: float = 1.0,
         extra_meta: dict[str, Any] | None = None,
     ) -> None:

@@ -60,6 +60,7 @@ from sofa_top.analysis.stackstats import summarize
 from sofa_top.analysis.steps import RunFacts
 from sofa_top.analysis.verdicts import Evidence, judge
 from sofa_top.collectors.cores import recorded_cores
+from sofa_top.model.literals import one_of
 from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import (
     AgentInfo,
@@ -70,7 +71,7 @@ from sofa_top.model.samples import (
     StepSample,
     TreeSched,
 )
-from sofa_top.model.snapshot import StackSummary
+from sofa_top.model.snapshot import MODES, StackSummary
 from sofa_top.model.verdict import Measured, Verdict
 from sofa_top.model.workload import ModelReport
 from sofa_top.recording.ranks_live import session_ranks
@@ -288,7 +289,7 @@ def _facts(r: _Read) -> RunFacts:
     exit_code = meta.get("exit_code")
     stopped = meta.get("stopped_job")
     facts = RunFacts(
-        mode=meta.get("mode"),
+        mode=one_of(meta.get("mode"), MODES),
         launched=launched(meta),
         agent=r.agent,
         exit_code=exit_code if isinstance(exit_code, int) else None,
