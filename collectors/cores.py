@@ -2,7 +2,9 @@
 
 Busy cores are only ever shown "X of N cores" with X <= N, N from ``available_cores``: the
 CPU affinity capped by a cgroup CPU quota (a container limited to 1.5 CPUs on a 16-core host
-has 2 cores, not 16). ``runnable_threads`` counts the threads in state ``R`` (running, or
+has 2 cores, not 16). ``workload_cores`` is the one rule for the cores a workload may use, live
+(the hub's verdicts, its ranks') and in replay (``recorded_cores``, the count the hub stored).
+``runnable_threads`` counts the threads in state ``R`` (running, or
 waiting on a run queue): more of them than the cores the tree gets means thread pools wait
 for cores, which spin-waiting OpenMP/BLAS pools pay for at every barrier.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from collections.abc import Mapping
 
 from sofa_top.collectors.sched import read_threads
 from sofa_top.model.units import Pid
@@ -22,6 +25,19 @@ def runnable_threads(pid: Pid) -> int | None:
     its tasks cannot be listed. A spinning OpenMP/BLAS worker is ``R`` even while it waits."""
     threads = read_threads(pid)
     return None if threads is None else sum(1 for t in threads if t.state == "R")
+
+
+def workload_cores(pid: Pid) -> int:
+    """The cores a workload may use, the one count every verdict is judged against:
+    ``available_cores(pid)``, the machine's cores when no process is known (``pid`` <= 0)."""
+    return available_cores(pid) if pid > 0 else os.cpu_count() or 1
+
+
+def recorded_cores(meta: Mapping[str, object]) -> int:
+    """The workload's cores as a session stored them (meta ``cpu_count``, written from
+    ``workload_cores``); 1 when the session does not say."""
+    value = meta.get("cpu_count")
+    return max(1, int(value)) if isinstance(value, int | float) else 1
 
 
 def available_cores(pid: Pid, root: str = "/sys/fs/cgroup") -> int:

@@ -281,10 +281,10 @@ class GpuCollector:
 
     def _target_mem(
         self, procs: list[GpuProcess] | None, tree: set[Pid], mem: tuple[Bytes, Bytes] | None
-    ) -> tuple[Bytes | None, TargetScope]:
+    ) -> tuple[Bytes | None, TargetScope | None]:
         """GPU memory of the target tree's processes, and how it was found."""
         if procs is None:
-            return None, ""
+            return None, None
         used: dict[Pid, Bytes] = {}
         if self._foreign(procs):
             # a container: NVML speaks of the host's PIDs; the device's total stands in
@@ -303,7 +303,7 @@ class GpuCollector:
         index: int,
         h: object,
         tree: set[Pid],
-        scope: TargetScope,
+        scope: TargetScope | None,
         util: int | None,
         unsupported: set[str],
         errors: list[tuple[str, str]],

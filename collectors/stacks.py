@@ -274,7 +274,7 @@ def build_stacks(
     """
     per_thread: dict[tuple[Pid, int], list[RawStack]] = {}
     for r in raw:
-        if r.count <= 0 or r.thread_name.startswith(OWN_THREADS):
+        if r.count <= 0:
             continue
         pid = r.pid if r.pid is not None else default_pid
         tid = r.tid if r.tid is not None else 0
@@ -306,11 +306,6 @@ def build_stacks(
         held = gil.fraction(key) if gil is not None else None
         stacks.extend(reconcile_gil(reconcile_activity(counts, fraction), held, context))
     return tuple(stacks), instants
-
-
-# The agent's own threads inside the target (launched or injected): sofa-top, not the workload,
-# so never in its stacks (an idle agent thread would otherwise top the hot-functions table)
-OWN_THREADS = "sofa-top"
 
 
 class StackCollector:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from sofa_top.agent.launch_env import agent_env
 from sofa_top.collectors.agent import AgentCollector, AgentServer
@@ -34,7 +34,7 @@ from sofa_top.collectors.process import ProcessCollector, describe_pid
 from sofa_top.metrics.spec import MetricsSpec
 from sofa_top.model.errors import UserError
 from sofa_top.model.samples import Event
-from sofa_top.model.snapshot import Snapshot, TargetInfo
+from sofa_top.model.snapshot import Mode, Snapshot, TargetInfo
 from sofa_top.model.source import OnSnapshot
 from sofa_top.recording.hub import Session, session_file
 from sofa_top.recording.store import SessionStore
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 DEFAULT_INTERVAL_S = 0.1
 DEFAULT_STACK_RATE_HZ = 100.0
 DEFAULT_INJECT_TIMEOUT_S = DEFAULT_TIMEOUT_S
-Mode = Literal["launch", "attach", "record"]
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,13 @@ from pathlib import Path
 
 from conftest import WORKLOADS
 
-from sofa_top.collectors.cores import available_cores, cgroup_cpu_quota, runnable_threads
+from sofa_top.collectors.cores import (
+    available_cores,
+    cgroup_cpu_quota,
+    recorded_cores,
+    runnable_threads,
+    workload_cores,
+)
 
 
 def _until(check: object, timeout: float = 30.0) -> bool:
@@ -31,9 +37,19 @@ def test_cores_follow_the_affinity_of_the_process() -> None:
     try:
         assert _until(lambda: len(os.sched_getaffinity(one.pid)) == 1)
         assert _until(lambda: available_cores(one.pid) == 1)
+        # the one rule live (the hub) and in replay (what the hub stored) both read
+        assert workload_cores(one.pid) == 1
+        assert recorded_cores({"cpu_count": workload_cores(one.pid)}) == 1
     finally:
         one.kill()
         one.wait()
+
+
+def test_cores_without_a_process_or_a_stored_count() -> None:
+    assert workload_cores(0) == (os.cpu_count() or 1)
+    assert recorded_cores({}) == 1
+    assert recorded_cores({"cpu_count": None}) == 1
+    assert recorded_cores({"cpu_count": 6}) == 6
 
 
 def test_a_cgroup_cpu_quota_caps_the_cores(tmp_path: Path) -> None:

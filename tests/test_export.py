@@ -175,7 +175,7 @@ def test_perfetto_round_trip(session: Path, tmp_path: Path) -> None:
     assert v.counter("CPU [%]", CHILD)[_ns(T0 + 0.5)] == 10.0
     util = v.counter("GPU 0 utilization [%]")
     assert util == {_ns(T0 + 0.5 * k + 0.01): gpu_util(k) for k in range(20)}
-    assert v.tracks[v.track("RSS (process tree) [bytes]", PID)].counter.unit == (
+    assert v.tracks[v.track("RSS (process tree) [B]", PID)].counter.unit == (
         pb.CounterDescriptor.UNIT_SIZE_BYTES
     )
     frac = v.counter("input fraction (of step time)", PID)

@@ -115,14 +115,14 @@ def test_gpu_compute_bound_recommends_bf16_and_channels_last_for_convolutions() 
     [
         (HIGH_INPUT_FRACTION, 0.30, "input-bound", "high"),
         # a moderate wait that explains at least half of the GPU's idle time
-        (0.06, 0.89 - 0.06, "compute-bound", ""),  # busy >= 80%: the wait overlaps GPU work
+        (0.06, 0.89 - 0.06, "compute-bound", None),  # busy >= 80%: the wait overlaps GPU work
         (0.12, 0.78, "input-bound", "moderate"),  # idle 22%: the wait explains 12/22
         (0.08, 0.78, "gpu-underutilized", "moderate"),  # idle 22%: 8/22 < half
         (MODERATE_INPUT_FRACTION - 0.01, 0.10, "gpu-underutilized", "high"),
     ],
 )
 def test_input_bound_means_the_gpu_idles_waiting_for_the_batch(
-    wait: float, busy: float, kind: str, severity: str
+    wait: float, busy: float, kind: str, severity: str | None
 ) -> None:
     v = verdict(busy, window(busy_s=busy * 5 * STEP, long_gap_s=0.01), wait=wait)
     assert (v.kind, v.severity) == (kind, severity)

@@ -99,6 +99,26 @@ def test_launch_mode_ends_on_the_verdict_replay_shows(tmp_path: Path) -> None:
     # the dashboard's last snapshot: the same verdict, the session final
     assert got and not got[-1].recording and got[-1].verdict is not None
     assert got[-1].verdict.as_json() == summary["verdict"]
+    same_as_live(out, got[-1])
+
+
+def same_as_live(path: Path, snap: Snapshot) -> None:
+    """The replay at the instant of a live snapshot computes what the hub computed then: the
+    verdict, the cores, the stacks' summary (the same window), the exit and the ranks."""
+    source = ReplaySource(path)
+    try:
+        again = source.snapshot_at(snap.ts)
+    finally:
+        source.stop()
+    assert again.ts == snap.ts
+    assert again.verdict == snap.verdict
+    assert again.cpu_count == snap.cpu_count
+    assert again.stacks == snap.stacks
+    assert again.stacks_by_thread == snap.stacks_by_thread
+    assert again.last_stack_window == snap.last_stack_window
+    assert (again.target_exited, again.exit_code) == (snap.target_exited, snap.exit_code)
+    assert again.target.launched == snap.target.launched
+    assert again.ranks == snap.ranks and again.rank_verdict == snap.rank_verdict
 
 
 def test_attach_mode(tmp_path: Path, busy_python: subprocess.Popen[bytes]) -> None:
@@ -111,4 +131,5 @@ def test_attach_mode(tmp_path: Path, busy_python: subprocess.Popen[bytes]) -> No
     assert summary["mode"] == "attach"
     check(out, summary, launched=False, agent=summary["injected"])
     assert got[-1].verdict is not None and got[-1].verdict.as_json() == summary["verdict"]
+    same_as_live(out, got[-1])
     assert busy_python.poll() is None  # attaching never stops the target

@@ -166,3 +166,33 @@ def test_summary_laws(spec: list[list[StackCount]]) -> None:
     # per-thread summaries partition the whole (one thread has no helpers)
     per = [summarize(windows, tid=t.tid) for t in s.threads]
     assert sum(p.thread_samples for p in per if p is not None) == total
+
+
+AGENT_LOOP = Frame("Agent._run", "/x/sofa_top/agent/core.py", 600)
+
+
+def test_agent_threads_are_overhead_from_the_stored_windows() -> None:
+    """The collector keeps the agent's threads (``sofa-top*``); the summary, live or replayed
+    from the same windows, leaves them out of the workload's stacks and counts their running
+    samples in ``agent_fraction``."""
+    from sofa_top.collectors.pyspy_raw import RawStack
+    from sofa_top.collectors.stacks import build_stacks
+
+    raw = [
+        RawStack((MOD, LOOP, BACKWARD), 90, tid=10, thread_name="MainThread"),
+        RawStack((AGENT_LOOP,), 10, tid=20, thread_name="sofa-top-agent"),
+        RawStack((WAIT,), 100, tid=21, thread_name="sofa-top-cuda-window"),
+    ]
+    stacks, _ = build_stacks(raw, default_pid=1)
+    assert {s.thread_name for s in stacks} == {
+        "MainThread",
+        "sofa-top-agent",
+        "sofa-top-cuda-window",
+    }
+    s = summarize([window(list(stacks))])
+    assert s is not None
+    assert [t.name for t in s.threads] == ["MainThread"]
+    assert all("sofa_top/agent" not in f.filename for f in s.functions)
+    assert s.agent_samples == 10  # the drain thread ran; the idle window thread costs nothing
+    assert s.agent_fraction == 10 / (s.thread_samples + 10)
+    assert [t.name for t in list_threads([window(list(stacks))])] == ["MainThread"]

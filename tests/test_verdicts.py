@@ -60,12 +60,12 @@ SERIAL_TF = PipelineSample(
         (0.78, "input-bound", "high"),
         (HIGH_INPUT_FRACTION, "input-bound", "high"),
         (INPUT_BOUND_FRACTION, "input-bound", "high"),
-        (INPUT_BOUND_FRACTION - 0.01, "compute-bound", ""),
-        (MODERATE_INPUT_FRACTION, "compute-bound", ""),
-        (0.0, "compute-bound", ""),
+        (INPUT_BOUND_FRACTION - 0.01, "compute-bound", None),
+        (MODERATE_INPUT_FRACTION, "compute-bound", None),
+        (0.0, "compute-bound", None),
     ],
 )
-def test_step_thresholds(fraction: float, kind: str, severity: str) -> None:
+def test_step_thresholds(fraction: float, kind: str, severity: str | None) -> None:
     v = judge(Evidence(steps=_steps(20, fraction), tree_cpu=100.0, cpu_count=2))
     assert (v.kind, v.severity) == (kind, severity)
     assert v.evidence["input_fraction"] == pytest.approx(fraction, abs=1e-3)
@@ -491,3 +491,14 @@ def test_beside_busy_neighbours_a_thread_cap_is_offered_unmeasured_not_ruled_out
     light = Neighbours(0.3, (Neighbour(9, "cron", 0.3),))
     lit = judge(Evidence(steps=steps, cpu_count=2, neighbours=light))
     assert lit.recommendations == quiet.recommendations
+
+
+def test_severity_none_reads_back_and_an_old_sessions_empty_string_too() -> None:
+    from sofa_top.model.verdict import Verdict
+
+    plain = Verdict("compute-bound", 0.9, "compute")
+    assert plain.severity is None and plain.as_json()["severity"] is None
+    assert Verdict.from_json(plain.as_json()) == plain
+    old = {**plain.as_json(), "severity": ""}  # what an older version stored
+    assert Verdict.from_json(old).severity is None
+    assert Verdict.from_json({**old, "severity": "high"}).severity == "high"

@@ -97,6 +97,20 @@ class ReplayControls(Protocol):
         """Jump to the previous verdict change (None: none)."""
         ...
 
+    def follow(self) -> None:
+        """Let the cursor follow the end of the recording again."""
+        ...
+
+    @property
+    def following(self) -> bool:
+        """True while the cursor follows the end of the recording."""
+        ...
+
+    @property
+    def time_range(self) -> tuple[float, float] | None:
+        """First and last recorded instant (None: nothing recorded yet)."""
+        ...
+
 
 def exit_banner(snapshot: Snapshot) -> tuple[str, str]:
     """The target-exit banner text and its CSS class (by exit status)."""
@@ -515,11 +529,10 @@ class DashboardApp(App[str]):
                     if at is None:
                         note = f"no {'later' if amount > 0 else 'earlier'} verdict change"
                 elif kind == "follow":
-                    follow = getattr(source, "follow", None)
-                    if callable(follow):
-                        follow()
-                end = _time_range_end(source)
-                following = bool(getattr(source, "following", False))
+                    source.follow()
+                rng = source.time_range
+                end = None if rng is None else rng[1]
+                following = source.following
             except Exception as exc:  # a damaged file must not take the dashboard down
                 self.post_message(ReplayMoved(None, None, False, f"replay: {exc}"))
                 return
@@ -573,14 +586,6 @@ class DashboardApp(App[str]):
                 f"Switch to the {view} view",
                 lambda v=view: self.action_show_view(v),
             )
-
-
-def _time_range_end(source: object) -> float | None:
-    """The end of a replay's recording, when the source can tell."""
-    rng = getattr(source, "time_range", None)
-    if isinstance(rng, tuple) and len(rng) == 2 and isinstance(rng[1], int | float):
-        return float(rng[1])
-    return None
 
 
 def run_dashboard(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+from sofa_top.recording.series import BYTES
+
+_BYTE_UNITS = (BYTES, "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
 def human_bytes(n: float | None) -> str:
@@ -14,7 +16,7 @@ def human_bytes(n: float | None) -> str:
     value = abs(value)
     for unit in _BYTE_UNITS:
         if value < 1024 or unit == _BYTE_UNITS[-1]:
-            if unit == "B":
+            if unit == BYTES:
                 return f"{sign}{value:.0f} B"
             # Three significant digits keep the column width stable as values grow.
             digits = 0 if value >= 100 else 1
@@ -101,4 +103,4 @@ def human_bytes_short(n: float | None) -> str:
     if text == "-":
         return text
     number, _, unit = text.partition(" ")
-    return number + unit[0] if unit != "B" else number + "B"
+    return number + unit[0] if unit != BYTES else number + BYTES

@@ -13,6 +13,17 @@ from textual.geometry import Size
 
 from sofa_top.model.samples import CudaSample, GpuDevice, GpuSample
 from sofa_top.model.snapshot import Point, Snapshot
+from sofa_top.recording.series import (
+    GPU_MEM_USED,
+    GPU_POWER,
+    GPU_UTIL,
+    SYS_MEM_USED,
+    TREE_CPU,
+    TREE_READ_RATE,
+    TREE_RSS,
+    TREE_WRITE_RATE,
+    gpu_series,
+)
 from sofa_top.tui.formatting import human_bytes, human_rate, percent, truncate, window_label
 from sofa_top.tui.line_cache import LineCachedWidget, QuietTitles
 from sofa_top.tui.sparkline import core_strip, resample, sparkline
@@ -83,9 +94,9 @@ def gpu_message(gpu: GpuSample) -> str:
 
 def _gpu_rows(snapshot: Snapshot, device: GpuDevice, *, detailed: bool) -> list[TimelineRow]:
     history = snapshot.history
-    util_series = history.get(f"gpu.{device.index}.util", ())
-    mem_series = history.get(f"gpu.{device.index}.mem_used", ())
-    power_series = history.get(f"gpu.{device.index}.power", ())
+    util_series = history.get(gpu_series(device.index, GPU_UTIL), ())
+    mem_series = history.get(gpu_series(device.index, GPU_MEM_USED), ())
+    power_series = history.get(gpu_series(device.index, GPU_POWER), ())
     util = device.util if device.util is not None else _last(util_series)
     mem = device.mem_used if device.mem_used is not None else _last(mem_series)
     power = device.power_w if device.power_w is not None else _last(power_series)
@@ -124,7 +135,7 @@ def gpu_notes(device: GpuDevice) -> list[tuple[str, str]]:
         target.append(human_bytes(device.target_mem))
     if device.target_util is not None:
         target.append(f"{device.target_util:.0f}% SM")
-    if target and device.target_scope:  # a reading of the collector that tells the scope
+    if target and device.target_scope is not None:  # a reading of the collector that tells the scope
         text = "target " + " · ".join(target)
         if device.target_scope == "device":
             text += " (device totals: NVML's PIDs are not this namespace's)"
@@ -175,7 +186,7 @@ def build_rows(snapshot: Snapshot, *, roomy: bool) -> list[TimelineRow]:
     """The rows to draw for ``snapshot``; ``roomy`` (a tall terminal) adds detail."""
     history = snapshot.history
     cores = max(1, snapshot.cpu_count)
-    cpu_series = history.get("tree.cpu", ())
+    cpu_series = history.get(TREE_CPU, ())
     process = snapshot.process
     cpu_now = process.tree_cpu_percent if process is not None else None
     if cpu_now is None:
@@ -196,7 +207,7 @@ def build_rows(snapshot: Snapshot, *, roomy: bool) -> list[TimelineRow]:
         if system.iowait is not None:
             value += f" io {percent(system.iowait)}"
         rows.append(TimelineRow("cores", value, strip=tuple(system.cpu_per_core)))
-    rss_series = history.get("tree.rss", ())
+    rss_series = history.get(TREE_RSS, ())
     rss_now = process.tree_rss if process is not None else None
     rows.append(
         TimelineRow(
@@ -207,14 +218,14 @@ def build_rows(snapshot: Snapshot, *, roomy: bool) -> list[TimelineRow]:
             RSS_STYLE,
         )
     )
-    read_series = history.get("tree.read_rate", ())
-    write_series = history.get("tree.write_rate", ())
+    read_series = history.get(TREE_READ_RATE, ())
+    write_series = history.get(TREE_WRITE_RATE, ())
     rows.append(TimelineRow("read", human_rate(_last(read_series)), read_series, None, READ_STYLE))
     rows.append(
         TimelineRow("write", human_rate(_last(write_series)), write_series, None, WRITE_STYLE)
     )
     if roomy and system is not None:
-        mem_series = history.get("sys.mem_used", ())
+        mem_series = history.get(SYS_MEM_USED, ())
         rows.append(
             TimelineRow(
                 "sys mem",

@@ -4,10 +4,12 @@ Percentages (``own_pct``/``total_pct``) are of all thread-samples considered: wi
 ``--idle`` every Python thread is sampled at each instant, so a process with one busy thread and
 three idle ones shows the busy function at about 25 %. Filter by ``tid`` for one thread's view.
 
-sofa-top never profiles itself: the in-process agent's thread (``sofa-top-agent``, its drain
-loop) and samples whose innermost frame is the agent's own code are left out of everything
-(hot functions, split, threads); the ones where it was running are counted apart as its
-overhead (``StackSummary.agent_samples``). Agent wrapper frames inside a user's stack (the
+sofa-top never profiles itself: the in-process agent's threads (named ``sofa-top*``: its drain
+loop ``sofa-top-agent``, its CUDA window thread) and samples whose innermost frame is the
+agent's own code are left out of everything (hot functions, split, threads); the ones where it
+was running are counted apart as its overhead (``StackSummary.agent_samples``). This is the one
+place that tells them apart: the collector stores every thread, so live and replay count the
+same overhead. Agent wrapper frames inside a user's stack (the
 ``timed_next`` around a DataLoader's ``__next__``, the Keras train-function wrapper) are
 dropped from the frames; the sample keeps the class its whole stack gave it.
 
@@ -33,6 +35,7 @@ from sofa_top.model.samples import STACK_CLASSES, Frame, StackClass, StackCount,
 from sofa_top.model.snapshot import FunctionStat, StackSummary, ThreadStat
 
 DEFAULT_TOP = 200
+STACK_SUMMARY_S = 5.0  # the stacks pane (live and replayed) aggregates this much recent history
 IDLE_THREAD = 0.95  # a thread idle in this share of its samples is a helper, not the loop
 
 
@@ -47,7 +50,7 @@ def _split(counts: Counter[StackClass], total: int) -> dict[str, float]:
     return {k: counts[k] / total for k in STACK_CLASSES}
 
 
-AGENT_THREAD = "sofa-top-agent"  # the agent's drain thread (sofa_top/agent/core.py)
+AGENT_THREADS = "sofa-top"  # the prefix of the agent's thread names (sofa_top/agent/)
 _AGENT_PATH = "/sofa_top/agent/"
 
 
@@ -57,8 +60,8 @@ def is_agent_frame(frame: Frame) -> bool:
 
 
 def is_agent_stack(stack: StackCount) -> bool:
-    """Samples of the agent itself: its thread, or the agent's own code innermost."""
-    if stack.thread_name == AGENT_THREAD:
+    """Samples of the agent itself: its threads, or the agent's own code innermost."""
+    if stack.thread_name.startswith(AGENT_THREADS):
         return True
     frames = stack.frames
     return bool(frames) and is_agent_frame(frames[-1])

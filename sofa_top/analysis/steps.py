@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sofa_top.model.samples import AgentInfo, AgentState, StepSample, agent_state
+from sofa_top.model.snapshot import Mode
 
 # Clocks that see step boundaries but not the fetch of a batch: their input wait is not
 # measured (None, never 0).
@@ -75,7 +76,7 @@ MARK_STEPS = (
 class RunFacts:
     """What is known of the run besides its samples (for the reasons)."""
 
-    mode: str | None = None  # "launch", "attach", "record"
+    mode: Mode | None = None
     launched: bool = False  # sofa-top started the workload, with its agent injected
     agent: AgentInfo | None = None  # the agent's last report (None: it never connected)
     exit_code: int | None = None

@@ -45,8 +45,8 @@ Nothing is ruled out that a measurement found: a comparison's results (``Evidenc
 are quoted with the advice they confirm, and advice they contradict is withdrawn.
 
 Cores are always the cores the workload may use (its CPU affinity and cgroup quota:
-``Evidence.cpu_count``), one count for the headline and the advice, written "X of N cores" with
-X <= N.
+``Evidence.cpu_count``, from ``collectors.cores.workload_cores`` live and in replay), one count
+for the headline and the advice, written "X of N cores" with X <= N.
 
 ``cpu-oversubscribed``: the tree's threads want more cores than it gets. Its threads wait for a
 CPU ``OVERSUB_MIN_WAITING`` cores' worth or more, ``OVERSUB_POOL_WAITING`` of it threads other

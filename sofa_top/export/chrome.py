@@ -44,6 +44,7 @@ from sofa_top.export.common import (
 )
 from sofa_top.model.samples import Frame
 from sofa_top.recording.reader import SessionReader
+from sofa_top.recording.series import BYTES, BYTES_PER_S, PERCENT, WATTS
 
 STEPS_TID_BASE = SYNTHETIC_TID_BASE + (1 << 20)
 MARKERS_TID = SYNTHETIC_TID_BASE + (1 << 21)
@@ -55,7 +56,7 @@ OTHER = (Frame("(other stacks)", "", 0),)
 NO_FRAMES = (Frame("(no Python frames)", "", 0),)
 _BATCH = 4096  # events joined into one string at a time
 
-_UNIT_KEYS = {"%": "percent", "bytes": "bytes", "B/s": "bytes_per_s", "W": "watts"}
+_UNIT_KEYS = {PERCENT: "percent", BYTES: "bytes", BYTES_PER_S: "bytes_per_s", WATTS: "watts"}
 
 
 def _us(ts: float) -> str:

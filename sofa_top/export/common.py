@@ -16,6 +16,24 @@ from sofa_top.model.errors import UserError
 from sofa_top.model.ranks import RankId
 from sofa_top.model.samples import Event, EventKind, Frame
 from sofa_top.recording.reader import SessionReader
+from sofa_top.recording.series import (
+    BYTES,
+    BYTES_PER_S,
+    GPU_MEM_USED,
+    GPU_POWER,
+    GPU_UTIL,
+    PERCENT,
+    STEP_INPUT_FRACTION,
+    SYS_CPU,
+    SYS_IOWAIT,
+    SYS_MEM_USED,
+    TREE_CPU,
+    TREE_READ_RATE,
+    TREE_RSS,
+    TREE_THREADS,
+    TREE_WRITE_RATE,
+    WATTS,
+)
 
 # Perfetto UI and chrome://tracing both slow to a crawl (or give up) somewhere past a million
 # events; every export plans to stay under this and says what it merged to get there.
@@ -62,26 +80,30 @@ class CounterSpec:
 
     series: str
     label: str
-    unit: str  # "%", "bytes", "B/s", "W", "steps/s" or ""
+    unit: str  # a unit of ``recording.series`` (PERCENT, BYTES, ...), "steps/s" or ""
     pid: int | None  # None: machine-wide (system, GPUs)
 
 
 THROUGHPUT_SERIES = "derived.throughput"  # computed from the steps table, not stored
 
 _TREE = {
-    "tree.cpu": ("CPU (process tree)", "%"),
-    "tree.rss": ("RSS (process tree)", "bytes"),
-    "tree.read_rate": ("disk read (process tree)", "B/s"),
-    "tree.write_rate": ("disk write (process tree)", "B/s"),
-    "tree.threads": ("threads (process tree)", ""),
-    "step.input_fraction": ("input fraction (of step time)", ""),
+    TREE_CPU: ("CPU (process tree)", PERCENT),
+    TREE_RSS: ("RSS (process tree)", BYTES),
+    TREE_READ_RATE: ("disk read (process tree)", BYTES_PER_S),
+    TREE_WRITE_RATE: ("disk write (process tree)", BYTES_PER_S),
+    TREE_THREADS: ("threads (process tree)", ""),
+    STEP_INPUT_FRACTION: ("input fraction (of step time)", ""),
 }
 _SYSTEM = {
-    "sys.cpu": ("CPU (system)", "%"),
-    "sys.iowait": ("iowait (system)", "%"),
-    "sys.mem_used": ("memory used (system)", "bytes"),
+    SYS_CPU: ("CPU (system)", PERCENT),
+    SYS_IOWAIT: ("iowait (system)", PERCENT),
+    SYS_MEM_USED: ("memory used (system)", BYTES),
 }
-_GPU = {"util": ("utilization", "%"), "mem_used": ("memory used", "bytes"), "power": ("power", "W")}
+_GPU = {
+    GPU_UTIL: ("utilization", PERCENT),
+    GPU_MEM_USED: ("memory used", BYTES),
+    GPU_POWER: ("power", WATTS),
+}
 
 
 def counter_spec(series: str, target_pid: int) -> CounterSpec | None:
@@ -97,7 +119,7 @@ def counter_spec(series: str, target_pid: int) -> CounterSpec | None:
         label, unit = _GPU[parts[2]]
         return CounterSpec(series, f"GPU {parts[1]} {label}", unit, None)
     if len(parts) == 3 and parts[0] == "proc" and parts[1].isdigit() and parts[2] == "cpu":
-        return CounterSpec(series, "CPU", "%", int(parts[1]))
+        return CounterSpec(series, "CPU", PERCENT, int(parts[1]))
     return None
 
 

@@ -49,6 +49,7 @@ from sofa_top.export.common import (
 )
 from sofa_top.model.samples import Frame
 from sofa_top.recording.reader import SessionReader
+from sofa_top.recording.series import BYTES
 
 MAIN_SEQ = 1
 FIRST_THREAD_SEQ = 16
@@ -341,7 +342,7 @@ class _Uuids:
         if parent is not None:
             td.parent_uuid = parent
         td.name = f"{spec.label} [{spec.unit}]" if spec.unit else spec.label
-        if spec.unit == "bytes":
+        if spec.unit == BYTES:
             td.counter.unit = pb.CounterDescriptor.UNIT_SIZE_BYTES
         elif spec.unit:
             td.counter.unit_name = spec.unit

@@ -20,8 +20,9 @@ from typing import Any
 from sofa_top.analysis.ranks import cross_rank_verdict, straggler_json
 from sofa_top.metrics import names as n
 from sofa_top.model.errors import UserError
+from sofa_top.model.literals import one_of
 from sofa_top.model.ranks import RankStat
-from sofa_top.model.verdict import Severity, Verdict, verdict_kind
+from sofa_top.model.verdict import SEVERITIES, Verdict, verdict_kind
 
 DEFAULT_LOOKBACK_S = 120.0
 TIMEOUT_S = 5.0
@@ -128,16 +129,13 @@ def _stat(key: Key, r: _Rank) -> RankStat:
     verdict = None
     if r.verdict is not None:
         kind, cause, severity = r.verdict
-        sev: Severity = (
-            "high" if severity == "high" else "moderate" if severity == "moderate" else ""
-        )
         what = f"{kind} ({cause})" if cause and cause != kind else kind
         verdict = Verdict(
             verdict_kind(kind),
             0.5,
             what,
             {"input_cause": cause} if cause and cause != kind else {},
-            severity=sev,
+            severity=one_of(severity, SEVERITIES),
         )
     world = v.get(n.WORLD_SIZE)
     return RankStat(

@@ -160,7 +160,7 @@ def _verdicts(
     known = seen.setdefault(tuple(labels), set())
     current: VerdictKey | None = None
     if verdict is not None:
-        current = (verdict.kind, cause or "", verdict.severity)
+        current = (verdict.kind, cause or "", verdict.severity or "")  # labels are strings
         known.add(current)
     for key in sorted(known):
         fam.add_metric([*labels, *key], 1.0 if key == current else 0.0)

@@ -127,8 +127,8 @@ class SystemSample:
 GpuStatus = Literal["ok", "no-gpu", "no-driver", "error"]
 # How the target tree's GPU share was found: "pids" (NVML's process ids are the tree's),
 # "device" (NVML's ids are not of this PID namespace, e.g. a container: the device totals stand
-# in for the target), "" (not known)
-TargetScope = Literal["pids", "device", ""]
+# in for the target); None where not known
+TargetScope = Literal["pids", "device"]
 
 
 # NVML's clock event ("throttle") reasons: (bit, name); nvmlClocksEventReason* constants
@@ -181,7 +181,7 @@ class GpuDevice:
     errors: tuple[tuple[str, str], ...] = ()  # (field, reason)
     # -- since GPU loops (issue 15): all optional, older readings have them None
     target_util: Percent | None = None  # SM utilisation of the target tree's processes
-    target_scope: TargetScope = ""
+    target_scope: TargetScope | None = None
     power_limit_w: Watts | None = None
     mem_clock_mhz: MHz | None = None
     sm_clock_max_mhz: MHz | None = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import (
@@ -25,6 +26,10 @@ from sofa_top.model.samples import (
 from sofa_top.model.units import Percent, Pid, Timestamp
 from sofa_top.model.verdict import Verdict
 from sofa_top.model.workload import ModelReport
+
+# How a session was opened: sofa-top launched the workload, attached to it, or records headless
+Mode = Literal["launch", "attach", "record"]
+MODES: tuple[Mode, ...] = get_args(Mode)
 
 
 @dataclass(frozen=True, slots=True)

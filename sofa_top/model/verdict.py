@@ -29,7 +29,8 @@ VerdictKind = Literal[
     "balanced",
 ]
 VERDICT_KINDS: tuple[VerdictKind, ...] = get_args(VerdictKind)
-Severity = Literal["", "high", "moderate"]
+Severity = Literal["high", "moderate"]
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
 # why the input stage is slow: it computes (``cpu``), it waits on storage/network/locks
 # (``latency``), other processes take the cores it needs (``contention``), or a mix
 InputCauseKind = Literal["cpu", "latency", "mixed", "contention"]
@@ -64,7 +65,7 @@ class Verdict:
     headline: str  # one line a person reads first
     evidence: Mapping[str, object] = field(default_factory=dict)
     recommendations: tuple[Recommendation, ...] = ()
-    severity: Severity = ""  # "high" / "moderate" for input-bound
+    severity: Severity | None = None  # "high" / "moderate" where the kind has degrees
 
     def as_json(self) -> dict[str, object]:
         """The ``verdict`` object of ``record --json`` (and of a stored verdict marker)."""
@@ -87,8 +88,6 @@ class Verdict:
         toggles = d.get("toggles")
         evidence = d.get("evidence")
         conf = d.get("confidence")
-        sev = d.get("severity")
-        severity: Severity = "high" if sev == "high" else "moderate" if sev == "moderate" else ""
         return cls(
             kind=verdict_kind(d.get("kind")),
             confidence=float(conf) if isinstance(conf, int | float) else 0.0,
@@ -107,7 +106,8 @@ class Verdict:
             )
             if isinstance(recs, list)
             else (),
-            severity=severity,
+            # a session of an older version wrote "" for none
+            severity=one_of(d.get("severity"), SEVERITIES),
         )
 
 

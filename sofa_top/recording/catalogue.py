@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sofa_top.model.command import command_text
 from sofa_top.model.errors import UserError
 from sofa_top.recording.reader import SessionReader
+from sofa_top.recording.series import BYTES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -262,9 +263,9 @@ def last_session(directory: Path | None = None, *, compare: bool = False) -> Ses
 def human_size(n: int) -> str:
     """Bytes for people: 512 B, 3.4 MiB, 1.2 GiB."""
     size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
+    for unit in (BYTES, "KiB", "MiB", "GiB"):
         if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+            return f"{size:.0f} {unit}" if unit == BYTES else f"{size:.1f} {unit}"
         size /= 1024
     return f"{size:.1f} TiB"
 

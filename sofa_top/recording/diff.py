@@ -136,7 +136,7 @@ def _session_rows(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Row]:
             )  # fmt: skip
     va, vb = a.get("verdict") or {}, b.get("verdict") or {}
     for name in ("kind", "severity", "confidence", "headline"):
-        rows.append(Row("verdict", name, _get(va, name), _get(vb, name)))
+        rows.append(Row("verdict", name, _verdict_field(va, name), _verdict_field(vb, name)))
     ea, eb = va.get("evidence") or {}, vb.get("evidence") or {}
     for name in _union(ea, eb):
         x, y = ea.get(name), eb.get(name)
@@ -249,6 +249,12 @@ def _num(v: object) -> float | None:
 
 def _get(d: Mapping[str, Any] | None, key: str) -> Any:
     return None if d is None else d.get(key)
+
+
+def _verdict_field(v: Mapping[str, Any], key: str) -> Any:
+    """A verdict's field; an older version's "" for no severity reads as null, as now."""
+    value = v.get(key)
+    return None if key == "severity" and value == "" else value
 
 
 def _first(recs: list[Any]) -> str | None:

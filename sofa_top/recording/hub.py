@@ -26,11 +26,11 @@ from sofa_top.analysis import steps as step_facts
 from sofa_top.analysis.causes import Neighbours, neighbours_of, sched_means
 from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats
 from sofa_top.analysis.sources import add_source_dirs
-from sofa_top.analysis.stackstats import summarize, summarize_by_thread
+from sofa_top.analysis.stackstats import STACK_SUMMARY_S, summarize, summarize_by_thread
 from sofa_top.analysis.steps import RunFacts
 from sofa_top.analysis.verdicts import MIN_STEPS, WINDOW_S, Evidence, judge
 from sofa_top.collectors.base import BACKPRESSURE, Collector
-from sofa_top.collectors.cores import available_cores
+from sofa_top.collectors.cores import workload_cores
 from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import (
     AgentInfo,
@@ -45,7 +45,7 @@ from sofa_top.model.samples import (
     SystemSample,
     TreeSched,
 )
-from sofa_top.model.snapshot import LOG_LINES, Snapshot, StackSummary, TargetInfo
+from sofa_top.model.snapshot import LOG_LINES, Mode, Snapshot, StackSummary, TargetInfo
 from sofa_top.model.source import OnSnapshot
 from sofa_top.model.verdict import Measured, Verdict
 from sofa_top.model.workload import ModelReport, merge, model_report
@@ -56,7 +56,6 @@ from sofa_top.recording.series import SeriesPoint
 from sofa_top.recording.store import SessionStore
 
 COMMIT_EVERY_S = 0.5  # the promise is "at least once a second"; half leaves margin
-STACK_SUMMARY_S = 5.0  # the stacks pane aggregates this much recent history
 JUDGE_UNWATCHED_S = 1.0  # with no consumer (record), the verdict is still judged this often
 QUEUE_MAX = 10_000
 # A collector that can wait fills the queue only up to here: the rest stays free for the
@@ -78,7 +77,7 @@ class Session:
         collectors: Sequence[Collector],
         store: SessionStore,
         *,
-        mode: str,
+        mode: Mode,
         snapshot_interval: float = 1.0,
         extra_meta: dict[str, Any] | None = None,
     ) -> None:
@@ -123,7 +122,7 @@ class Session:
         self._neighbours: Neighbours | None = None  # the last scan of the other processes
         self._measured: list[Measured] = []  # what comparisons of this workload measured
         # one core count for every number shown: the cores the target may use
-        self.cores = available_cores(target.pid) if target.pid > 0 else os.cpu_count() or 1
+        self.cores = workload_cores(target.pid)
         self._model: ModelReport | None = None
         self._pipeline: PipelineSample | None = None
         self._agent: AgentInfo | None = None
@@ -431,7 +430,7 @@ class Session:
         self, now: float
     ) -> tuple[StackSummary | None, dict[int, StackSummary], Verdict | None]:
         """The recent stacks summary and the job's and ranks' verdicts, as of ``now``."""
-        recent = [w for w in self._windows if w.ts_end >= now - STACK_SUMMARY_S] or list(
+        recent = [w for w in self._windows if w.ts_end > now - STACK_SUMMARY_S] or list(
             self._windows
         )[-1:]
         summary, by_thread = summarize_by_thread(recent)
@@ -444,7 +443,7 @@ class Session:
         if self.target_exited or not self._ranks.roots:
             return  # after the exit the last judgement stands, as for the verdict
         common = Evidence(
-            cpu_count=os.cpu_count() or 1,
+            cpu_count=self.cores,
             system=self._system,
             gpu=self._gpu,
             frameworks=self._frameworks,

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from sofa_top.analysis.stackstats import AGENT_THREADS
 from sofa_top.model.errors import UserError
 from sofa_top.model.samples import (
     AgentInfo,
@@ -30,6 +31,11 @@ from sofa_top.model.samples import (
 )
 from sofa_top.model.workload import ModelReport, merge, model_report
 from sofa_top.recording.store import SCHEMA_VERSION, STEP_COLUMNS, connect
+
+# The workload's stack counts, for the exports: the agent's threads (``stackstats.AGENT_THREADS``)
+# are stored for its overhead, not shown as the workload's.
+_WORKLOAD = "substr(coalesce(c.thread_name, ''), 1, length(?1)) != ?1"
+_AGENT = (AGENT_THREADS,)
 
 
 class SessionReader:
@@ -277,29 +283,36 @@ class SessionReader:
         return out
 
     def stack_thread_windows(self) -> int:
-        """How many (window, thread) pairs have samples."""
+        """How many (window, thread) pairs of the workload's threads have samples."""
         return int(
             self._db.execute(
-                "SELECT count(*) FROM (SELECT DISTINCT window_id, pid, tid FROM stack_counts)"
+                "SELECT count(*) FROM (SELECT DISTINCT window_id, pid, tid FROM stack_counts c "
+                f"WHERE {_WORKLOAD})",
+                _AGENT,
             ).fetchone()[0]
         )
 
     def stack_stats(self) -> tuple[int, int, int]:
-        """(stack_counts rows, thread-samples, sum of stack depths over rows)."""
+        """(stack_counts rows, thread-samples, sum of stack depths over rows), of the
+        workload's threads."""
         # Group by stack first: each distinct stack's JSON is then measured once, not per row.
         row = self._db.execute(
             "SELECT coalesce(sum(c.rows), 0), coalesce(sum(c.samples), 0), "
             "coalesce(sum(c.rows * coalesce(json_array_length(s.frames), 0)), 0) FROM "
-            "(SELECT stack_id, count(*) AS rows, sum(count) AS samples FROM stack_counts "
-            "GROUP BY stack_id) c LEFT JOIN stack_strings s ON s.id = c.stack_id"
+            "(SELECT stack_id, count(*) AS rows, sum(count) AS samples FROM stack_counts c "
+            f"WHERE {_WORKLOAD} GROUP BY stack_id) c "
+            "LEFT JOIN stack_strings s ON s.id = c.stack_id",
+            _AGENT,
         ).fetchone()
         return int(row[0]), int(row[1]), int(row[2])
 
     def stack_threads(self) -> list[tuple[int, int, str]]:
-        """(pid, tid, thread name) of every sampled thread, the name most seen."""
+        """(pid, tid, thread name) of every sampled thread of the workload (not the agent's),
+        the name most seen."""
         rows = self._db.execute(
-            "SELECT pid, tid, thread_name, sum(count) AS n FROM stack_counts "
-            "GROUP BY pid, tid, thread_name ORDER BY pid, tid, n DESC"
+            "SELECT pid, tid, thread_name, sum(count) AS n FROM stack_counts c "
+            f"WHERE {_WORKLOAD} GROUP BY pid, tid, thread_name ORDER BY pid, tid, n DESC",
+            _AGENT,
         )
         out: list[tuple[int, int, str]] = []
         for pid, tid, name, _n in rows:
@@ -314,12 +327,15 @@ class SessionReader:
         self, by_thread: bool = False
     ) -> Iterator[tuple[int, float, float, float, int, int, int, str, int, int, str]]:
         """Stack counts joined to their window: (window_id, ts_start, ts_end, rate_hz, samples,
-        pid, tid, thread_name, stack_id, count, klass), in time order or by thread then time."""
+        pid, tid, thread_name, stack_id, count, klass), in time order or by thread then time;
+        the workload's threads only (the exports show the workload, not sofa-top's agent)."""
         order = "c.pid, c.tid, w.ts_start, w.id" if by_thread else "w.ts_start, w.id"
         return self._db.execute(
             "SELECT w.id, w.ts_start, w.ts_end, w.rate_hz, w.samples, c.pid, c.tid, "
             "c.thread_name, c.stack_id, c.count, c.klass FROM stack_windows w "
-            f"JOIN stack_counts c ON c.window_id = w.id WHERE c.count > 0 ORDER BY {order}"
+            f"JOIN stack_counts c ON c.window_id = w.id WHERE c.count > 0 AND {_WORKLOAD} "
+            f"ORDER BY {order}",
+            _AGENT,
         )
 
     def stack_windows_between(self, t0: float, t1: float) -> list[StackWindow]:

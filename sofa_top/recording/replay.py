@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats
-from sofa_top.analysis.stackstats import summarize_by_thread
+from sofa_top.analysis.stackstats import STACK_SUMMARY_S, summarize_by_thread
 from sofa_top.analysis.verdicts import WINDOW_S, Evidence
+from sofa_top.collectors.cores import recorded_cores
 from sofa_top.model.errors import UserError
 from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import (
@@ -53,7 +54,6 @@ from sofa_top.recording.ranks_live import session_ranks
 from sofa_top.recording.reader import SessionReader, launched
 from sofa_top.recording.rings import HISTORY_S
 
-STACK_SUMMARY_S = 5.0  # as the live hub (session.STACK_SUMMARY_S)
 EVENTS_KEPT = 50  # as many events and steps as the hub hands the UI
 STEPS_KEPT = 600
 HIDDEN_EVENT_KINDS = (
@@ -221,7 +221,7 @@ class ReplaySource:
                     {},
                     {},
                 )
-                ranks = rank_stats(evidence, Evidence(cpu_count=int(meta.get("cpu_count") or 1)))
+                ranks = rank_stats(evidence, Evidence(cpu_count=recorded_cores(meta)))
             cuda = _cuda_at(r, ts)
             target = _target(meta)
             agent = r.agent_info(target.pid, ts)
@@ -246,7 +246,7 @@ class ReplaySource:
             events=tuple(events),
             target_exited=exit_ev is not None,
             exit_code=exit_code,
-            cpu_count=int(meta.get("cpu_count") or 1),
+            cpu_count=recorded_cores(meta),
             verdict=None if verdict_ev is None else verdict_from_event(verdict_ev),
             steps=tuple(steps),
             logs=tuple(r.events_of_kind_before("log", ts, LOG_LINES)),
@@ -444,7 +444,7 @@ def _gpu_at(r: SessionReader, ts: float, names: list[str]) -> GpuSample | None:
                 sm_clock_mhz=values["sm_clock"],
                 target_mem=as_int(values["target_mem"]),
                 target_util=extra["target_util"],
-                target_scope="" if scope is None else "device" if scope else "pids",
+                target_scope=None if scope is None else "device" if scope else "pids",
                 power_limit_w=extra["power_limit"],
                 mem_clock_mhz=extra["mem_clock"],
                 throttle=None if throttle is None else throttle_names(int(throttle)),

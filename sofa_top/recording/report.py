@@ -59,6 +59,8 @@ from sofa_top.analysis.sources import add_source_dirs
 from sofa_top.analysis.stackstats import summarize
 from sofa_top.analysis.steps import RunFacts
 from sofa_top.analysis.verdicts import Evidence, judge
+from sofa_top.collectors.cores import recorded_cores
+from sofa_top.model.literals import one_of
 from sofa_top.model.ranks import RankStat
 from sofa_top.model.samples import (
     AgentInfo,
@@ -69,7 +71,7 @@ from sofa_top.model.samples import (
     StepSample,
     TreeSched,
 )
-from sofa_top.model.snapshot import StackSummary
+from sofa_top.model.snapshot import MODES, StackSummary
 from sofa_top.model.verdict import Measured, Verdict
 from sofa_top.model.workload import ModelReport
 from sofa_top.recording.ranks_live import session_ranks
@@ -162,7 +164,7 @@ def _read(path: Path) -> _Read:
             steps=steps,
             pipeline=reader.last_pipeline(),
             agent_dropped=_agent_dropped(reader),
-            ranks=_ranks(reader, steps, int(meta.get("cpu_count") or 1)),
+            ranks=_ranks(reader, steps, recorded_cores(meta)),
             cuda=reader.cuda_samples(),
             cuda_errors=[e.message for e in reader.events("cuda-error")],
             agent=agent,
@@ -287,7 +289,7 @@ def _facts(r: _Read) -> RunFacts:
     exit_code = meta.get("exit_code")
     stopped = meta.get("stopped_job")
     facts = RunFacts(
-        mode=meta.get("mode"),
+        mode=one_of(meta.get("mode"), MODES),
         launched=launched(meta),
         agent=r.agent,
         exit_code=exit_code if isinstance(exit_code, int) else None,
@@ -307,7 +309,7 @@ def _judge_read(r: _Read, facts: RunFacts, summary: StackSummary | None) -> Verd
             steps=r.steps,
             stacks=_during_steps(r.windows, r.steps) or summary,
             tree_cpu=tree_mean,
-            cpu_count=int(meta.get("cpu_count") or 1),
+            cpu_count=recorded_cores(meta),
             pipeline=r.pipeline,
             child_cpu=None if tree_mean is None else max(0.0, tree_mean - (target_mean or 0.0)),
             cuda=r.cuda,

@@ -47,29 +47,55 @@ SeriesPoint = tuple[str, float | None, str | None]
 # Rates need the previous cumulative reading of the same series; the caller keeps this state.
 RateState = dict[str, tuple[Timestamp, float]]
 
+# Units, one spelling each: the series, the exports and the dashboard compare against these.
+PERCENT = "%"
+BYTES = "B"
+BYTES_PER_S = "B/s"
+WATTS = "W"
+
+# The series names read outside this module (the dashboard, the exports).
+TREE_CPU = "tree.cpu"
+TREE_RSS = "tree.rss"
+TREE_READ_RATE = "tree.read_rate"
+TREE_WRITE_RATE = "tree.write_rate"
+TREE_THREADS = "tree.threads"
+SYS_CPU = "sys.cpu"
+SYS_IOWAIT = "sys.iowait"
+SYS_MEM_USED = "sys.mem_used"
+STEP_INPUT_FRACTION = "step.input_fraction"
+GPU_UTIL = "util"  # the fields of ``gpu_series``
+GPU_MEM_USED = "mem_used"
+GPU_POWER = "power"
+
+
+def gpu_series(index: int, field: str) -> str:
+    """The name of one GPU's series: ``gpu_series(0, GPU_POWER)`` -> ``gpu.0.power``."""
+    return f"gpu.{index}.{field}"
+
+
 UNITS: dict[str, str] = {
-    "cpu": "%",
-    "rss": "B",
-    "read_rate": "B/s",
-    "write_rate": "B/s",
+    "cpu": PERCENT,
+    "rss": BYTES,
+    "read_rate": BYTES_PER_S,
+    "write_rate": BYTES_PER_S,
     "threads": "",
     "runnable": "",
     "on_cpu": "cores",
     "cpu_wait": "cores",
     "procs": "",
     "io_blocked": "",
-    "iowait": "%",
-    "mem_used": "B",
-    "swap_used": "B",
-    "util": "%",
-    "power": "W",
+    "iowait": PERCENT,
+    "mem_used": BYTES,
+    "swap_used": BYTES,
+    "util": PERCENT,
+    "power": WATTS,
     "temp": "C",
     "sm_clock": "MHz",
-    "target_mem": "B",
-    "target_util": "%",
+    "target_mem": BYTES,
+    "target_util": PERCENT,
     "target_from_device": "",
     "mem_clock": "MHz",
-    "power_limit": "W",
+    "power_limit": WATTS,
     "throttle": "",
     "mig": "",
     "gpu_span": "s",
@@ -79,7 +105,7 @@ UNITS: dict[str, str] = {
     "input_fraction": "",
     "collective_wait": "s",
     "rate": "Hz",
-    "sampler_cpu": "%",
+    "sampler_cpu": PERCENT,
 }
 
 
@@ -107,16 +133,16 @@ def points_of(sample: Sample, rates: RateState) -> list[SeriesPoint]:
     if isinstance(sample, ProcessSample):
         err = sample.error
         pts: list[SeriesPoint] = [
-            ("tree.cpu", sample.tree_cpu_percent, err),
-            ("tree.rss", _num(sample.tree_rss), err),
-            ("tree.threads", _num(sample.tree_threads), err),
+            (TREE_CPU, sample.tree_cpu_percent, err),
+            (TREE_RSS, _num(sample.tree_rss), err),
+            (TREE_THREADS, _num(sample.tree_threads), err),
             (
-                "tree.read_rate",
+                TREE_READ_RATE,
                 _rate(rates, "tree.read", sample.ts, _num(sample.tree_read_bytes)),
                 err,
             ),
             (
-                "tree.write_rate",
+                TREE_WRITE_RATE,
                 _rate(rates, "tree.write", sample.ts, _num(sample.tree_write_bytes)),
                 err,
             ),
@@ -132,9 +158,9 @@ def points_of(sample: Sample, rates: RateState) -> list[SeriesPoint]:
         return pts
     if isinstance(sample, SystemSample):
         pts = [
-            ("sys.cpu", sample.cpu_total, sample.error),
-            ("sys.iowait", sample.iowait, sample.error),
-            ("sys.mem_used", float(sample.mem_used), sample.error),
+            (SYS_CPU, sample.cpu_total, sample.error),
+            (SYS_IOWAIT, sample.iowait, sample.error),
+            (SYS_MEM_USED, float(sample.mem_used), sample.error),
             ("sys.swap_used", float(sample.swap_used), sample.error),
         ]
         pts.extend((f"sys.cpu.{i}", v, sample.error) for i, v in enumerate(sample.cpu_per_core))
@@ -151,7 +177,7 @@ def points_of(sample: Sample, rates: RateState) -> list[SeriesPoint]:
                 ("sm_clock", d.sm_clock_mhz),
                 ("target_mem", _num(d.target_mem)),
             ):
-                pts.append((f"gpu.{d.index}.{field}", value, errs.get(field)))
+                pts.append((gpu_series(d.index, field), value, errs.get(field)))
             pts.extend(_gpu_extra(d, errs))
         return pts
     if isinstance(sample, StepSample):
@@ -159,7 +185,7 @@ def points_of(sample: Sample, rates: RateState) -> list[SeriesPoint]:
         pts = [
             ("step.duration", sample.duration_s, None),
             ("step.input_wait", sample.input_wait_s, None),
-            ("step.input_fraction", frac, None),
+            (STEP_INPUT_FRACTION, frac, None),
         ]
         if sample.collective_s is not None:
             pts.append(("step.collective_wait", sample.collective_s, None))
@@ -180,14 +206,17 @@ def _gpu_extra(d: GpuDevice, errs: dict[str, str]) -> list[SeriesPoint]:
     """The readings NVML gives on some devices only: a series once it has a value or an error."""
     values: tuple[tuple[str, float | None], ...] = (
         ("target_util", d.target_util),
-        ("target_from_device", None if not d.target_scope else float(d.target_scope == "device")),
+        (
+            "target_from_device",
+            None if d.target_scope is None else float(d.target_scope == "device"),
+        ),
         ("mem_clock", d.mem_clock_mhz),
         ("power_limit", d.power_limit_w),
         ("throttle", None if d.throttle is None else float(throttle_mask(d.throttle))),
         ("mig", None if d.mig is None else float(d.mig)),
     )
     return [
-        (f"gpu.{d.index}.{field}", value, errs.get(field))
+        (gpu_series(d.index, field), value, errs.get(field))
         for field, value in values
         if value is not None or field in errs
     ]
