@@ -33,6 +33,7 @@ from sofa_top.agent.settings import (
 )
 from sofa_top.agent.spans import CallDepth, ComputeSpans
 from sofa_top.agent.step_frames import steps_frame
+from sofa_top.agent.step_record import StepRecord
 from sofa_top.agent.transport import Connection
 
 _STEPS_PER_FRAME = 1024  # ~100 bytes each: frames far below MAX_FRAME, sent one by one
@@ -66,13 +67,9 @@ class HookSkipped(Exception):
 
 
 if TYPE_CHECKING:  # aliases only for the checker: the agent also runs on Python 3.8
-    # source, step, start, end, wait, batch size, process CPU during the wait (< 0: unknown);
-    # the seconds blocked in collectives (< 0: not measured); the step's forward, backward and
-    # optimizer time (< 0: not measured) and its phase flags (``spans``); a CUDA loop's records
-    # add GPU span, GPU busy (s, < 0: unknown) and the busy time's source (BUSY_SOURCES)
-    StepRecord = tuple[Any, ...]
+    from sofa_top.agent.step_record import Wait
+
     Installer = Callable[["Agent", ModuleType], None]
-    Wait = float | tuple[float, ...]  # a wait's CPU seconds, or ``wait_times``' tuple
 
 
 def timed_next(
@@ -201,7 +198,7 @@ class StepClock:
             self._carry = None
             wait += carry[0]
             cpu = add_waits(cpu, carry[1])
-        self._agent.push((self.source, self.step, self._last, t1, wait, self._bs, cpu))
+        self._agent.push(StepRecord(self.source, self.step, self._last, t1, wait, self._bs, cpu))
         self.step += 1
         self._last = t1
         return False
@@ -213,7 +210,7 @@ class StepClock:
         cur = self._cur
         if cur is not None and cur() is it:
             if self._carry is None:  # (a resumed iterator that ended at once: no step)
-                push = (self.source, self.step, self._last, t1, t1 - t0, self._bs, cpu)
+                push = StepRecord(self.source, self.step, self._last, t1, t1 - t0, self._bs, cpu)
                 self._agent.push(push)
                 self.step += 1
             self._ended = cur
@@ -232,7 +229,7 @@ class StepClock:
             start = t0
         else:
             start = self._last
-        self._agent.push((self.source, self.step, start, t2, t1 - t0, self._bs, cpu))
+        self._agent.push(StepRecord(self.source, self.step, start, t2, t1 - t0, self._bs, cpu))
         self.step += 1
         self._last = t2
 
@@ -252,7 +249,7 @@ class StepClock:
         push = self._agent.push
         for i in range(n):
             end = t2 if i == n - 1 else start + (i + 1) * each
-            push((self.source, self.step, start + i * each, end, w, self._bs, -1.0))
+            push(StepRecord(self.source, self.step, start + i * each, end, w, self._bs, -1.0))
             self.step += 1
         self._last = t2
 
@@ -261,7 +258,7 @@ class StepClock:
         if self.feeds:
             self._agent.fed_now()
         if self._cur is not None:
-            self._agent.push((self.source, self.step, self._last, t, 0.0, self._bs, 0.0))
+            self._agent.push(StepRecord(self.source, self.step, self._last, t, 0.0, self._bs, 0.0))
             self.step += 1
         self._cur = _ALWAYS
         self._last = t
@@ -369,16 +366,15 @@ class Agent:
     def push(self, record: StepRecord) -> None:
         """Hand one step record on (to the CUDA observer, else the queue); never blocks.
 
-        The record gets the time blocked in collectives since the last step (-1: not measured)
+        The record gets the time blocked in collectives since the last step (where measured)
         and the step's compute spans and phase flags (``spans.ComputeSpans.take``)."""
         if self.collective_measured:
             # the collectives since the last step belong to this one (never more than its time)
             total = self.collective_s
-            spent = min(total - self._collective_pushed, record[3] - record[2])
+            spent = min(total - self._collective_pushed, record.end - record.start)
             self._collective_pushed = total
-            record = (*record, max(0.0, spent), *self.spans.take())
-        else:
-            record = (*record, -1.0, *self.spans.take())
+            record.collective = max(0.0, spent)
+        record.set_spans(self.spans.take())
         gate = self.step_gate
         if gate is not None and gate(record):
             return

@@ -44,14 +44,11 @@ import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from sofa_top.agent import cuda_trace
 from sofa_top.agent.core import Agent
-from sofa_top.agent.step_frames import RECORD_LEN
-
-if TYPE_CHECKING:
-    from sofa_top.agent.core import StepRecord
+from sofa_top.agent.step_record import StepRecord
 
 HOOK = "torch-cuda"
 PENDING_MAX_S = 5.0  # a step record waits at most this long for its GPU time
@@ -276,7 +273,7 @@ class CudaSteps:
             self.agent.enqueue(record)
             return
         b = self.backend
-        source, start, end = record[0], record[2], record[3]
+        source, start, end = record.source, record.start, record.end
         end_ev: object | None = None if b.capturing() else b.record_event()
         prev = self._prev.get(source)
         start_ev = prev[1] if prev is not None and prev[0] == start else None
@@ -287,7 +284,7 @@ class CudaSteps:
         window = self._window
         if window is not None:
             window.steps += 1
-            window.wait += record[4]
+            window.wait += record.wait
         tainted = self._tainted and start_ev is not None
         with self._lock:
             self._pending.append(_Pending(record, start_ev, end_ev, window, now, tainted))
@@ -332,20 +329,24 @@ class CudaSteps:
             self._send(p)
 
     def _send(self, p: _Pending) -> None:
-        span = -1.0
+        span: float | None = None
         if p.start is not None and p.end is not None:
             span = max(0.0, self.backend.elapsed_s(p.start, p.end))
-        busy, source = -1.0, 0
+        busy: float | None = None
+        source = 0
         window = p.window
         if p.tainted:
             pass
         elif window is not None and window.busy_per_step is not None:
             busy, source = window.busy_per_step, 1
-        elif self._busy_per_step is not None and span >= 0:
+        elif self._busy_per_step is not None and span is not None:
             busy, source = self._busy_per_step, 2
-        if busy >= 0 and span >= 0:
+        if busy is not None and span is not None:
             busy = min(busy, span)
-        self.agent.enqueue((*p.record[:RECORD_LEN], span, busy, source))
+        record = p.record
+        record.gpu_span, record.gpu_busy, record.busy_source = span, busy, source
+        record.gpu_timed = True
+        self.agent.enqueue(record)
 
     def _window_tick(self, now: float) -> None:
         w = self._window

@@ -51,9 +51,10 @@ from typing import TYPE_CHECKING, Any
 
 from sofa_top.agent.loops import TorchLoop
 from sofa_top.agent.spans import EVAL
+from sofa_top.agent.step_record import StepRecord
 
 if TYPE_CHECKING:
-    from sofa_top.agent.core import Agent, StepRecord
+    from sofa_top.agent.core import Agent
 
 MODEL_SOURCES = ("torch-model-call", "keras-model-call", "tf-function-call")
 _SWITCHES_MAX = 6  # caller changes without a long run of one thread: several threads
@@ -319,7 +320,7 @@ class ModelLoop:
             if host is None:  # no lead call seen: all of the step but its spans
                 host = t - self._last - (spans.total - self._compute_at)
                 host = max(0.0, host - (coll - self._collective_at))
-            agent.push((self._source, self._step, self._last, t, host, self._call_bs, -1.0))
+            agent.push(StepRecord(self._source, self._step, self._last, t, host, self._call_bs))
             self._step += 1
         else:
             agent.note_steps(self._source, FIRST_CALL)
@@ -336,7 +337,7 @@ class ModelLoop:
         """``Agent.step_gate``: hold a step another clock marks inside a counted call; a step
         another clock marks outside one (Keras ``fit`` between two ``predict`` loops, a
         DataLoader's) ends this clock's run: no step of its spans the other's time."""
-        if record[0] == self._source or self._passing:
+        if record.source == self._source or self._passing:
             return False
         if threading.get_ident() != self._owner:
             return False

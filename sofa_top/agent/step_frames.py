@@ -1,4 +1,4 @@
-"""A steps frame from queued step records (stdlib only; the layout: ``core.StepRecord``)."""
+"""A steps frame from queued step records (stdlib only; ``step_record.StepRecord``)."""
 
 from __future__ import annotations
 
@@ -6,20 +6,17 @@ import collections
 from typing import Any
 
 from sofa_top.agent import protocol
-
-RECORD_LEN = 12  # a step record's fields before the CUDA observer's three
-
-
-def _us(seconds: float) -> int | None:
-    return int(seconds * 1e6) if seconds >= 0 else None
+from sofa_top.agent.step_record import StepRecord
 
 
-def steps_frame(
-    steps: collections.deque[tuple[Any, ...]], pid: int, offset: float, most: int
-) -> bytes:
+def _us(seconds: float | None) -> int | None:
+    return int(seconds * 1e6) if seconds is not None and seconds >= 0 else None
+
+
+def steps_frame(steps: collections.deque[StepRecord], pid: int, offset: float, most: int) -> bytes:
     """One frame of up to ``most`` queued steps of the first one's source (popped from
     ``steps``, which is not empty); ``offset`` turns perf_counter into Unix time."""
-    source = steps[0][0]
+    source = steps[0].source
     data: list[int | None] = []
     collective: list[int | None] = []
     measured = False
@@ -30,9 +27,9 @@ def steps_frame(
     sched: list[int | None] = []
     has_sched = False
     limit = most * len(protocol.STEP_FIELDS)
-    while steps and len(data) < limit and steps[0][0] == source:
+    while steps and len(data) < limit and steps[0].source == source:
         rec = steps.popleft()
-        _, n, start, end, wait, bs, cpu = rec[:7]
+        start, end, cpu = rec.start, rec.end, rec.cpu
         run = queue = -1.0
         if isinstance(cpu, tuple):  # (CPU, schedstat run, schedstat queue) of the wait
             cpu, run, queue = cpu
@@ -40,26 +37,20 @@ def steps_frame(
         sched += (_us(run), _us(queue) if run >= 0 else None)
         # a step's start is the previous one's end (same float): they stay equal in µs
         data += (
-            n,
+            rec.step,
             int((start + offset) * 1e6),
             int((end + offset) * 1e6),
-            int(wait * 1e6),
-            bs,
+            int(rec.wait * 1e6),
+            rec.batch_size,
             _us(cpu),
         )
-        spent = rec[7] if len(rec) > 7 else -1.0
-        measured = measured or spent >= 0
-        collective.append(_us(spent))
-        if len(rec) >= RECORD_LEN:
-            fwd, bwd, opt, flags = rec[8:RECORD_LEN]
-            has_compute = has_compute or flags != 0
-            compute += (_us(fwd), _us(bwd), _us(opt), flags)
-        else:
-            compute += (None, None, None, 0)
-        if len(rec) > RECORD_LEN:
-            span, busy, src = rec[RECORD_LEN : RECORD_LEN + 3]
+        measured = measured or rec.collective is not None
+        collective.append(_us(rec.collective))
+        has_compute = has_compute or rec.flags != 0
+        compute += (_us(rec.forward), _us(rec.backward), _us(rec.optimizer), rec.flags)
+        if rec.gpu_timed:
             has_gpu = True
-            gpu += (_us(span), _us(busy), src)
+            gpu += (_us(rec.gpu_span), _us(rec.gpu_busy), rec.busy_source)
         else:
             gpu += (None, None, 0)
     frame: dict[str, Any] = {"type": "steps", "pid": pid, "source": source, "data": data}

@@ -46,7 +46,7 @@ class RankEvidence:
     child_cpu: Percent | None = None  # its workers only (DataLoader processes)
     pipeline: PipelineSample | None = None  # the input pipeline its agent reported
     alive: bool = True
-    exit: str = ""
+    exit: str | None = None  # how it ended, once it did
 
 
 def rank_roots(

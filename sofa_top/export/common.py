@@ -142,7 +142,7 @@ class ProcessLabel:
     pid: int
     name: str
     cmdline: tuple[str, ...]
-    role: str
+    role: str | None
 
 
 @dataclass
@@ -198,7 +198,7 @@ def load_model(reader: SessionReader) -> SessionModel:
         cmdline = tuple(str(a) for a in p["cmdline"] or ())
         # PID reuse within a session is rare; the latest process under a PID names its track.
         processes[int(p["pid"])] = ProcessLabel(
-            int(p["pid"]), str(p["name"] or ""), cmdline, str(p["role"] or "")
+            int(p["pid"]), str(p["name"] or ""), cmdline, str(p["role"]) if p["role"] else None
         )
     if target_pid and target_pid not in processes:
         cmd = tuple(str(a) for a in target.get("cmdline") or ())

@@ -95,7 +95,9 @@ class RankStat:
     verdict: Verdict | None = None  # the rank's own verdict (``analysis.verdicts.judge``)
     cpu_percent: Percent | None = None  # the rank's process and its workers, % of one core
     alive: bool = True
-    exit: str = ""  # how the rank ended, once it did ("exited with code 1: RuntimeError ...")
+    exit: str | None = (
+        None  # how the rank ended, once it did ("exited with code 1: RuntimeError ...")
+    )
     run: str = ""  # the sofa-top session it was recorded in (``cluster`` reads several)
 
     @property
@@ -134,7 +136,7 @@ class RankStat:
             "cause": self.cause,
             "headline": self.verdict.headline if self.verdict is not None else "",
             "alive": self.alive,
-            "exit": self.exit or None,
+            "exit": self.exit,
             "run": self.run or None,
         }
 

@@ -36,7 +36,7 @@ class ProcInfo:
     ctx_switches: int | None  # voluntary + involuntary, cumulative
     state: str  # psutil status, e.g. "running", "sleeping", "zombie"; "exited" once gone
     alive: bool = True
-    role: str = ""  # e.g. "target", "child", "DataLoader worker", "rank 2"
+    role: str | None = None  # e.g. "target", "child", "DataLoader worker", "rank 2"
     error: str | None = None
     # the process's place in a distributed job (from its environment); a DataLoader worker
     # carries its rank's, so the tree groups by rank

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sofa_top.model.command import command_text
 from sofa_top.model.errors import UserError
+from sofa_top.model.literals import one_of
+from sofa_top.model.snapshot import MODES, Mode
 from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.series import BYTES
 
@@ -47,7 +49,7 @@ class SessionInfo:
     target_pid: int | None
     target_name: str
     cmdline: tuple[str, ...]
-    mode: str
+    mode: Mode | None  # None: a session file that does not say
     verdict: str | None  # headline of the last verdict marker
     verdict_kind: str | None
     size_bytes: int  # the file and its WAL
@@ -181,7 +183,7 @@ def session_info(path: Path) -> SessionInfo:
         target_pid=pid if isinstance(pid, int) else None,
         target_name=str(target.get("name") or ""),
         cmdline=tuple(str(a) for a in target.get("cmdline") or ()),
-        mode=str(meta.get("mode") or ""),
+        mode=one_of(meta.get("mode"), MODES),
         verdict=None if verdict is None else str(verdict.data.get("headline") or verdict.message),
         verdict_kind=None if verdict is None else str(verdict.data.get("kind") or "") or None,
         size_bytes=size,
@@ -204,7 +206,7 @@ def _broken(path: Path, size: int, mtime: float, error: str) -> SessionInfo:
         None,
         "",
         (),
-        "",
+        None,
         None,
         None,
         size,

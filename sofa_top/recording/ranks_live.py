@@ -195,7 +195,7 @@ class RankTracker:
                     child_cpu=statistics.fmean(w for _, w in cpu) if cpu else None,
                     pipeline=self._pipelines.get(pid),
                     alive=pid not in self.exits and pid not in self._pending,
-                    exit=self.exits.get(pid, ""),
+                    exit=self.exits.get(pid),
                 )
             )
         return out
@@ -249,7 +249,7 @@ def session_ranks(
             child_cpu=workers.get(pid, 0.0) if pid in tree else None,
             pipeline=pipelines.get(pid),
             alive=pid not in exits,
-            exit=exits.get(pid, ""),
+            exit=exits.get(pid),
         )
         for pid, ident in roots.items()
     ]

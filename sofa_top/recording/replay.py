@@ -358,7 +358,7 @@ def _process_at(
                 ctx_switches=None,
                 state="?" if alive else "exited",  # psutil's state is not stored
                 alive=alive,
-                role=str(p["role"] or ""),
+                role=str(p["role"]) if p["role"] else None,
             )
         )
     rss = _value(r, "tree.rss", at)

@@ -19,7 +19,7 @@ from sofa_top.agent import hooks_cuda, protocol
 from sofa_top.agent.core import Agent
 from sofa_top.agent.cuda_trace import SHORT_GAP_S, window_stats
 from sofa_top.agent.settings import AgentSettings
-from sofa_top.agent.step_frames import RECORD_LEN as G  # the GPU fields follow the base record
+from sofa_top.agent.step_record import StepRecord
 from sofa_top.collectors.agent_frames import convert_frame
 from sofa_top.model.samples import CudaSample, StepSample
 
@@ -54,12 +54,12 @@ class _Loop:
         while time.perf_counter() < end:  # the step's own time
             pass
         now = time.perf_counter()
-        self.agent.push(("torch-dataloader", self.n, self.last, now, wait_s, 16, -1.0))
+        self.agent.push(StepRecord("torch-dataloader", self.n, self.last, now, wait_s, 16))
         self.n += 1
         self.last = now
 
 
-def _queued(agent: Agent) -> list[tuple[Any, ...]]:
+def _queued(agent: Agent) -> list[StepRecord]:
     return list(agent._steps)
 
 
@@ -79,14 +79,14 @@ def test_gpu_span_is_read_lazily_and_never_waits() -> None:
     for _ in range(4):
         loop.step()
     out = _queued(agent)
-    assert [r[1] for r in out] == list(range(len(out))) and 2 <= len(out) <= 4
+    assert [r.step for r in out] == list(range(len(out))) and 2 <= len(out) <= 4
     first, *rest = out
-    assert first[G] == -1.0  # the first step has no start event: no span
+    assert first.gpu_span is None  # the first step has no start event: no span
     for r in rest:
-        assert len(r) == G + 3
+        assert r.gpu_timed
         # FakeCuda keeps up with the host: the GPU passes each event when it is recorded
-        assert r[G] == pytest.approx(r[3] - r[2], abs=0.005)
-        assert (r[G + 1], r[G + 2]) == (-1.0, 0)  # no profiler window yet: busy unknown
+        assert r.gpu_span == pytest.approx(r.end - r.start, abs=0.005)
+        assert (r.gpu_busy, r.busy_source) == (None, 0)  # no profiler window yet: busy unknown
     assert "torch-cuda" in agent._applied
 
 
@@ -97,17 +97,17 @@ def test_window_busy_goes_to_its_steps_and_estimates_follow() -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         loop.step(work_s=0.004, wait_s=0.006)
-        if any(r[G + 2] == 2 for r in _queued(agent)) and _frames(agent, "cuda"):
+        if any(r.busy_source == 2 for r in _queued(agent)) and _frames(agent, "cuda"):
             break
     rows = _queued(agent)
-    profiled = [r for r in rows if r[G + 2] == 1]
-    estimated = [r for r in rows if r[G + 2] == 2]
+    profiled = [r for r in rows if r.busy_source == 1]
+    estimated = [r for r in rows if r.busy_source == 2]
     assert len(profiled) == 3, rows
     # FakeCuda "input": 3 kernels of 995 us at the start of each step
     for r in profiled:
-        assert r[G + 1] == pytest.approx(3 * 995e-6, rel=0.01)
+        assert r.gpu_busy == pytest.approx(3 * 995e-6, rel=0.01)
     for r in estimated:
-        assert r[G + 1] == pytest.approx(min(3 * 995e-6, r[G]), rel=0.01)
+        assert r.gpu_busy == pytest.approx(min(3 * 995e-6, r.gpu_span), rel=0.01)
     (window,) = [f["window"] for f in _frames(agent, "cuda") if f["window"]]
     assert window["steps"] == 3 and window["kernels"] == 9
     assert window["busy_s"] == pytest.approx(9 * 995e-6, rel=0.01)
@@ -130,9 +130,10 @@ def test_the_hooks_own_time_is_not_counted_as_the_gpus() -> None:
     for _ in range(4):  # the window's steps go out at the next boundaries
         loop.step(work_s=0.004, wait_s=0.006)
     rows = _queued(agent)
-    first = next(i for i, r in enumerate(rows) if r[3] - r[2] > 0.04)  # the step that waited
-    assert (rows[first][G + 1], rows[first][G + 2]) == (-1.0, 0)  # no busy time for it
-    assert [r[G + 2] for r in rows[first + 1 : first + 3]] == [1, 1]  # the window's other steps
+    first = next(i for i, r in enumerate(rows) if r.end - r.start > 0.04)  # the step that waited
+    assert (rows[first].gpu_busy, rows[first].busy_source) == (None, 0)  # no busy time for it
+    # the window's other steps
+    assert [r.busy_source for r in rows[first + 1 : first + 3]] == [1, 1]
     (window,) = [f["window"] for f in _frames(agent, "cuda") if f["window"]]
     assert window["wall_s"] < 3 * 0.010 + 0.03  # the 50 ms start is not in the window
 
@@ -146,8 +147,8 @@ def test_a_cuda_error_switches_the_hook_off_and_steps_go_on() -> None:
         loop.step()  # never raises into the workload
     assert agent.step_observer is None and agent.before_flush is None
     rows = _queued(agent)
-    assert [r[1] for r in rows] == list(range(8))  # every step went out, in order
-    assert all(len(r) == G for r in rows[3:])  # after the failure: the base record, no GPU
+    assert [r.step for r in rows] == list(range(8))  # every step went out, in order
+    assert not any(r.gpu_timed for r in rows[3:])  # after the failure: the base record, no GPU
     (event,) = [f for f in agent._control if f.get("kind") == "cuda-error"]
     assert "unspecified launch failure" in event["message"]
     assert dict(agent._skipped)["torch-cuda"].startswith("stopped: RuntimeError: CUDA error")
@@ -161,7 +162,7 @@ def test_records_waiting_too_long_are_released_without_gpu_time() -> None:
     loop.step()
     assert _queued(agent) == []
     agent._release(True)  # the exit flush
-    assert [len(r) for r in _queued(agent)] == [G, G]
+    assert [r.gpu_timed for r in _queued(agent)] == [False, False]
 
 
 def test_capturing_a_cuda_graph_records_no_event() -> None:
@@ -176,7 +177,7 @@ def test_capturing_a_cuda_graph_records_no_event() -> None:
     for _ in range(3):
         loop.step()
     assert fake.events == 0
-    assert [r[G] for r in _queued(agent)] == [-1.0, -1.0, -1.0]
+    assert [r.gpu_span for r in _queued(agent)] == [None, None, None]
 
 
 def test_memory_readings_and_device_go_out_as_cuda_frames() -> None:
@@ -196,8 +197,11 @@ def test_memory_readings_and_device_go_out_as_cuda_frames() -> None:
 def test_steps_frames_carry_gpu_rows_that_the_server_reads() -> None:
     agent = _agent()
     spans = (0.2, 0.15, 0.05, 1)  # forward, backward, optimizer, flags (a training step)
-    agent.enqueue(("torch-dataloader", 0, 10.0, 10.5, 0.1, 8, 0.05, -1.0, *spans, 0.4, 0.3, 1))
-    agent.enqueue(("torch-dataloader", 1, 10.5, 11.0, 0.1, 8, 0.05))
+    a_rec = StepRecord("torch-dataloader", 0, 10.0, 10.5, 0.1, 8, 0.05)
+    a_rec.set_spans(spans)
+    a_rec.gpu_timed, a_rec.gpu_span, a_rec.gpu_busy, a_rec.busy_source = True, 0.4, 0.3, 1
+    agent.enqueue(a_rec)
+    agent.enqueue(StepRecord("torch-dataloader", 1, 10.5, 11.0, 0.1, 8, 0.05))
     frame = protocol.decode_body(agent._steps_frame()[protocol.HEADER.size :])
     assert frame["gpu"] == [400000, 300000, 1, None, None, 0]
     assert frame["compute"] == [200000, 150000, 50000, 1, None, None, None, 0]
@@ -209,7 +213,7 @@ def test_steps_frames_carry_gpu_rows_that_the_server_reads() -> None:
     assert (a.forward_s, a.backward_s, a.optimizer_s, a.phase_hint) == (0.2, 0.15, 0.05, "train")
     assert (b.forward_s, b.phase_hint) == (None, "")
     # an agent without CUDA sends no gpu field; the frame reads as before
-    agent.enqueue(("torch-dataloader", 2, 11.0, 11.5, 0.1, 8, 0.05))
+    agent.enqueue(StepRecord("torch-dataloader", 2, 11.0, 11.5, 0.1, 8, 0.05))
     plain = protocol.decode_body(agent._steps_frame()[protocol.HEADER.size :])
     assert "gpu" not in plain
     (c,) = convert_frame(plain, 7)
@@ -318,7 +322,7 @@ def test_the_real_backend_never_initialises_cuda() -> None:
     for _ in range(3):
         loop.step()
     assert not backend.ready() and not torch.cuda.is_initialized()
-    assert [len(r) for r in _queued(agent)] == [G, G, G]  # passed through untouched
+    assert [r.gpu_timed for r in _queued(agent)] == [False] * 3  # passed through untouched
 
 
 class _SlowExport(FakeCuda):

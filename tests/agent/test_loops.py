@@ -25,7 +25,7 @@ def setup() -> tuple[Agent, TorchLoop]:
 
 
 def sources(agent: Agent) -> Counter[str]:
-    return Counter(record[0] for record in agent._steps)
+    return Counter(record.source for record in agent._steps)
 
 
 def step(loop: TorchLoop, opt: Opt, t: float, closure: bool = False) -> None:
@@ -106,8 +106,8 @@ def test_a_closure_step_is_one_step_and_starts_at_step() -> None:
             loop.backward_done(10.0 * i + k * 0.1)
         loop.optimizer_stepped(opt, 10.0 * i + 9.0)
     records = list(agent._steps)
-    assert Counter(r[0] for r in records) == Counter({"torch-optimizer": 5})
-    assert records[0][2] == 0.0 and records[0][3] == 9.0  # the first step spans its step()
+    assert Counter(r.source for r in records) == Counter({"torch-optimizer": 5})
+    assert records[0].start == 0.0 and records[0].end == 9.0  # the first step spans its step()
 
 
 def test_hand_written_updates_are_counted_by_backward() -> None:

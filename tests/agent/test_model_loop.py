@@ -40,7 +40,7 @@ def call(loop: ModelLoop, model: object, flags: int = 0, work_s: float = 0.0) ->
 
 
 def sources(agent: Agent) -> Counter[str]:
-    return Counter(r[0] for r in agent._steps)
+    return Counter(r.source for r in agent._steps)
 
 
 def test_an_inference_loop_is_a_step_per_call_with_its_host_time() -> None:
@@ -52,9 +52,11 @@ def test_an_inference_loop_is_a_step_per_call_with_its_host_time() -> None:
     rows = list(agent._steps)
     assert sources(agent) == Counter({SRC: 5})  # the first call only starts the clock
     for r in rows:
-        start, end, host, flags = r[2], r[3], r[4], r[11]
+        start, end, host, flags = r.start, r.end, r.wait, r.flags
         assert 0.003 <= host < end - start, r  # the host time, not the call's compute
-        assert r[8] > 0 and flags & EVAL and flags & SEEN  # its forward span, and no training
+        assert (
+            (r.forward or 0) > 0 and flags & EVAL and flags & SEEN
+        )  # its forward span, and no training
 
 
 def test_a_criterion_between_the_calls_never_leads() -> None:
@@ -117,7 +119,7 @@ def test_an_evaluation_call_in_training_is_its_own_step() -> None:
     for _ in range(3):
         call(loop, net, EVAL)  # model.eval() + no_grad: no optimizer step will end them
     evals = list(agent._steps)[before:]
-    assert len(evals) == 3 and all(r[11] & EVAL and not r[11] & TRAIN for r in evals[1:])
+    assert len(evals) == 3 and all(r.flags & EVAL and not r.flags & TRAIN for r in evals[1:])
 
 
 def test_a_clock_that_sees_input_takes_the_loop() -> None:
@@ -209,9 +211,9 @@ def test_another_clocks_steps_between_the_calls_restart_it() -> None:
     agent.tls.depth = 0
     for _ in range(3):
         call(loop, net, EVAL)
-    model_steps = [r for r in agent._steps if r[0] == SRC]
+    model_steps = [r for r in agent._steps if r.source == SRC]
     assert len(model_steps) == 2 + 2  # each run's first call starts the clock again
-    assert all(r[3] - r[2] < 0.5 for r in model_steps), model_steps
+    assert all(r.end - r.start < 0.5 for r in model_steps), model_steps
 
 
 def test_a_model_called_several_times_per_fetch_makes_no_steps_of_its_own() -> None:
@@ -252,5 +254,5 @@ def test_a_resumed_iterator_carries_its_first_fetch_into_a_step() -> None:
     # step from its first fetch's start, carrying that fetch's 0.2 s and the next one's
     assert len(rows) == 6, rows
     resumed = rows[3]
-    assert abs(resumed[2] - starts[1]) < 1e-9 and abs(resumed[4] - 0.21) < 1e-9, resumed
-    assert abs(rows[0][4] - 0.01) < 1e-9, rows[0]  # a new iterator's first fetch: no step
+    assert abs(resumed.start - starts[1]) < 1e-9 and abs(resumed.wait - 0.21) < 1e-9, resumed
+    assert abs(rows[0].wait - 0.01) < 1e-9, rows[0]  # a new iterator's first fetch: no step
