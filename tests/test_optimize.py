@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from conftest import log_lines
 
-from sofa_top.agent import optimize
+from sofa_top.agent import optimize_state
 from sofa_top.agent.settings import parse_settings
 from sofa_top.agent.toggles import (
     OptimizeSpec,
@@ -46,7 +46,7 @@ def test_settings_carry_optimize() -> None:
     assert hook_name("depth_first") == "opt:depth-first"
     assert toggle_of_hook("opt:depth-first") == "depth_first"
     assert toggle_of_hook("tf-eager") is None
-    assert optimize.default_workers() >= 2
+    assert optimize_state.default_workers() >= 2
     s = parse_settings('{"optimize": {"prefetch": {"parallelism": 16}}}')
     assert s.optimize.parallelism == 16
     for bad in (0, -1, True, 2.5, "8"):

@@ -80,17 +80,18 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from sofa_top.agent import datacheck
-from sofa_top.agent.optimize_gpu import autocast_bf16 as _autocast_bf16
-from sofa_top.agent.optimize_gpu import install_pin_memory as _install_pin_memory
-from sofa_top.agent.optimize_state import State as _State
-from sofa_top.agent.optimize_state import applied as _applied
-from sofa_top.agent.optimize_state import bind as _bind
-from sofa_top.agent.optimize_state import check_guard as _check_guard
-from sofa_top.agent.optimize_state import default_workers
-from sofa_top.agent.optimize_state import guard as _guard
-from sofa_top.agent.optimize_state import on_detach as _on_detach
-from sofa_top.agent.optimize_state import patch as _patch
-from sofa_top.agent.optimize_state import skipped as _skipped
+from sofa_top.agent.optimize_gpu import autocast_bf16, install_pin_memory
+from sofa_top.agent.optimize_state import (
+    State,
+    applied,
+    bind,
+    check_guard,
+    default_workers,
+    guard,
+    on_detach,
+    patch,
+    skipped,
+)
 from sofa_top.agent.toggles import (
     BF16,
     COMPILE_MODE,
@@ -142,7 +143,7 @@ _NOTHING_YET: dict[str, str] = {
 def _install_tf_jit(agent: Agent, tf: ModuleType) -> None:
     tf.config.optimizer.set_jit("autoclustering")
     flags = os.environ.get("TF_XLA_FLAGS", "")
-    _applied(XLA, f"tensorflow: auto-clustering (TF_XLA_FLAGS={flags!r}, set_jit)")
+    applied(XLA, f"tensorflow: auto-clustering (TF_XLA_FLAGS={flags!r}, set_jit)")
 
 
 def _install_keras_jit(agent: Agent, module: ModuleType) -> None:
@@ -155,7 +156,7 @@ def _install_keras_jit(agent: Agent, module: ModuleType) -> None:
         if kwargs.get("jit_compile", "auto") in ("auto", None):
             kwargs["jit_compile"] = True
         out = orig(self, *args, **kwargs)
-        _applied(XLA, f"keras: {type(self).__name__}.compile(jit_compile=True)")
+        applied(XLA, f"keras: {type(self).__name__}.compile(jit_compile=True)")
         return out
 
     compile.__wrapped__ = orig  # type: ignore[attr-defined]
@@ -166,7 +167,7 @@ def _install_tf_data(agent: Agent, module: ModuleType) -> None:
     cls = getattr(module, "DatasetV2", None)
     if cls is None:
         raise RuntimeError("tf.data DatasetV2 not found")
-    opts = _State.wanted.prefetch or PrefetchOptions()
+    opts = State.wanted.prefetch or PrefetchOptions()
     nondet = opts.deterministic is False
     autotune = -1  # tf.data.AUTOTUNE
     n = opts.parallelism
@@ -186,14 +187,14 @@ def _install_tf_data(agent: Agent, module: ModuleType) -> None:
 
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             try:
-                b = _bind(orig, (self, *args), kwargs)
+                b = bind(orig, (self, *args), kwargs)
                 a = b.arguments
                 if raise_to_n(a.get("num_parallel_calls")) and not a.get("synchronous"):
                     a["num_parallel_calls"] = autotune if n is None else n
                     if nondet and a.get("deterministic") is None:
                         a["deterministic"] = False
                     calls = "AUTOTUNE" if n is None else str(n)
-                    _applied(PREFETCH, f"tf.data: {name}(num_parallel_calls={calls})", **extra)
+                    applied(PREFETCH, f"tf.data: {name}(num_parallel_calls={calls})", **extra)
                 args, kwargs = tuple(b.args[1:]), dict(b.kwargs)
             except TypeError:
                 pass  # let the original raise its own error
@@ -223,19 +224,19 @@ def _install_tf_data(agent: Agent, module: ModuleType) -> None:
                         o.deterministic = False
                     ds = self.prefetch(autotune).with_options(o)
                     pool = "" if n is None else f" with private_threadpool_size={n}"
-                    _applied(
+                    applied(
                         PREFETCH,
                         f"tf.data: .prefetch(AUTOTUNE) appended at iteration{pool}",
                         **extra,
                     )
                 elif n is not None:
                     ds = self.with_options(o)
-                    _applied(
+                    applied(
                         PREFETCH, f"tf.data: private_threadpool_size={n} at iteration", **extra
                     )
         except Exception as e:
             ds = self
-            _skipped(PREFETCH, f"appending prefetch failed: {e!r}")
+            skipped(PREFETCH, f"appending prefetch failed: {e!r}")
         return orig_iter(ds)
 
     __iter__.__wrapped__ = orig_iter  # type: ignore[attr-defined]
@@ -284,7 +285,7 @@ def _install_py_dataset(agent: Agent, module: ModuleType) -> None:
     cls = getattr(module, "PyDatasetAdapter", None)
     if cls is None:
         raise RuntimeError("keras PyDatasetAdapter not found")
-    opts = _State.wanted.prefetch or PrefetchOptions()
+    opts = State.wanted.prefetch or PrefetchOptions()
     workers = opts.parallelism or opts.workers or default_workers()
     orig = cls.__init__
 
@@ -293,14 +294,14 @@ def _install_py_dataset(agent: Agent, module: ModuleType) -> None:
             prior = getattr(x, "workers", 1)
             if int(prior or 1) < workers and not getattr(x, "use_multiprocessing", False):
                 x.workers = workers  # threads: the OrderedEnqueuer keeps the batch order
-                _on_detach(f"{type(x).__name__}.workers", _set_back(x, "workers", workers, prior))
-                _applied(
+                on_detach(f"{type(x).__name__}.workers", _set_back(x, "workers", workers, prior))
+                applied(
                     PREFETCH,
                     f"keras: {type(x).__name__} PyDataset(workers={workers})",
                     workers=workers,
                 )
         except Exception as e:
-            _skipped(PREFETCH, f"PyDataset workers not set: {e!r}")
+            skipped(PREFETCH, f"PyDataset workers not set: {e!r}")
         orig(self, x, *args, **kwargs)
 
     __init__.__wrapped__ = orig  # type: ignore[attr-defined]
@@ -314,7 +315,7 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
     cls = getattr(module, "DataLoader", None)
     if cls is None:
         raise RuntimeError("torch DataLoader not found")
-    opts = _State.wanted.prefetch or PrefetchOptions()
+    opts = State.wanted.prefetch or PrefetchOptions()
     n = opts.parallelism
     workers = n or opts.workers or default_workers()
     extra = {} if n is None else {"parallelism": n}
@@ -322,7 +323,7 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         try:
-            b = _bind(orig, (self, *args), kwargs)
+            b = bind(orig, (self, *args), kwargs)
             a = b.arguments
             current = a.get("num_workers") or 0
             # without parallelism only a loader with no workers is changed
@@ -335,7 +336,7 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
                 if isinstance(dataset, torch.utils.data.IterableDataset):
                     shards, why = _shards(dataset, workers)
                     if not shards:
-                        _skipped(
+                        skipped(
                             PREFETCH,
                             f"not sharded: DataLoader over {type(dataset).__name__} keeps "
                             f"num_workers={current}: {why}",
@@ -353,7 +354,7 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
                 if pin:
                     a["pin_memory"] = True
                 args, kwargs = tuple(b.args[1:]), dict(b.kwargs)
-                _applied(
+                applied(
                     PREFETCH,
                     f"torch: DataLoader(num_workers={workers}, persistent_workers=True, "
                     f"prefetch_factor={pf}{', pin_memory=True' if pin else ''})",
@@ -362,7 +363,7 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
                 )
             elif current:
                 asked = "" if n is None else f" (parallelism {n} asked)"
-                _skipped(
+                skipped(
                     PREFETCH, f"DataLoader(num_workers={current}) already loads in workers{asked}"
                 )
         except TypeError:
@@ -376,14 +377,14 @@ def _install_dataloader(agent: Agent, module: ModuleType) -> None:
 def _shards(dataset: Any, workers: int) -> tuple[bool, str]:
     """``datacheck.iterable_shards``, once per dataset; a probe that fails means no workers."""
     key = id(dataset)
-    hit = _State.shards.get(key)
+    hit = State.shards.get(key)
     if hit is not None and hit[0] is dataset:
         return hit[1], hit[2]
     try:
         shards, why = datacheck.iterable_shards(dataset, workers)
     except Exception as e:
         shards, why = False, f"probing its workers' streams failed: {e!r}"
-    _State.shards[key] = (dataset, shards, why)
+    State.shards[key] = (dataset, shards, why)
     return shards, why
 
 
@@ -447,7 +448,7 @@ def _time_first_compiled_call(module: Any) -> None:
         out = real(*args, **kwargs)
         module._compiled_call_impl = real
         dt = time.perf_counter() - t0
-        agent = _State.agent
+        agent = State.agent
         if agent is not None:
             agent.event(
                 "optimize",
@@ -456,14 +457,14 @@ def _time_first_compiled_call(module: Any) -> None:
             )
         return out
 
-    _patch(module, "_compiled_call_impl", first)
+    patch(module, "_compiled_call_impl", first)
 
 
 def _compile_in_place(module: Any, **kwargs: Any) -> None:
     """``module.compile(**kwargs)`` (torch.compile in place), undone at detach."""
     prior = vars(module).get("_compiled_call_impl")
     module.compile(**kwargs)
-    _on_detach(
+    on_detach(
         f"{type(module).__name__}.compile()",
         lambda: setattr(module, "_compiled_call_impl", prior),
     )
@@ -475,32 +476,32 @@ def _depth_first_in_place(module: Any) -> None:
     def undo() -> None:
         raise RuntimeError("depth_first rebuilt the model's layers in place; they stay so")
 
-    _on_detach(f"depth_first({type(module).__name__})", undo)
+    on_detach(f"depth_first({type(module).__name__})", undo)
 
 
 def _on_top_module(module: Any) -> None:
     name = type(module).__name__
-    wanted = _State.wanted
+    wanted = State.wanted
     compiles = wanted.xla or wanted.compile_mode is not None
     if wanted.bf16:  # before compiling: the compiled call runs the autocast forward
-        _autocast_bf16(module)
+        autocast_bf16(module)
     if wanted.compile_mode is not None:
         mode = wanted.compile_mode
         _compile_in_place(module, mode=mode)
         _time_first_compiled_call(module)
-        _applied(COMPILE_MODE, f"torch: {name}.compile(mode={mode!r}) (torch.compile in place)")
+        applied(COMPILE_MODE, f"torch: {name}.compile(mode={mode!r}) (torch.compile in place)")
         if wanted.xla:
-            _skipped(XLA, f"torch: compile_mode={mode!r} compiles the module instead")
+            skipped(XLA, f"torch: compile_mode={mode!r} compiles the module instead")
     elif wanted.xla:
         _compile_in_place(module)
         _time_first_compiled_call(module)
-        _applied(XLA, f"torch: {name}.compile() (torch.compile in place)")
+        applied(XLA, f"torch: {name}.compile() (torch.compile in place)")
     if wanted.depth_first:
         if compiles:
-            _skipped(DEPTH_FIRST, EXCLUDED_BECAUSE)
+            skipped(DEPTH_FIRST, EXCLUDED_BECAUSE)
         else:
             _depth_first_in_place(module)
-            _applied(DEPTH_FIRST, f"torch: depth_first({name}) in place")
+            applied(DEPTH_FIRST, f"torch: depth_first({name}) in place")
 
 
 def _install_torch_modules(agent: Agent, module: ModuleType) -> None:
@@ -513,23 +514,23 @@ def _install_torch_modules(agent: Agent, module: ModuleType) -> None:
         # its children's. Parameterless ones (a loss) are passed over.
         if next(mod.parameters(), None) is None:
             return None
-        handle = _State.top_module_hook
-        _State.top_module_hook = None
+        handle = State.top_module_hook
+        State.top_module_hook = None
         if handle is None:
             return None
         handle.remove()
         try:
             _on_top_module(mod)
         except Exception as e:
-            for t in _State.wanted.toggles():
+            for t in State.wanted.toggles():
                 if t in _MODULE_TOGGLES:
-                    _skipped(t, f"on {type(mod).__name__}: {e!r}")
+                    skipped(t, f"on {type(mod).__name__}: {e!r}")
         return None
 
-    _State.top_module_hook = register(pre_hook)
+    State.top_module_hook = register(pre_hook)
 
     def remove() -> None:
-        handle, _State.top_module_hook = _State.top_module_hook, None
+        handle, State.top_module_hook = State.top_module_hook, None
         if handle is not None:
             handle.remove()
 
@@ -548,7 +549,7 @@ def _set_thread_env(n: int) -> None:
 
 
 def _install_torch_threads(agent: Agent, torch: ModuleType) -> None:
-    n = _State.wanted.threads
+    n = State.wanted.threads
     if n is None:
         return
     orig = torch.set_num_threads
@@ -557,12 +558,12 @@ def _install_torch_threads(agent: Agent, torch: ModuleType) -> None:
     def set_num_threads(k: int) -> None:
         capped = min(int(k), n) if isinstance(k, int) and k > 0 else k
         if capped != k:
-            _applied(THREADS, f"torch: the script's set_num_threads({k}) capped at {n}")
+            applied(THREADS, f"torch: the script's set_num_threads({k}) capped at {n}")
         orig(capped)
 
     set_num_threads.__wrapped__ = orig  # type: ignore[attr-defined]
     agent.patches.set(torch, "set_num_threads", set_num_threads)
-    _applied(
+    applied(
         THREADS,
         f"torch: set_num_threads({n}), OMP_NUM_THREADS={n}, OMP_WAIT_POLICY=PASSIVE",
         threads=n,
@@ -570,12 +571,12 @@ def _install_torch_threads(agent: Agent, torch: ModuleType) -> None:
 
 
 def _install_tf_threads(agent: Agent, tf: ModuleType) -> None:
-    n = _State.wanted.threads
+    n = State.wanted.threads
     if n is None:
         return
     tf.config.threading.set_intra_op_parallelism_threads(n)
     tf.config.threading.set_inter_op_parallelism_threads(n)
-    _applied(
+    applied(
         THREADS,
         f"tensorflow: set_intra_op_parallelism_threads({n}), set_inter_op_parallelism_threads"
         f"({n}), OMP_NUM_THREADS={n}",
@@ -587,11 +588,11 @@ def _install_tf_threads(agent: Agent, tf: ModuleType) -> None:
 
 
 def _check() -> datacheck.DataCheck:
-    check = _State.check
+    check = State.check
     if check is None:
 
         def report(data: dict[str, Any]) -> None:
-            agent = _State.agent
+            agent = State.agent
             if agent is not None:
                 agent.event(
                     "optimize",
@@ -599,7 +600,7 @@ def _check() -> datacheck.DataCheck:
                     {"toggle": None, "data_check": data},
                 )
 
-        check = _State.check = datacheck.DataCheck(report)
+        check = State.check = datacheck.DataCheck(report)
     return check
 
 
@@ -630,8 +631,8 @@ def _waiting(
     def install(agent: Agent, mod: ModuleType) -> None:
         fn(agent, mod)
         for toggle in toggles:
-            said = any(t == toggle for t, _r in _State.reported)  # a real skip stands
-            if why is not None and not _State.where.get(toggle) and not said:
+            said = any(t == toggle for t, _r in State.reported)  # a real skip stands
+            if why is not None and not State.where.get(toggle) and not said:
                 agent.hook_skipped(hook_name(toggle), why)
 
     return install
@@ -640,12 +641,12 @@ def _waiting(
 def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Installer]]]) -> None:
     """Register the requested toggles' installers (after the agent's own, so they wrap them)."""
     wanted = agent.settings.optimize
-    _State.agent = agent
-    _State.wanted = wanted
-    _State.where = {}
-    _State.reported = set()
-    _State.shards = {}
-    _State.check = None
+    State.agent = agent
+    State.wanted = wanted
+    State.where = {}
+    State.reported = set()
+    State.shards = {}
+    State.check = None
     for problem in agent.settings.problems:
         if problem.startswith("optimize:"):
             agent.event("optimize", problem, {"toggle": None})
@@ -664,7 +665,7 @@ def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Insta
         installed = _waiting((toggle, *also), name, fn)
         installers[name] = [
             *installers.get(name, ()),
-            (hook_name(toggle), _guard(toggle, installed)),
+            (hook_name(toggle), guard(toggle, installed)),
         ]
 
     if wanted.xla:
@@ -680,14 +681,14 @@ def add_installers(agent: Agent, installers: dict[str, Sequence[tuple[str, Insta
     if wanted.check_data:
         installers["torch.utils.data.dataloader"] = [
             *installers.get("torch.utils.data.dataloader", ()),
-            ("data-check", _check_guard(_install_check_torch)),
+            ("data-check", check_guard(_install_check_torch)),
         ]
         installers["tensorflow.python.data.ops.iterator_ops"] = [
             *installers.get("tensorflow.python.data.ops.iterator_ops", ()),
-            ("data-check", _check_guard(_install_check_tf)),
+            ("data-check", check_guard(_install_check_tf)),
         ]
     if wanted.pin_memory:
-        add("torch.utils.data.dataloader", PIN_MEMORY, _install_pin_memory)
+        add("torch.utils.data.dataloader", PIN_MEMORY, install_pin_memory)
     module_toggles = [t for t in wanted.toggles() if t in _MODULE_TOGGLES]
     if module_toggles:
         add(
