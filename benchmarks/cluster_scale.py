@@ -26,10 +26,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 from prom import PrometheusServer, free_port  # noqa: E402
 
 from sofa_top.analysis.ranks import cross_rank_verdict  # noqa: E402
+from sofa_top.datamodel.ranks import RankStat  # noqa: E402
+from sofa_top.datamodel.snapshot import Snapshot, TargetInfo  # noqa: E402
+from sofa_top.datamodel.verdict import Verdict  # noqa: E402
 from sofa_top.metrics.exporter import MetricsExporter, MetricsSpec  # noqa: E402
-from sofa_top.model.ranks import RankStat  # noqa: E402
-from sofa_top.model.snapshot import Snapshot, TargetInfo  # noqa: E402
-from sofa_top.model.verdict import Verdict  # noqa: E402
 
 SOFA_TOP = str(Path(sys.executable).with_name("sofa-top"))
 PER_NODE = 8

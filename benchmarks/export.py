@@ -25,7 +25,7 @@ import tracemalloc
 from dataclasses import dataclass
 from pathlib import Path
 
-from sofa_top.model.samples import (
+from sofa_top.datamodel.samples import (
     Event,
     Frame,
     GpuDevice,

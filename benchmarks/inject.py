@@ -39,7 +39,7 @@ from overhead import WORKLOAD, _elapsed, summarize
 
 from sofa_top.collectors.agent import AgentCollector, AgentServer
 from sofa_top.collectors.inject import inject
-from sofa_top.model.samples import Event, Sample
+from sofa_top.datamodel.samples import Event, Sample
 
 HERE = Path(__file__).parent
 TARGET = HERE / "inject_target.py"

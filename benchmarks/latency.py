@@ -176,7 +176,7 @@ def bench_commit() -> float:
     sys.path.insert(0, str(HERE.parent / "tests"))
     from synthetic_session import PID, T0, make_session
 
-    from sofa_top.model.samples import ProcessSample, ProcInfo, SystemSample
+    from sofa_top.datamodel.samples import ProcessSample, ProcInfo, SystemSample
     from sofa_top.recording.replay import ReplaySource
 
     with tempfile.TemporaryDirectory() as d:
@@ -239,8 +239,8 @@ def bench_failure_headline() -> float:
     """A launched workload that fails at import: seconds from its last line to the first
     snapshot whose verdict names its error (goal < 1 s; the dashboard draws that snapshot at
     once, ``tests/test_lifecycle_tmux.py``)."""
+    from sofa_top.datamodel.snapshot import Snapshot
     from sofa_top.launch import LaunchRequest, Sampling, open_launch
-    from sofa_top.model.snapshot import Snapshot
 
     with tempfile.TemporaryDirectory() as d:
         died = Path(d) / "died"

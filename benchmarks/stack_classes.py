@@ -38,7 +38,7 @@ sys.path.insert(0, str(HERE.parent))
 from sofa_top.analysis.classify import classify_stack, reconcile_gil  # noqa: E402
 from sofa_top.collectors.pyspy_raw import parse_raw  # noqa: E402
 from sofa_top.collectors.stacks import find_pyspy  # noqa: E402
-from sofa_top.model.samples import StackCount  # noqa: E402
+from sofa_top.datamodel.samples import StackCount  # noqa: E402
 
 CONFIGS = ("none", "frames", "frames+gil", "native")
 

@@ -34,8 +34,8 @@ from sofa_top.agent.protocol import (
 )
 from sofa_top.collectors.agent_frames import convert_frame, int_field
 from sofa_top.collectors.base import Emit
-from sofa_top.model.errors import UserError
-from sofa_top.model.samples import (
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.samples import (
     Event,
     EventKind,
 )

@@ -17,8 +17,8 @@ from sofa_top.agent.protocol import (
     STEP_FIELDS,
     FrameError,
 )
-from sofa_top.model.ranks import RankId
-from sofa_top.model.samples import (
+from sofa_top.datamodel.ranks import RankId
+from sofa_top.datamodel.samples import (
     AgentInfo,
     CudaSample,
     CudaWindow,

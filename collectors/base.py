@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from sofa_top.model.samples import Sample
+from sofa_top.datamodel.samples import Sample
 
 Emit = Callable[[Sample], None]
 

@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 
 from sofa_top.collectors.sched import read_threads
-from sofa_top.model.units import Pid
+from sofa_top.datamodel.units import Pid
 
 
 def runnable_threads(pid: Pid) -> int | None:

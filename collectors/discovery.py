@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from sofa_top.model.units import Pid
+from sofa_top.datamodel.units import Pid
 
 # python, python3.11, pythonw, python3-dbg, ipython, pypy3 ...
 _PYTHON = re.compile(r"^(?:i?python|pypy)\d*(?:\.\d+)*[a-z]*(?:-dbg)?$", re.IGNORECASE)
@@ -176,7 +176,7 @@ class JobCopy:
 def job_copy(pid: Pid) -> JobCopy:
     """Read PID's command line, working directory and environment from /proc; raises UserError
     with one line when any of them cannot be read."""
-    from sofa_top.model.errors import UserError
+    from sofa_top.datamodel.errors import UserError
 
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:

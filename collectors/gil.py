@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sofa_top.collectors.pyspy_raw import parse_raw
-from sofa_top.model.samples import StackCount
-from sofa_top.model.units import Pid
+from sofa_top.datamodel.samples import StackCount
+from sofa_top.datamodel.units import Pid
 
 FINISH_GRACE_S = 3.0  # after the main window ends, how long the GIL run may still take
 SUSPECT_SHARE = 0.10  # a thread this much in ``python`` may be in native code: ask the GIL

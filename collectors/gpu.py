@@ -31,8 +31,8 @@ from typing import Any
 from sofa_top.collectors.base import Emit
 from sofa_top.collectors.nvml import GpuProcess, MiB, NvmlBackend, PynvmlBackend
 from sofa_top.collectors.nvml_recorded import RecordedNvmlBackend
-from sofa_top.model.samples import GpuDevice, GpuSample, GpuStatus, TargetScope, throttle_names
-from sofa_top.model.units import Bytes, Pid, Seconds
+from sofa_top.datamodel.samples import GpuDevice, GpuSample, GpuStatus, TargetScope, throttle_names
+from sofa_top.datamodel.units import Bytes, Pid, Seconds
 
 __all__ = [
     "GpuCollector",

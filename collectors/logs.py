@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from sofa_top.collectors.base import Emit
-from sofa_top.model.samples import Event
+from sofa_top.datamodel.samples import Event
 
 MAX_LINE = 2000
 MAX_LINES_PER_S = 200

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
-from sofa_top.model.samples import MigInstance
-from sofa_top.model.units import Bytes, Pid
+from sofa_top.datamodel.samples import MigInstance
+from sofa_top.datamodel.units import Bytes, Pid
 
 MiB = 1024 * 1024
 

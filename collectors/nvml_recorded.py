@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from sofa_top.collectors.nvml import GpuProcess, MiB
-from sofa_top.model.samples import MigInstance
-from sofa_top.model.units import Bytes, Pid
+from sofa_top.datamodel.samples import MigInstance
+from sofa_top.datamodel.units import Bytes, Pid
 
 _CALLS = (
     "handle",

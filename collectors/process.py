@@ -34,16 +34,16 @@ from sofa_top.collectors.base import Emit
 from sofa_top.collectors.cores import available_cores
 from sofa_top.collectors.discovery import is_python_process, proc_text
 from sofa_top.collectors.sched import NeighbourWatch, TreeAccount
-from sofa_top.model.errors import UserError
-from sofa_top.model.ranks import RankId
-from sofa_top.model.samples import (
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.ranks import RankId
+from sofa_top.datamodel.samples import (
     Event,
     ProcessSample,
     ProcInfo,
     SystemSample,
     TreeSched,
 )
-from sofa_top.model.units import Bytes, Percent, Pid, Seconds, Timestamp
+from sofa_top.datamodel.units import Bytes, Percent, Pid, Seconds, Timestamp
 
 EXIT_CODE_WAIT_S = 10.0  # how long to wait for a launched target's exit code once it looks gone
 # Thread states are one /proc read per thread: counted twice a second, not at every tick (a

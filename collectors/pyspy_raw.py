@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sofa_top.model.samples import Frame
+from sofa_top.datamodel.samples import Frame
 
 _FRAME_RE = re.compile(r"(.*?) \((.*)\)", re.DOTALL)
 _LINE_RE = re.compile(r"(.*):(-?\d+)", re.DOTALL)

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import psutil
 
 from sofa_top.collectors.discovery import proc_text
-from sofa_top.model.samples import Event, Neighbour, ThreadGroup, ThreadTimes, TreeSched
-from sofa_top.model.units import Pid
+from sofa_top.datamodel.samples import Event, Neighbour, ThreadGroup, ThreadTimes, TreeSched
+from sofa_top.datamodel.units import Pid
 
 # Who else keeps the cores busy: one /proc/PID/stat read per process on the machine (~5 ms for
 # 300 processes), every few seconds; an event only when it changes (or to say it still holds)

@@ -1,7 +1,7 @@
 """Python stacks of the target (and its children) sampled by py-spy, one window at a time.
 
 py-spy cannot stream, so the collector runs ``py-spy record --format raw`` for consecutive short
-windows and emits one :class:`~sofa_top.model.samples.StackWindow` per window. It always passes
+windows and emits one :class:`~sofa_top.datamodel.samples.StackWindow` per window. It always passes
 ``--nonblocking`` (blocking mode stops every thread at each sample, which stalls a torch process
 with 150 threads) and ``--idle`` (see :mod:`sofa_top.analysis.classify` for why, and how idle
 is then detected from per-thread runnable time). Beside a window where a thread was in
@@ -59,8 +59,8 @@ from sofa_top.collectors.base import Emit
 from sofa_top.collectors.gil import GilPlanner, GilRun, GilShares, suspects
 from sofa_top.collectors.pyspy_raw import RawStack, parse_raw
 from sofa_top.collectors.stack_rate import MIN_RATE_HZ, RateController
-from sofa_top.model.samples import StackCount, StackWindow
-from sofa_top.model.units import Pid
+from sofa_top.datamodel.samples import StackCount, StackWindow
+from sofa_top.datamodel.units import Pid
 
 DEFAULT_CPU_BUDGET = 0.02  # py-spy's share of one core (see the module docstring)
 GIL_BUDGET_SHARE = 0.5  # the GIL sampler's budget, a share of py-spy's, spent on top of it

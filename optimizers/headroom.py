@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
-from sofa_top.model.literals import one_of
+from sofa_top.datamodel.literals import one_of
 from sofa_top.optimizers.measures import RunOutcome, Throughput, Unit, median
 
 Bound = Literal["compute", "cores", "latency", "serial-source"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sofa_top.agent.toggles import Toggle
-from sofa_top.model.samples import StepSample
+from sofa_top.datamodel.samples import StepSample
 
 Unit = Literal["samples/s", "steps/s"]
 Points = list[tuple[float, float | None, str | None]]  # (ts, value, error), as the store reads

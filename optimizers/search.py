@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sofa_top.agent.toggles import PREFETCH
 from sofa_top.optimizers.headroom import Diagnosis, InputCauseName
 from sofa_top.optimizers.measures import RunOutcome, Unit
 
@@ -90,7 +91,7 @@ def search_parallelism(
                 stop = f"parallelism {p} would take over half the RAM"
                 break
         o = measure(p)
-        applied = "prefetch" in o.applied
+        applied = PREFETCH in o.applied
         levels.append(SearchLevel(p, o.rate, o.unit, o.memory, o.rss, applied, o.failed))
         why = _stop(diag, p, o, applied, best_p, best_rate)
         if why is not None:

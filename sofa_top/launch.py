@@ -31,11 +31,11 @@ from sofa_top.collectors.gpu import GpuCollector
 from sofa_top.collectors.inject import DEFAULT_TIMEOUT_S, InjectResult, agent_uids, inject
 from sofa_top.collectors.logs import LogCollector
 from sofa_top.collectors.process import ProcessCollector, describe_pid
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.samples import Event
+from sofa_top.datamodel.snapshot import Mode, Snapshot, TargetInfo
+from sofa_top.datamodel.source import OnSnapshot
 from sofa_top.metrics.spec import MetricsSpec
-from sofa_top.model.errors import UserError
-from sofa_top.model.samples import Event
-from sofa_top.model.snapshot import Mode, Snapshot, TargetInfo
-from sofa_top.model.source import OnSnapshot
 from sofa_top.recording.hub import Session, session_file
 from sofa_top.recording.store import SessionStore
 

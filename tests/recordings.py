@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sofa_top.model.samples import (
+from sofa_top.datamodel.samples import (
     AgentInfo,
     Event,
     PipelineSample,

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from sofa_top.model.samples import (
+from sofa_top.datamodel.samples import (
     Event,
     Frame,
     GpuDevice,

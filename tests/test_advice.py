@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from sofa_top.model.samples import PipelineSample, PipelineStage
-from sofa_top.model.verdict import InputCause
-from sofa_top.model.workload import ModelReport
+from sofa_top.datamodel.samples import PipelineSample, PipelineStage
+from sofa_top.datamodel.verdict import InputCause
+from sofa_top.datamodel.workload import ModelReport
 from sofa_top.optimizers import advice
 
 
@@ -246,7 +246,7 @@ def test_a_thread_cap_against_neighbours_says_it_is_not_measured() -> None:
 def test_compile_for_tiny_per_call_work_is_not_offered_first() -> None:
     """An RNN cell called per letter (0.08 ms a call): torch.compile is known to lose there;
     the fix that gives each call enough work comes first, the compiler only to be measured."""
-    from sofa_top.model.workload import ModelReport, merge, model_report
+    from sofa_top.datamodel.workload import ModelReport, merge, model_report
 
     cell = ModelReport("torch", "RNN", "__main__", 30_000, 0, "", 2, call_s=0.00008)
     recs = advice.compute_recommendations("torch", cell)

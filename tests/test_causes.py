@@ -21,7 +21,7 @@ from sofa_top.analysis.causes import (
 )
 from sofa_top.analysis.measured import apply_measured
 from sofa_top.analysis.verdicts import Evidence, judge
-from sofa_top.model.samples import (
+from sofa_top.datamodel.samples import (
     Neighbour,
     PipelineSample,
     PipelineStage,
@@ -29,8 +29,8 @@ from sofa_top.model.samples import (
     ThreadTimes,
     TreeSched,
 )
-from sofa_top.model.verdict import Measured, Recommendation, TimeSplit, Verdict
-from sofa_top.model.workload import ModelReport
+from sofa_top.datamodel.verdict import Measured, Recommendation, TimeSplit, Verdict
+from sofa_top.datamodel.workload import ModelReport
 from sofa_top.recording.series import sched_points
 
 HOG = Neighbours(1.0, (Neighbour(4242, "python", 1.0), Neighbour(7, "kworker", 0.01)))
@@ -261,7 +261,7 @@ def test_measured_round_trips_through_json() -> None:
 
 
 def test_a_measured_guess_loses_its_not_measured_note() -> None:
-    from sofa_top.model.verdict import unmeasured
+    from sofa_top.datamodel.verdict import unmeasured
 
     guess = Recommendation(f"torch.set_num_threads(1){unmeasured('it depends')}", "threads")
     v = replace(_input_verdict(), recommendations=(guess,))

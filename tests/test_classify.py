@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from sofa_top.analysis.classify import classify_stack, is_input_frame, reconcile_activity
 from sofa_top.collectors.pyspy_raw import parse_raw_line
-from sofa_top.model.samples import STACK_CLASSES, Frame, StackCount
+from sofa_top.datamodel.samples import STACK_CLASSES, Frame, StackCount
 
 
 def frames_of(line: str) -> tuple[Frame, ...]:

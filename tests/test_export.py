@@ -29,10 +29,10 @@ from synthetic_session import (
     tree_cpu,
 )
 
-from sofa_top.export import FORMATS, ExportResult, export_session
-from sofa_top.model.samples import (
+from sofa_top.datamodel.samples import (
     ProcessSample,
 )
+from sofa_top.export import FORMATS, ExportResult, export_session
 from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.store import SessionStore
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from synthetic_session import session_file
 
+from sofa_top.datamodel.errors import UserError
 from sofa_top.export import FORMATS, export_session
-from sofa_top.model.errors import UserError
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from sofa_top.collectors.gpu import (
     RecordedNvmlBackend,
     probe_gpus,
 )
-from sofa_top.model.samples import GpuSample, Sample
+from sofa_top.datamodel.samples import GpuSample, Sample
 
 DATA = Path(__file__).parent / "data" / "nvml"
 

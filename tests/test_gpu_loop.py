@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from conftest import WORKLOADS, log_lines, validate_record_json
 
+from sofa_top.datamodel.snapshot import Snapshot
 from sofa_top.launch import LaunchRequest, Sampling, open_launch
-from sofa_top.model.snapshot import Snapshot
 from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.replay import ReplaySource
 from sofa_top.recording.report import session_summary

@@ -16,7 +16,7 @@ import pytest
 from conftest import validate_record_json
 
 from sofa_top.collectors.gpu import GpuCollector, MiB, RecordedNvmlBackend, probe_gpus
-from sofa_top.model.samples import GpuSample, ProcessSample, ProcInfo
+from sofa_top.datamodel.samples import GpuSample, ProcessSample, ProcInfo
 from sofa_top.recording.report import session_summary
 from sofa_top.recording.store import SessionStore
 

@@ -10,7 +10,7 @@ import pytest
 from sofa_top.agent.toggles import toggle_name
 from sofa_top.analysis import gpu as g
 from sofa_top.analysis.verdicts import HIGH_INPUT_FRACTION, MODERATE_INPUT_FRACTION, Evidence, judge
-from sofa_top.model.samples import (
+from sofa_top.datamodel.samples import (
     CudaSample,
     CudaWindow,
     GpuDevice,
@@ -19,7 +19,7 @@ from sofa_top.model.samples import (
     PipelineStage,
     StepSample,
 )
-from sofa_top.model.verdict import Verdict
+from sofa_top.datamodel.verdict import Verdict
 
 GIB = 1024**3
 STEP = 0.010

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from sofa_top.collectors.base import Emit
-from sofa_top.model.samples import Event, ProcessSample, StepSample
-from sofa_top.model.snapshot import TargetInfo
+from sofa_top.datamodel.samples import Event, ProcessSample, StepSample
+from sofa_top.datamodel.snapshot import TargetInfo
 from sofa_top.recording.hub import QUEUE_MAX, Session
 from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.store import SessionStore

@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 
 from sofa_top.analysis.verdicts import WINDOW_S
-from sofa_top.model.samples import StepSample
-from sofa_top.model.snapshot import TargetInfo
+from sofa_top.datamodel.samples import StepSample
+from sofa_top.datamodel.snapshot import TargetInfo
 from sofa_top.recording.hub import Session
 from sofa_top.recording.store import SessionStore
 

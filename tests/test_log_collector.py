@@ -11,7 +11,7 @@ from pathlib import Path
 from procs import wait_for
 
 from sofa_top.collectors.logs import MAX_LINE, MAX_LINES_PER_S, LogCollector
-from sofa_top.model.samples import Event, Sample
+from sofa_top.datamodel.samples import Event, Sample
 
 
 def _run(code: str, tmp: Path, timeout: float = 60) -> tuple[list[Event], LogCollector, int]:

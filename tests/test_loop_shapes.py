@@ -26,7 +26,7 @@ from conftest import (
 
 from sofa_top.analysis.stackstats import summarize
 from sofa_top.analysis.verdicts import STACK_DOMINANT
-from sofa_top.model.snapshot import StackSummary
+from sofa_top.datamodel.snapshot import StackSummary
 from sofa_top.recording.reader import SessionReader
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

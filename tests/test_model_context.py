@@ -8,7 +8,7 @@ from pathlib import Path
 from sofa_top.analysis.classify import classify_stack, reconcile_gil
 from sofa_top.analysis.host import host_class, host_counts
 from sofa_top.analysis.stackstats import summarize
-from sofa_top.model.samples import Frame, StackCount, StackWindow
+from sofa_top.datamodel.samples import Frame, StackCount, StackWindow
 
 LOOP = Frame("run_torch.<locals>.step", "inference_shapes.py", 210)
 MAIN = (

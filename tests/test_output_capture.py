@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import WORKLOADS, log_lines
 
+from sofa_top.datamodel.snapshot import Snapshot
 from sofa_top.launch import LaunchRequest, Sampling, open_launch
-from sofa_top.model.snapshot import Snapshot
 from sofa_top.recording.reader import SessionReader
 
 pytestmark = pytest.mark.timeout(120)

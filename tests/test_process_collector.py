@@ -30,8 +30,8 @@ from sofa_top.collectors.process import (
     ProcessCollector,
     describe_pid,
 )
-from sofa_top.model.errors import UserError
-from sofa_top.model.samples import Event, ProcessSample, ProcInfo, Sample, SystemSample
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.samples import Event, ProcessSample, ProcInfo, Sample, SystemSample
 
 WORKLOADS = Path(__file__).parent / "workloads"
 

@@ -14,7 +14,7 @@ from sofa_top.collectors.pyspy_raw import (
     parse_raw,
     parse_raw_line,
 )
-from sofa_top.model.samples import Frame
+from sofa_top.datamodel.samples import Frame
 
 # Captured with: py-spy record --format raw --threads --nonblocking --idle [--subprocesses]
 REAL_THREADS = """\

@@ -30,10 +30,10 @@ from sofa_top.analysis.ranks import (
 from sofa_top.analysis.verdicts import Evidence
 from sofa_top.collectors.agent_frames import convert_frame
 from sofa_top.collectors.process import ROLE_RANK, ProcessCollector, zombie_exit_code
-from sofa_top.model.errors import UserError
-from sofa_top.model.ranks import RankId, RankStat
-from sofa_top.model.samples import Event, ProcInfo, StepSample
-from sofa_top.model.verdict import Verdict
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.ranks import RankId, RankStat
+from sofa_top.datamodel.samples import Event, ProcInfo, StepSample
+from sofa_top.datamodel.verdict import Verdict
 from sofa_top.recording.ranks_live import RankTracker
 from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.store import SessionStore
@@ -321,7 +321,7 @@ def test_the_process_collector_names_ranks_from_their_environment(tmp_path: Path
 
 def test_the_tracker_reports_a_rank_s_exit_with_its_agent_s_error() -> None:
     tracker = RankTracker()
-    from sofa_top.model.samples import ProcessSample
+    from sofa_top.datamodel.samples import ProcessSample
 
     def sample(ts: float, alive: bool, code: int | None = None) -> ProcessSample:
         rank = ProcInfo(

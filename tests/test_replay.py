@@ -12,9 +12,15 @@ import pytest
 from procs import wait_for
 from synthetic_session import CHILD, MAIN_TID, PID, T0, gpu_util, make_session, tree_cpu
 
-from sofa_top.model.errors import UserError
-from sofa_top.model.samples import ProcessSample, ProcInfo, StackCount, StackWindow, SystemSample
-from sofa_top.model.snapshot import Snapshot
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.samples import (
+    ProcessSample,
+    ProcInfo,
+    StackCount,
+    StackWindow,
+    SystemSample,
+)
+from sofa_top.datamodel.snapshot import Snapshot
 from sofa_top.recording.replay import ReplaySource
 from sofa_top.recording.store import SessionStore
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from conftest import WORKLOADS, run_cli
 
+from sofa_top.datamodel.snapshot import Snapshot
 from sofa_top.launch import AttachRequest, LaunchRequest, Run, open_attach, open_launch
-from sofa_top.model.snapshot import Snapshot
 from sofa_top.recording.replay import ReplaySource
 from sofa_top.recording.report import session_summary
 

@@ -21,7 +21,7 @@ from sofa_top.collectors.sched import (
     NeighbourWatch,
     TreeAccount,
 )
-from sofa_top.model.samples import Neighbour, ThreadTimes, TreeSched
+from sofa_top.datamodel.samples import Neighbour, ThreadTimes, TreeSched
 
 
 def _times(account: TreeAccount, pid: int, group: str, seconds: float = 1.5) -> ThreadTimes:

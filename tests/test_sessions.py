@@ -12,8 +12,8 @@ import pytest
 from rich.console import Console
 from synthetic_session import PID, T0, make_session
 
-from sofa_top.model.errors import UserError
-from sofa_top.model.samples import ProcessSample
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.samples import ProcessSample
 from sofa_top.recording.catalogue import (
     human_duration,
     human_size,

@@ -14,7 +14,7 @@ import pytest
 from conftest import SOFA_TOP, WORKLOADS, run_cli
 from test_tui_pilot import run_async, wait_for
 
-from sofa_top.model.command import command_text
+from sofa_top.datamodel.command import command_text
 from sofa_top.tui.home import HomeApp, HomeChoice
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

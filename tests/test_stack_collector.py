@@ -27,8 +27,8 @@ from sofa_top.collectors.stacks import (
     diagnose,
     find_pyspy,
 )
-from sofa_top.model.samples import Sample, StackWindow
-from sofa_top.model.snapshot import StackSummary
+from sofa_top.datamodel.samples import Sample, StackWindow
+from sofa_top.datamodel.snapshot import StackSummary
 
 PYSPY = find_pyspy()
 pytestmark = pytest.mark.skipif(PYSPY is None, reason="py-spy is not installed")

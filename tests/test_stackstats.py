@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sofa_top.analysis.stackstats import IDLE_THREAD, list_threads, summarize
-from sofa_top.model.samples import STACK_CLASSES, Frame, StackClass, StackCount, StackWindow
+from sofa_top.datamodel.samples import STACK_CLASSES, Frame, StackClass, StackCount, StackWindow
 
 MOD = Frame("<module>", "train.py", 30)
 LOOP = Frame("main", "train.py", 20)

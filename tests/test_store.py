@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sofa_top.model.errors import UserError
-from sofa_top.model.samples import (
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.samples import (
     Event,
     Frame,
     GpuDevice,
@@ -195,7 +195,7 @@ def reader_steps_collective(path: Path) -> list[float | None]:
 def test_gpu_step_times_and_cuda_readings_round_trip_and_v2_files_still_read(
     tmp_path: Path,
 ) -> None:
-    from sofa_top.model.samples import CudaSample, CudaWindow
+    from sofa_top.datamodel.samples import CudaSample, CudaWindow
 
     path = tmp_path / "s.sofa"
     store = SessionStore(path)

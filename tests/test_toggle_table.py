@@ -15,10 +15,13 @@ from tui_fakes import launch_snapshot
 
 from sofa_top.agent import optimize, toggles
 from sofa_top.agent.toggles import OptimizeSpec, Toggle, ToggleRow
-from sofa_top.model.verdict import Recommendation, Verdict
+from sofa_top.datamodel.verdict import Recommendation, Verdict
+from sofa_top.optimizers.compare import CompareResult, ConfigResult, changes_for
 from sofa_top.optimizers.compare.configs import configs, default_configs, plan
 
-ROOT = Path(__file__).resolve().parents[1] / "sofa_top"
+ROOT = Path(__file__).resolve().parents[1]
+# the package and its root folders (``sofa_top/collectors`` etc. are links to them)
+SOURCES = ("sofa_top", "collectors", "optimizers", "tui")
 TOY = cast(Toggle, "toy_toggle")
 TOY_ROW = ToggleRow(TOY, "a toy toggle", ("torch",), "toy.apply(model)")
 
@@ -35,6 +38,10 @@ def test_a_new_row_reaches_compare_the_agent_and_the_verdict(toy: ToggleRow) -> 
     assert plan(["toy-toggle"]) == (["baseline", "toy-toggle"], {})
     assert plan(["prefetch", "toy-toggle"])[0][-1] == "prefetch+toy-toggle"
     assert "toy-toggle" not in default_configs()  # not in_all: asked for by name
+    # what compare tells the user to keep: the row's code change
+    run = ConfigResult("toy-toggle", configs()["toy-toggle"], applied=[TOY])
+    result = CompareResult(["python", "t.py"], 1, None, None, 0, [run], None, [])
+    assert changes_for(result, "toy-toggle") == ["toy.apply(model)"]
     # the agent's spec: parsed from and written to the wire, its hook named and read back
     spec, problems = OptimizeSpec.from_json({"toy_toggle": True, "xla": True})
     assert problems == () and set(spec.toggles()) == {TOY, "xla"}
@@ -76,21 +83,26 @@ def test_exclusions_come_from_the_table() -> None:
 # tf.data/DataLoader stage kind, the scheduler's thread group, DataLoader's keyword argument,
 # the depth-first transform's module, a Measured field, doctor's GPU capability.
 OTHER_MEANINGS = {
-    ("agent/hooks_tf.py", "prefetch"),  # the tf.data stage kind
-    ("agent/hooks_torch.py", "prefetch"),  # the DataLoader's worker-prefetch stage kind
-    ("agent/hooks_torch.py", "pin_memory"),  # the DataLoader's pin_memory stage
-    ("agent/optimize.py", "depth_first"),  # the transform's module and function
-    ("agent/optimize.py", "pin_memory"),  # DataLoader(pin_memory=True)
-    ("agent/optimize_gpu.py", "pin_memory"),  # DataLoader(pin_memory=True)
-    ("analysis/causes.py", "threads"),  # the scheduler's thread group
-    ("analysis/causes.py", "prefetch"),  # the stage kind
-    ("analysis/verdicts.py", "threads"),  # the scheduler's thread group
-    ("analysis/verdicts.py", "pin_memory"),  # the DataLoader's pin_memory stage
-    ("cli/doctor.py", "bf16"),  # whether the GPU has bf16
-    ("model/samples.py", "threads"),  # the scheduler's thread group
-    ("model/samples.py", "prefetch"),  # the stage kind
-    ("model/verdict.py", "threads"),  # Measured.threads: the thread count it ran at
-    ("recording/series.py", "threads"),  # the scheduler's thread group's series
+    ("sofa_top/agent/hooks_tf.py", "prefetch"),  # the tf.data stage kind
+    ("sofa_top/agent/hooks_torch.py", "prefetch"),  # the DataLoader's worker-prefetch stage kind
+    ("sofa_top/agent/hooks_torch.py", "pin_memory"),  # the DataLoader's pin_memory stage
+    ("sofa_top/agent/optimize.py", "depth_first"),  # the transform's module and function
+    ("sofa_top/agent/optimize.py", "pin_memory"),  # DataLoader(pin_memory=True)
+    ("sofa_top/agent/optimize_gpu.py", "pin_memory"),  # DataLoader(pin_memory=True)
+    ("sofa_top/analysis/causes.py", "threads"),  # the scheduler's thread group
+    ("sofa_top/analysis/causes.py", "prefetch"),  # the stage kind
+    ("sofa_top/analysis/verdicts.py", "threads"),  # the scheduler's thread group
+    ("sofa_top/analysis/verdicts.py", "pin_memory"),  # the DataLoader's pin_memory stage
+    ("sofa_top/cli/doctor.py", "bf16"),  # whether the GPU has bf16
+    ("sofa_top/datamodel/samples.py", "threads"),  # the scheduler's thread group
+    ("sofa_top/datamodel/samples.py", "prefetch"),  # the stage kind
+    ("sofa_top/datamodel/verdict.py", "threads"),  # Measured.threads: the thread count it ran at
+    ("sofa_top/recording/series.py", "threads"),  # the scheduler's thread group's series
+    ("collectors/sched.py", "threads"),  # the scheduler's thread group
+    ("optimizers/__init__.py", "depth_first"),  # the transform's module
+    ("optimizers/depth_first/__init__.py", "depth_first"),  # the transform's function
+    ("optimizers/advice/inputs.py", "prefetch"),  # the stage kind
+    ("optimizers/advice/stages.py", "prefetch"),  # the stage kind
 }
 
 
@@ -114,9 +126,10 @@ def test_toggles_are_spelled_in_the_table_only() -> None:
     keys = {r.key for r in toggles.rows()}
     names = {r.name for r in toggles.rows()} - keys
     found: dict[tuple[str, str], Any] = {}
-    for path in ROOT.rglob("*.py"):
+    paths = [p for d in SOURCES for p in (ROOT / d).rglob("*.py") if not p.is_symlink()]
+    for path in paths:
         rel = path.relative_to(ROOT).as_posix()
-        if rel == "agent/toggles.py":
+        if rel == "sofa_top/agent/toggles.py":
             continue
         for s in _constants(path):
             if s in names:  # the names people read are derived, never spelled

@@ -7,7 +7,7 @@ import asyncio
 from textual.app import App, ComposeResult
 from tui_fakes import launch_snapshot, make_snapshot
 
-from sofa_top.model.snapshot import Snapshot
+from sofa_top.datamodel.snapshot import Snapshot
 from sofa_top.tui.header import DashboardHeader
 
 

@@ -27,9 +27,9 @@ from tui_fakes import (
     make_snapshot,
 )
 
-from sofa_top.model.samples import Event, StepSample
-from sofa_top.model.snapshot import LOG_LINES
-from sofa_top.model.verdict import Verdict
+from sofa_top.datamodel.samples import Event, StepSample
+from sofa_top.datamodel.snapshot import LOG_LINES
+from sofa_top.datamodel.verdict import Verdict
 from sofa_top.tui.app import DashboardApp
 from sofa_top.tui.confirm_quit import QUESTION, ConfirmQuitScreen
 from sofa_top.tui.help_screen import HelpScreen
@@ -525,7 +525,7 @@ def test_verdict_evidence_names_the_input_cause() -> None:
 
 
 def test_agent_pane_shows_keras_only_for_a_workload_that_uses_it() -> None:
-    from sofa_top.model.samples import AgentInfo
+    from sofa_top.datamodel.samples import AgentInfo
     from sofa_top.tui.pipeline_panel import keras_used
 
     # what the agent reports for a plain tf.data script: TensorFlow imported Keras itself,

@@ -24,8 +24,8 @@ from tui_fakes import (
 
 from sofa_top.agent.toggles import OptimizeSpec, PrefetchOptions
 from sofa_top.collectors.discovery import JobCopy
-from sofa_top.model.errors import UserError
-from sofa_top.model.snapshot import Snapshot
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.snapshot import Snapshot
 from sofa_top.optimizers.compare import (
     CompareResult,
     ConfigResult,
@@ -481,8 +481,8 @@ async def test_real_compare_from_the_panel(tmp_path: Path, monkeypatch: Any) -> 
 async def test_only_toggles_that_apply_are_ticked_and_the_others_say_why() -> None:
     from dataclasses import replace
 
-    from sofa_top.model.verdict import Recommendation
-    from sofa_top.model.workload import ModelReport
+    from sofa_top.datamodel.verdict import Recommendation
+    from sofa_top.datamodel.workload import ModelReport
 
     # a TensorFlow job whose (older) verdict still offered depth-first: never ticked for TF
     old = compute_bound_verdict()

@@ -30,8 +30,8 @@ from tui_fakes import (
     make_snapshot,
 )
 
-from sofa_top.model.samples import GpuSample
-from sofa_top.model.snapshot import FunctionStat, Snapshot, TargetInfo
+from sofa_top.datamodel.samples import GpuSample
+from sofa_top.datamodel.snapshot import FunctionStat, Snapshot, TargetInfo
 from sofa_top.tui.app import DashboardApp, exit_banner
 from sofa_top.tui.formatting import (
     cmdline_text,

@@ -23,8 +23,8 @@ from textual.strip import Strip
 from textual.widget import Widget
 from tui_fakes import T0, FakeSource, launch_snapshot, make_snapshot
 
-from sofa_top.model.samples import ProcessSample, ProcInfo
-from sofa_top.model.snapshot import Point, Snapshot
+from sofa_top.datamodel.samples import ProcessSample, ProcInfo
+from sofa_top.datamodel.snapshot import Point, Snapshot
 from sofa_top.tui.app import DashboardApp
 from sofa_top.tui.line_cache import LineCachedWidget
 from sofa_top.tui.processes_panel import process_lines, process_table

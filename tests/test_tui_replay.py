@@ -10,7 +10,7 @@ import pytest
 from test_tui_pilot import run_async, table_rows, wait_for
 from textual.pilot import Pilot
 
-from sofa_top.model.samples import (
+from sofa_top.datamodel.samples import (
     Event,
     Frame,
     ProcessSample,
@@ -20,7 +20,7 @@ from sofa_top.model.samples import (
     StackWindow,
     StepSample,
 )
-from sofa_top.model.verdict import Recommendation, Verdict
+from sofa_top.datamodel.verdict import Recommendation, Verdict
 from sofa_top.recording.replay import ReplaySource
 from sofa_top.recording.store import SessionStore
 from sofa_top.tui.app import DashboardApp

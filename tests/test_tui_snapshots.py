@@ -28,7 +28,7 @@ from tui_fakes import (
     phases_snapshot,
 )
 
-from sofa_top.model.snapshot import Snapshot
+from sofa_top.datamodel.snapshot import Snapshot
 from sofa_top.tui.app import DashboardApp
 from sofa_top.tui.home import HomeApp
 
@@ -163,8 +163,8 @@ def ranks_snapshot() -> Snapshot:
 
     from sofa_top.analysis.ranks import RankEvidence, cross_rank_verdict, rank_stats
     from sofa_top.analysis.verdicts import Evidence
-    from sofa_top.model.ranks import RankId
-    from sofa_top.model.samples import StepSample
+    from sofa_top.datamodel.ranks import RankId
+    from sofa_top.datamodel.samples import StepSample
 
     now = T0 + 75
     evidence = []

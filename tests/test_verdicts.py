@@ -16,7 +16,7 @@ from sofa_top.analysis.verdicts import (
     Evidence,
     judge,
 )
-from sofa_top.model.samples import (
+from sofa_top.datamodel.samples import (
     AgentInfo,
     Neighbour,
     PipelineSample,
@@ -24,8 +24,8 @@ from sofa_top.model.samples import (
     StepSample,
     SystemSample,
 )
-from sofa_top.model.snapshot import FunctionStat, StackSummary, ThreadStat
-from sofa_top.model.verdict import UNMEASURED
+from sofa_top.datamodel.snapshot import FunctionStat, StackSummary, ThreadStat
+from sofa_top.datamodel.verdict import UNMEASURED
 from sofa_top.optimizers.advice import toggles_off
 
 
@@ -494,7 +494,7 @@ def test_beside_busy_neighbours_a_thread_cap_is_offered_unmeasured_not_ruled_out
 
 
 def test_severity_none_reads_back_and_an_old_sessions_empty_string_too() -> None:
-    from sofa_top.model.verdict import Verdict
+    from sofa_top.datamodel.verdict import Verdict
 
     plain = Verdict("compute-bound", 0.9, "compute")
     assert plain.severity is None and plain.as_json()["severity"] is None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sofa_top.analysis.verdicts import Evidence, judge
 from sofa_top.collectors.gpu import GpuCollector, RecordedNvmlBackend
-from sofa_top.model.samples import (
+from sofa_top.datamodel.samples import (
     AgentInfo,
     CudaSample,
     CudaWindow,
@@ -27,7 +27,7 @@ from sofa_top.model.samples import (
     StepSample,
     SystemSample,
 )
-from sofa_top.model.snapshot import (
+from sofa_top.datamodel.snapshot import (
     FunctionStat,
     Point,
     Snapshot,
@@ -35,8 +35,8 @@ from sofa_top.model.snapshot import (
     TargetInfo,
     ThreadStat,
 )
-from sofa_top.model.source import OnSnapshot
-from sofa_top.model.verdict import Recommendation, Verdict
+from sofa_top.datamodel.source import OnSnapshot
+from sofa_top.datamodel.verdict import Recommendation, Verdict
 
 T0 = 1_700_000_000.0  # session start (a fixed instant keeps SVG snapshots stable)
 SESSION_PATH = "/home/ml/.local/share/sofa-top/sessions/2023-11-14T22-13-20-pid4242.sofa"

@@ -21,8 +21,8 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Static, TabbedContent, TabPane, Tabs
 
-from sofa_top.model.snapshot import Snapshot, TargetInfo
-from sofa_top.model.source import SnapshotSource
+from sofa_top.datamodel.snapshot import Snapshot, TargetInfo
+from sofa_top.datamodel.source import SnapshotSource
 from sofa_top.tui.confirm_quit import ConfirmQuitScreen, QuitChoice
 from sofa_top.tui.formatting import cmdline_text, truncate, window_label
 from sofa_top.tui.header import DashboardHeader

@@ -15,10 +15,10 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import Footer, Static
 
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.ranks import RankStat
+from sofa_top.datamodel.verdict import Verdict
 from sofa_top.metrics.cluster import ClusterRun
-from sofa_top.model.errors import UserError
-from sofa_top.model.ranks import RankStat
-from sofa_top.model.verdict import Verdict
 from sofa_top.tui.ranks_panel import RanksPane
 from sofa_top.tui.verdict_panel import badge, headline
 

@@ -8,8 +8,8 @@ from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 
-from sofa_top.model.samples import agent_state
-from sofa_top.model.snapshot import Snapshot
+from sofa_top.datamodel.samples import agent_state
+from sofa_top.datamodel.snapshot import Snapshot
 from sofa_top.tui.formatting import cmdline_text, human_duration, truncate, truncate_left
 from sofa_top.tui.line_cache import LineCachedWidget
 

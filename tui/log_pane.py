@@ -8,8 +8,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import RichLog, Static
 
-from sofa_top.model.samples import Event
-from sofa_top.model.snapshot import LOG_LINES, Snapshot
+from sofa_top.datamodel.samples import Event
+from sofa_top.datamodel.snapshot import LOG_LINES, Snapshot
 from sofa_top.tui.line_cache import QuietTitles, update_static
 
 STDERR_STYLE = Style(color="#ff8787")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from sofa_top.model.snapshot import Snapshot
+from sofa_top.datamodel.snapshot import Snapshot
 
 
 class SnapshotArrived(Message):

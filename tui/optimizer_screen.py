@@ -34,10 +34,10 @@ from textual.widgets import Button, Checkbox, Footer, Input, Label, ProgressBar,
 
 from sofa_top.agent.toggles import EXCLUSIVE_NOTE, OptimizeSpec, excluded, rows, toggle_of
 from sofa_top.collectors.discovery import JobCopy, job_copy
-from sofa_top.model.errors import UserError
-from sofa_top.model.snapshot import Snapshot, TargetInfo
-from sofa_top.model.verdict import Measured, Verdict
-from sofa_top.model.workload import ModelReport
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.snapshot import Snapshot, TargetInfo
+from sofa_top.datamodel.verdict import Measured, Verdict
+from sofa_top.datamodel.workload import ModelReport
 from sofa_top.optimizers.advice import toggles_off
 from sofa_top.optimizers.compare import (
     CompareEvent,
@@ -400,9 +400,7 @@ class OptimizerScreen(Screen[None]):
 
     def selected(self) -> list[str]:
         """The ticked toggles by the names people type, in the toggle table's order."""
-        return [
-            r.name for r in self.toggles if self.query_one(f"#opt-{r.name}", Checkbox).value
-        ]
+        return [r.name for r in self.toggles if self.query_one(f"#opt-{r.name}", Checkbox).value]
 
     @on(Checkbox.Changed)
     def _toggled(self) -> None:

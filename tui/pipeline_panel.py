@@ -15,9 +15,9 @@ from textual.geometry import Size
 from textual.widget import Widget
 
 from sofa_top.analysis import steps as step_facts
-from sofa_top.model.samples import AgentInfo, PipelineSample, StepSample, agent_state
-from sofa_top.model.snapshot import Snapshot
-from sofa_top.model.workload import ModelReport
+from sofa_top.datamodel.samples import AgentInfo, PipelineSample, StepSample, agent_state
+from sofa_top.datamodel.snapshot import Snapshot
+from sofa_top.datamodel.workload import ModelReport
 from sofa_top.tui.formatting import truncate
 from sofa_top.tui.line_cache import QuietTitles
 from sofa_top.tui.steps_panel import BOLD, BOTTLENECK_STYLE, DIM, human_seconds

@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.geometry import Size
 
-from sofa_top.model.samples import ProcessSample, ProcInfo
+from sofa_top.datamodel.samples import ProcessSample, ProcInfo
 from sofa_top.tui.formatting import human_bytes, human_bytes_short, percent
 from sofa_top.tui.line_cache import LineCachedWidget, QuietTitles
 

@@ -13,8 +13,8 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.geometry import Size
 
-from sofa_top.model.ranks import RankStat
-from sofa_top.model.verdict import Verdict
+from sofa_top.datamodel.ranks import RankStat
+from sofa_top.datamodel.verdict import Verdict
 from sofa_top.tui.line_cache import LineCachedWidget, QuietTitles
 from sofa_top.tui.steps_panel import human_seconds
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from rich.style import Style
 from rich.text import Text
 
-from sofa_top.model.snapshot import Point
+from sofa_top.datamodel.snapshot import Point
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 _LEVELS = len(BLOCKS) - 1

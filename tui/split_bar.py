@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from rich.style import Style
 from rich.text import Text
 
-from sofa_top.model.samples import STACK_CLASSES
+from sofa_top.datamodel.samples import STACK_CLASSES
 from sofa_top.tui.line_cache import LineCachedWidget
 
 CLASS_COLORS: dict[str, str] = {

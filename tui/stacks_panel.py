@@ -13,8 +13,8 @@ from textual.containers import Horizontal, Vertical
 from textual.events import Resize
 from textual.widgets import DataTable, Select, Static
 
-from sofa_top.model.samples import STACK_CLASSES
-from sofa_top.model.snapshot import FunctionStat, Snapshot, StackSummary, ThreadStat
+from sofa_top.datamodel.samples import STACK_CLASSES
+from sofa_top.datamodel.snapshot import FunctionStat, Snapshot, StackSummary, ThreadStat
 from sofa_top.tui.formatting import truncate, truncate_left
 from sofa_top.tui.line_cache import QuietRefresh, QuietTitles, update_static
 from sofa_top.tui.split_bar import SplitBar, class_style

@@ -15,8 +15,8 @@ from textual.containers import Vertical
 from textual.geometry import Size
 
 from sofa_top.analysis import steps as step_facts
-from sofa_top.model.samples import StepSample, agent_state
-from sofa_top.model.snapshot import Snapshot
+from sofa_top.datamodel.samples import StepSample, agent_state
+from sofa_top.datamodel.snapshot import Snapshot
 from sofa_top.tui.line_cache import LineCachedWidget, QuietTitles
 from sofa_top.tui.sparkline import append_runs
 from sofa_top.tui.split_bar import CLASS_COLORS

@@ -11,8 +11,8 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.geometry import Size
 
-from sofa_top.model.samples import CudaSample, GpuDevice, GpuSample
-from sofa_top.model.snapshot import Point, Snapshot
+from sofa_top.datamodel.samples import CudaSample, GpuDevice, GpuSample
+from sofa_top.datamodel.snapshot import Point, Snapshot
 from sofa_top.recording.series import (
     GPU_MEM_USED,
     GPU_POWER,
@@ -135,7 +135,9 @@ def gpu_notes(device: GpuDevice) -> list[tuple[str, str]]:
         target.append(human_bytes(device.target_mem))
     if device.target_util is not None:
         target.append(f"{device.target_util:.0f}% SM")
-    if target and device.target_scope is not None:  # a reading of the collector that tells the scope
+    if (
+        target and device.target_scope is not None
+    ):  # a reading of the collector that tells the scope
         text = "target " + " · ".join(target)
         if device.target_scope == "device":
             text += " (device totals: NVML's PIDs are not this namespace's)"

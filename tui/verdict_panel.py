@@ -11,8 +11,8 @@ from textual.geometry import Size
 
 from sofa_top.agent.toggles import toggle_name
 from sofa_top.analysis.ranks import headline_verdict
-from sofa_top.model.snapshot import Snapshot
-from sofa_top.model.verdict import Verdict
+from sofa_top.datamodel.snapshot import Snapshot
+from sofa_top.datamodel.verdict import Verdict
 from sofa_top.tui.line_cache import LineCachedWidget
 from sofa_top.tui.steps_panel import human_rate, human_seconds, shown_stats
 

@@ -17,9 +17,9 @@ from collections.abc import Collection
 
 from sofa_top.agent import toggles as tg
 from sofa_top.agent.toggles import Toggle
-from sofa_top.model.samples import PipelineSample
-from sofa_top.model.verdict import InputCause, Recommendation
-from sofa_top.model.workload import ModelReport
+from sofa_top.datamodel.samples import PipelineSample
+from sofa_top.datamodel.verdict import InputCause, Recommendation
+from sofa_top.datamodel.workload import ModelReport
 from sofa_top.optimizers.advice import inputs
 from sofa_top.optimizers.advice.compute import (
     compute_recommendations,

@@ -10,8 +10,8 @@ names the framework's own setting and the OpenMP environment.
 from __future__ import annotations
 
 from sofa_top.agent import toggles as tg
-from sofa_top.model.verdict import Recommendation, unmeasured
-from sofa_top.model.workload import ModelReport
+from sofa_top.datamodel.verdict import Recommendation, unmeasured
+from sofa_top.datamodel.workload import ModelReport
 from sofa_top.optimizers.advice.inputs import give_cores
 
 NOT_FOR_TF = "not offered for TensorFlow: XLA (jit_compile=True) already fuses such chains"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sofa_top.agent import toggles as tg
-from sofa_top.model.verdict import GpuCause, Recommendation
+from sofa_top.datamodel.verdict import GpuCause, Recommendation
 
 PIN_MEMORY = (
     "DataLoader(..., pin_memory=True) and batch.to(device, non_blocking=True): the copy to the "

@@ -11,7 +11,7 @@ once; and a recommendation the ``prefetch`` toggle can try names it.
 from __future__ import annotations
 
 from sofa_top.agent import toggles as tg
-from sofa_top.model.verdict import InputCause, Recommendation, unmeasured
+from sofa_top.datamodel.verdict import InputCause, Recommendation, unmeasured
 from sofa_top.optimizers.advice.stages import PipelineView
 
 IOWAIT_EVIDENCE = 5.0  # % iowait: the waits are on local storage (files worth copying closer)
@@ -93,7 +93,7 @@ def py_dataset_rec(name: str, cause: str | None, n: int | None) -> Recommendatio
     else:
         how = f"workers={workers} (threads suffice while __getitem__ waits)"
     return Recommendation(
-        f"Keras {name}: pass {how} to super().__init__(...) in its __init__", "prefetch"
+        f"Keras {name}: pass {how} to super().__init__(...) in its __init__", tg.PREFETCH
     )
 
 
@@ -114,7 +114,7 @@ def _torch_parallel(v: PipelineView, cores: int, n: int | None) -> list[Recommen
         ]
     return [
         Recommendation(
-            f"DataLoader(num_workers={want}, persistent_workers=True) ({now})", "prefetch"
+            f"DataLoader(num_workers={want}, persistent_workers=True) ({now})", tg.PREFETCH
         )
     ]
 

@@ -11,7 +11,7 @@ the *model* (a torch model whose images TensorFlow decodes gets the DataLoader).
 
 from __future__ import annotations
 
-from sofa_top.model.verdict import InputCause, Recommendation
+from sofa_top.datamodel.verdict import InputCause, Recommendation
 from sofa_top.optimizers.advice.inputs import default_workers, n_cores
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sofa_top.model.samples import PipelineSample, PipelineStage
+from sofa_top.datamodel.samples import PipelineSample, PipelineStage
 
 # A stage kind whose parallelism a parameter of that stage sets.
 PARALLEL_KINDS = ("map", "interleave", "source", "iterable", "py_dataset", "generator")

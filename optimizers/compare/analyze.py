@@ -12,7 +12,7 @@ from typing import Any
 
 from sofa_top.agent.toggles import OptimizeSpec, Toggle, toggle_of, toggle_of_hook
 from sofa_top.analysis.steps import RAISED
-from sofa_top.model.samples import Event, PipelineSample, StepSample
+from sofa_top.datamodel.samples import Event, PipelineSample, StepSample
 from sofa_top.optimizers.advice import view
 from sofa_top.optimizers.measures import (
     DataStream,

@@ -16,7 +16,7 @@ from sofa_top.agent.toggles import (
     toggle_name,
     toggle_of,
 )
-from sofa_top.model.errors import UserError
+from sofa_top.datamodel.errors import UserError
 
 __all__ = ["AUTO_THREADS", "auto_threads", "check_configs", "config_table", "configs", "plan"]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from sofa_top.agent.toggles import OptimizeSpec
 from sofa_top.collectors.discovery import JobCopy
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.samples import Event
+from sofa_top.datamodel.verdict import Measured
 from sofa_top.launch import LaunchRequest, Run, Sampling, open_launch
-from sofa_top.model.errors import UserError
-from sofa_top.model.samples import Event
-from sofa_top.model.verdict import Measured
 from sofa_top.optimizers.compare.results import CompareResult
 from sofa_top.optimizers.compare.summary import measured_of
 from sofa_top.optimizers.probes import tree_memory

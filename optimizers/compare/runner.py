@@ -36,19 +36,19 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from sofa_top.agent.toggles import THREADS, OptimizeSpec
 from sofa_top.collectors.discovery import JobCopy
-from sofa_top.model.errors import UserError
+from sofa_top.datamodel.errors import UserError
 from sofa_top.optimizers.compare.analyze import analyze_session
 from sofa_top.optimizers.compare.configs import (
     AUTO_THREADS,
-    default_configs,
     auto_threads,
     check_configs,
     config_table,
+    default_configs,
 )
 from sofa_top.optimizers.compare.progress import (
     CompareEvent,

@@ -7,8 +7,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from sofa_top.agent.toggles import XLA_FLAGS, Toggle, numerics_changing, toggle_of
-from sofa_top.model.verdict import Measured
+from sofa_top.agent.toggles import (
+    BF16,
+    COMPILE_MODE,
+    DEPTH_FIRST,
+    PIN_MEMORY,
+    PREFETCH,
+    THREADS,
+    XLA,
+    XLA_FLAGS,
+    Toggle,
+    numerics_changing,
+    row_of,
+    toggle_of,
+)
+from sofa_top.datamodel.verdict import Measured
 from sofa_top.optimizers.advice.inputs import SHARD_RECIPE
 from sofa_top.optimizers.compare.datastream import compare_streams
 from sofa_top.optimizers.compare.results import CompareResult, ConfigResult, Flag
@@ -149,9 +162,9 @@ def summarize(
         outs,
         cr.throughput,
         cr.parallelism,
-        "prefetch" in cr.applied,
+        PREFETCH in cr.applied,
         diag,
-        compute_changed=bool({"xla", "depth_first", "threads"} & set(cr.applied)),
+        compute_changed=bool({XLA, DEPTH_FIRST, THREADS} & set(cr.applied)),
     )
 
 
@@ -199,9 +212,9 @@ def changes_for(result: CompareResult, config: str | None) -> list[str]:
         return []
     out: list[str] = []
     where = " ".join(cr.where)
-    if "prefetch" in cr.applied:
+    if PREFETCH in cr.applied:
         out += _prefetch_changes(where)
-    if "xla" in cr.applied:
+    if XLA in cr.applied:
         if "tensorflow" in where:
             out.append(
                 "TF: `tf.config.optimizer.set_jit('autoclustering')` (or env "
@@ -211,9 +224,9 @@ def changes_for(result: CompareResult, config: str | None) -> list[str]:
             out.append("Keras: `model.compile(..., jit_compile=True)`")
         if "torch:" in where:
             out.append("PyTorch: `model.compile()` (torch.compile in place) before the loop")
-    if "depth_first" in cr.applied:
+    if DEPTH_FIRST in cr.applied:
         out.append("PyTorch: `model = sofa_top.optimizers.depth_first(model)`")
-    if "threads" in cr.applied:
+    if THREADS in cr.applied:
         n = cr.optimize.threads
         if "torch:" in where:
             out.append(
@@ -227,22 +240,28 @@ def changes_for(result: CompareResult, config: str | None) -> list[str]:
                 "OMP_WAIT_POLICY=PASSIVE"
             )
     out += _gpu_changes(cr, where)
+    # a toggle without wording of its own here: the code change its table row names
+    out += [r.change for t in cr.applied if t not in _WORDED and (r := row_of(t)) is not None]
     return out
+
+
+# the toggles whose code change ``changes_for`` words from where the agent applied them
+_WORDED = frozenset({PREFETCH, XLA, DEPTH_FIRST, THREADS, PIN_MEMORY, BF16, COMPILE_MODE})
 
 
 def _gpu_changes(cr: ConfigResult, where: str) -> list[str]:
     out: list[str] = []
-    if "pin_memory" in cr.applied:
+    if PIN_MEMORY in cr.applied:
         out.append(
             "PyTorch: `DataLoader(..., pin_memory=True)` and `batch.to(device, non_blocking=True)`"
         )
-    if "bf16" in cr.applied:
+    if BF16 in cr.applied:
         out.append(
             "PyTorch: `with torch.autocast('cuda', dtype=torch.bfloat16):` around the forward "
             "pass and the loss (numerics change: check the loss and the metrics)"
         )
     m = re.search(r"compile\(mode='([^']+)'\)", where)
-    if "compile_mode" in cr.applied and m:
+    if COMPILE_MODE in cr.applied and m:
         out.append(f"PyTorch: `model.compile(mode='{m.group(1)}')` before the loop")
     return out
 
@@ -281,7 +300,7 @@ def _prefetch_changes(where: str) -> list[str]:
 
 def measured_of(result: CompareResult) -> list[Measured]:
     """What each single-toggle configuration measured against the baseline, as the verdict
-    carries it (``model.verdict.Measured``)."""
+    carries it (``datamodel.verdict.Measured``)."""
     out: list[Measured] = []
     base = result.run("baseline")
     bmed = None if base is None else base.throughput.median

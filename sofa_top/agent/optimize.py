@@ -231,9 +231,7 @@ def _install_tf_data(agent: Agent, module: ModuleType) -> None:
                     )
                 elif n is not None:
                     ds = self.with_options(o)
-                    applied(
-                        PREFETCH, f"tf.data: private_threadpool_size={n} at iteration", **extra
-                    )
+                    applied(PREFETCH, f"tf.data: private_threadpool_size={n} at iteration", **extra)
         except Exception as e:
             ds = self
             skipped(PREFETCH, f"appending prefetch failed: {e!r}")

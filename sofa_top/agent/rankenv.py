@@ -2,7 +2,7 @@
 
 The agent reports it in its ``hello`` frame; the process collector reads the same variables
 from ``/proc/PID/environ`` (so that attach mode and processes without an agent are named too).
-The result is the JSON of ``sofa_top.model.ranks.RankId``.
+The result is the JSON of ``sofa_top.datamodel.ranks.RankId``.
 
 - torchrun (``torch.distributed.run``) sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
   ``LOCAL_WORLD_SIZE``, ``GROUP_RANK`` (the node's rank), ``MASTER_ADDR`` and ``MASTER_PORT``

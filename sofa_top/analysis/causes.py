@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from sofa_top.model.samples import (
+from sofa_top.datamodel.samples import (
     Neighbour,
     PipelineSample,
     StepSample,
@@ -41,8 +41,8 @@ from sofa_top.model.samples import (
     ThreadTimes,
     TreeSched,
 )
-from sofa_top.model.verdict import NEIGHBOURS_BUSY as NEIGHBOURS_BUSY  # the bar, one home
-from sofa_top.model.verdict import InputCause, InputCauseKind, TimeSplit
+from sofa_top.datamodel.verdict import NEIGHBOURS_BUSY as NEIGHBOURS_BUSY  # the bar, one home
+from sofa_top.datamodel.verdict import InputCause, InputCauseKind, TimeSplit
 from sofa_top.optimizers.advice.stages import view
 
 LATENCY_BLOCKED = 0.60  # producers blocked this share of their time: they wait on I/O

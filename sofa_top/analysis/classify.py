@@ -68,7 +68,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from sofa_top.analysis.sources import OUTPUT_LINE, SYNC_LINE, source_line
-from sofa_top.model.samples import Frame, StackClass, StackCount
+from sofa_top.datamodel.samples import Frame, StackClass, StackCount
 
 # (path fragment, function names or None for any function in that file/folder).
 # Paths are matched against "/" + filename, so py-spy's short names (torch/nn/...) and full

@@ -7,11 +7,17 @@ from dataclasses import dataclass, field
 
 from sofa_top.analysis.causes import Neighbours, SchedMeans
 from sofa_top.analysis.steps import RunFacts
-from sofa_top.model.samples import CudaSample, GpuSample, PipelineSample, StepSample, SystemSample
-from sofa_top.model.snapshot import StackSummary
-from sofa_top.model.units import Percent
-from sofa_top.model.verdict import Measured
-from sofa_top.model.workload import ModelReport
+from sofa_top.datamodel.samples import (
+    CudaSample,
+    GpuSample,
+    PipelineSample,
+    StepSample,
+    SystemSample,
+)
+from sofa_top.datamodel.snapshot import StackSummary
+from sofa_top.datamodel.units import Percent
+from sofa_top.datamodel.verdict import Measured
+from sofa_top.datamodel.workload import ModelReport
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from sofa_top.model.samples import CudaSample, CudaWindow, GpuSample, StepSample
-from sofa_top.model.verdict import GpuCause
+from sofa_top.datamodel.samples import CudaSample, CudaWindow, GpuSample, StepSample
+from sofa_top.datamodel.verdict import GpuCause
 
 GPU_BUSY_HIGH = 0.80  # the GPU runs kernels >= 80% of the step: it is the bottleneck
 GPU_BUSY_LOW = 0.50  # below half: badly underused (severity high)

@@ -40,7 +40,7 @@ from sofa_top.analysis.classify import (
     writes_result,
 )
 from sofa_top.analysis.sources import OUTPUT_LINE, SYNC_LINE, source_line
-from sofa_top.model.samples import Frame, StackCount
+from sofa_top.datamodel.samples import Frame, StackCount
 
 HOST_CLASSES = ("input", "python", "sync", "output", "compute")
 _PRINT = re.compile(r"(^|[^\w.])print\(")

@@ -8,8 +8,8 @@ from typing import Literal
 
 from sofa_top.analysis import causes
 from sofa_top.analysis.evidence import Evidence
-from sofa_top.model.samples import PipelineSample
-from sofa_top.model.verdict import InputCause, InputCauseKind, Recommendation
+from sofa_top.datamodel.samples import PipelineSample
+from sofa_top.datamodel.verdict import InputCause, InputCauseKind, Recommendation
 from sofa_top.optimizers import advice
 
 INPUT_CPU_BUSY = 0.60  # input stage using this share of its usable cores while waited on: cpu

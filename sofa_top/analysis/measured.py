@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from sofa_top.agent import toggles as tg
 from sofa_top.agent.toggles import Toggle
-from sofa_top.model.verdict import UNMEASURED, Measured, Recommendation, Verdict
+from sofa_top.datamodel.verdict import UNMEASURED, Measured, Recommendation, Verdict
 
 # advice texts that rule a lever out; a measurement that found it winning withdraws them
 RULED_OUT = {tg.PREFETCH: ("cannot help", "more parallelism than the")}

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 from sofa_top.analysis import steps as step_facts
 from sofa_top.analysis.verdicts import MIN_STEPS, Evidence, judge
-from sofa_top.model.ranks import RankId, RankStat
-from sofa_top.model.samples import PipelineSample, ProcInfo, StepSample
-from sofa_top.model.units import Percent, Pid
-from sofa_top.model.verdict import Verdict
+from sofa_top.datamodel.ranks import RankId, RankStat
+from sofa_top.datamodel.samples import PipelineSample, ProcInfo, StepSample
+from sofa_top.datamodel.units import Percent, Pid
+from sofa_top.datamodel.verdict import Verdict
 
 # The straggler's own time (step less collective wait) exceeds the median rank's by at least
 # this share of the job's step: below it, ranks differ by noise (a 2-core machine running 4

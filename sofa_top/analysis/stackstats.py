@@ -31,8 +31,8 @@ from dataclasses import replace
 
 from sofa_top.analysis.classify import is_worker_loop_frame
 from sofa_top.analysis.host import HOST_CLASSES, host_counts, model_samples, setup_samples
-from sofa_top.model.samples import STACK_CLASSES, Frame, StackClass, StackCount, StackWindow
-from sofa_top.model.snapshot import FunctionStat, StackSummary, ThreadStat
+from sofa_top.datamodel.samples import STACK_CLASSES, Frame, StackClass, StackCount, StackWindow
+from sofa_top.datamodel.snapshot import FunctionStat, StackSummary, ThreadStat
 
 DEFAULT_TOP = 200
 STACK_SUMMARY_S = 5.0  # the stacks pane (live and replayed) aggregates this much recent history

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from sofa_top.model.samples import AgentInfo, AgentState, StepSample, agent_state
-from sofa_top.model.snapshot import Mode
+from sofa_top.datamodel.samples import AgentInfo, AgentState, StepSample, agent_state
+from sofa_top.datamodel.snapshot import Mode
 
 # Clocks that see step boundaries but not the fetch of a batch: their input wait is not
 # measured (None, never 0).

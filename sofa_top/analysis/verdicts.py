@@ -82,9 +82,9 @@ from sofa_top.analysis.inputs import (
     loop_advice,
 )
 from sofa_top.analysis.measured import apply_measured
-from sofa_top.model.samples import PipelineSample
-from sofa_top.model.snapshot import StackSummary
-from sofa_top.model.verdict import (
+from sofa_top.datamodel.samples import PipelineSample
+from sofa_top.datamodel.snapshot import StackSummary
+from sofa_top.datamodel.verdict import (
     UNMEASURED,
     Recommendation,
     Verdict,

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from sofa_top.cli import exits
 from sofa_top.collectors.discovery import JobCopy
-from sofa_top.model.errors import UserError
+from sofa_top.datamodel.errors import UserError
 from sofa_top.optimizers.compare import (
     CompareEvent,
     CompareResult,

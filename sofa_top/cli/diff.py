@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sofa_top.model.errors import UserError
+from sofa_top.datamodel.errors import UserError
 from sofa_top.recording.diff import Diff, Kind, Row, diff, read_json
 
 EXIT_REGRESSED = 1

@@ -34,7 +34,7 @@ import psutil
 from sofa_top.collectors.gpu import probe_gpus
 from sofa_top.collectors.process import ProcessCollector
 from sofa_top.collectors.stacks import find_pyspy
-from sofa_top.model.samples import GpuSample, ProcessSample
+from sofa_top.datamodel.samples import GpuSample, ProcessSample
 from sofa_top.recording import paths
 
 Level = Literal["ok", "info", "warn", "fail"]

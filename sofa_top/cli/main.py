@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from sofa_top.cli import record, saved, watch
 from sofa_top.cli.failures import on_thread_failure
 from sofa_top.cli.parser import build_parser, web_of
-from sofa_top.model.errors import UserError
+from sofa_top.datamodel.errors import UserError
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,6 +8,7 @@ from typing import NoReturn
 from sofa_top import __version__
 from sofa_top.cli.compare import add_compare_parser
 from sofa_top.cli.diff import add_diff_parser
+from sofa_top.datamodel.errors import UserError
 from sofa_top.launch import (
     DEFAULT_INJECT_TIMEOUT_S,
     DEFAULT_INTERVAL_S,
@@ -16,7 +17,6 @@ from sofa_top.launch import (
 )
 from sofa_top.metrics.cluster import DEFAULT_LOOKBACK_S
 from sofa_top.metrics.spec import DEFAULT_HOST, MetricsSpec
-from sofa_top.model.errors import UserError
 
 WEB_HOST = "127.0.0.1"
 

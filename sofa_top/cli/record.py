@@ -18,8 +18,8 @@ from sofa_top.cli import exits
 from sofa_top.cli.failures import thread_failures
 from sofa_top.cli.parser import metrics_of, sampling_of
 from sofa_top.cli.watch import left_running, opened_attach
+from sofa_top.datamodel.errors import UserError
 from sofa_top.launch import AttachRequest, LaunchRequest, open_launch
-from sofa_top.model.errors import UserError
 
 
 def record(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from sofa_top.model.errors import UserError
+from sofa_top.datamodel.errors import UserError
 
 # Written to a file or a pipe, the listing must not be cut to the 80 columns rich assumes there.
 PIPE_WIDTH = 10_000

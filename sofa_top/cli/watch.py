@@ -11,8 +11,8 @@ import threading
 from sofa_top.cli import exits
 from sofa_top.cli.failures import failed, thread_failures
 from sofa_top.cli.parser import metrics_of, sampling_of
+from sofa_top.datamodel.errors import UserError
 from sofa_top.launch import AttachRequest, LaunchRequest, Run, Sampling, open_attach, open_launch
-from sofa_top.model.errors import UserError
 
 
 def attach(args: argparse.Namespace) -> int:

@@ -13,8 +13,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from sofa_top.cli.watch import finished, launch_request, opened_attach
+from sofa_top.datamodel.errors import UserError
 from sofa_top.launch import AttachRequest, LaunchRequest, Run, Sampling, open_launch
-from sofa_top.model.errors import UserError
 
 if TYPE_CHECKING:
     from sofa_top.web.owner import Owner

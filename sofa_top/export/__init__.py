@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from sofa_top.datamodel.errors import UserError
 from sofa_top.export.common import (
     MAX_EVENTS,
     ExportResult,
@@ -27,7 +28,6 @@ from sofa_top.export.common import (
     atomic_output,
     load_model,
 )
-from sofa_top.model.errors import UserError
 from sofa_top.recording.reader import SessionReader
 
 __all__ = ["FORMATS", "MAX_EVENTS", "ExportResult", "default_output", "export_session"]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from sofa_top import __version__
+from sofa_top.datamodel.samples import Frame
 from sofa_top.export.common import (
     MACHINE_PID,
     MARKER_KINDS,
@@ -42,7 +43,6 @@ from sofa_top.export.common import (
     thread_ids,
     thread_title,
 )
-from sofa_top.model.samples import Frame
 from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.series import BYTES, BYTES_PER_S, PERCENT, WATTS
 

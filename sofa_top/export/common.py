@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from sofa_top.model.errors import UserError
-from sofa_top.model.ranks import RankId
-from sofa_top.model.samples import Event, EventKind, Frame
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.ranks import RankId
+from sofa_top.datamodel.samples import Event, EventKind, Frame
 from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.series import (
     BYTES,

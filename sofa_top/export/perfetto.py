@@ -28,6 +28,7 @@ from perfetto.protos.perfetto.trace import (  # type: ignore[import-untyped]
     perfetto_trace_pb2 as pb,
 )
 
+from sofa_top.datamodel.samples import Frame
 from sofa_top.export.common import (
     MARKER_KINDS,
     THROUGHPUT_SERIES,
@@ -47,7 +48,6 @@ from sofa_top.export.common import (
     thread_ids,
     thread_title,
 )
-from sofa_top.model.samples import Frame
 from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.series import BYTES
 

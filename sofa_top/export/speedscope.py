@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from sofa_top import __version__
+from sofa_top.datamodel.samples import Frame
 from sofa_top.export.common import (
     FrameCache,
     JsonSink,
@@ -22,7 +23,6 @@ from sofa_top.export.common import (
     fmt_count,
     thread_title,
 )
-from sofa_top.model.samples import Frame
 from sofa_top.recording.reader import SessionReader
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sofa_top.analysis.ranks import cross_rank_verdict, straggler_json
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.literals import one_of
+from sofa_top.datamodel.ranks import RankStat
+from sofa_top.datamodel.verdict import SEVERITIES, Verdict, verdict_kind
 from sofa_top.metrics import names as n
-from sofa_top.model.errors import UserError
-from sofa_top.model.literals import one_of
-from sofa_top.model.ranks import RankStat
-from sofa_top.model.verdict import SEVERITIES, Verdict, verdict_kind
 
 DEFAULT_LOOKBACK_S = 120.0
 TIMEOUT_S = 5.0

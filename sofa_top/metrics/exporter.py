@@ -23,12 +23,12 @@ from sofa_top import __version__
 from sofa_top.analysis import steps as step_facts
 from sofa_top.analysis.ranks import owners
 from sofa_top.analysis.verdicts import WINDOW_S
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.ranks import RankStat
+from sofa_top.datamodel.snapshot import Snapshot
+from sofa_top.datamodel.verdict import Verdict
 from sofa_top.metrics import names as n
 from sofa_top.metrics.spec import MetricsSpec
-from sofa_top.model.errors import UserError
-from sofa_top.model.ranks import RankStat
-from sofa_top.model.snapshot import Snapshot
-from sofa_top.model.verdict import Verdict
 
 VerdictKey = tuple[str, str, str]  # kind, cause, severity
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from sofa_top.model.command import command_text
-from sofa_top.model.errors import UserError
-from sofa_top.model.literals import one_of
-from sofa_top.model.snapshot import MODES, Mode
+from sofa_top.datamodel.command import command_text
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.literals import one_of
+from sofa_top.datamodel.snapshot import MODES, Mode
 from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.series import BYTES
 

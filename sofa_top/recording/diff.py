@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sofa_top.model.errors import UserError
+from sofa_top.datamodel.errors import UserError
 
 Kind = Literal["session", "compare"]
 # How a row is judged: lower or higher is better, a fraction (points), or shown only.

@@ -31,8 +31,8 @@ from sofa_top.analysis.steps import RunFacts
 from sofa_top.analysis.verdicts import MIN_STEPS, WINDOW_S, Evidence, judge
 from sofa_top.collectors.base import BACKPRESSURE, Collector
 from sofa_top.collectors.cores import workload_cores
-from sofa_top.model.ranks import RankStat
-from sofa_top.model.samples import (
+from sofa_top.datamodel.ranks import RankStat
+from sofa_top.datamodel.samples import (
     AgentInfo,
     CudaSample,
     Event,
@@ -45,10 +45,10 @@ from sofa_top.model.samples import (
     SystemSample,
     TreeSched,
 )
-from sofa_top.model.snapshot import LOG_LINES, Mode, Snapshot, StackSummary, TargetInfo
-from sofa_top.model.source import OnSnapshot
-from sofa_top.model.verdict import Measured, Verdict
-from sofa_top.model.workload import ModelReport, merge, model_report
+from sofa_top.datamodel.snapshot import LOG_LINES, Mode, Snapshot, StackSummary, TargetInfo
+from sofa_top.datamodel.source import OnSnapshot
+from sofa_top.datamodel.verdict import Measured, Verdict
+from sofa_top.datamodel.workload import ModelReport, merge, model_report
 from sofa_top.recording.ranks_live import RankTracker
 from sofa_top.recording.report import session_verdict
 from sofa_top.recording.rings import Rings

@@ -17,15 +17,15 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
 from sofa_top.analysis.ranks import RankEvidence, owners, rank_roots
-from sofa_top.model.ranks import RankId
-from sofa_top.model.samples import (
+from sofa_top.datamodel.ranks import RankId
+from sofa_top.datamodel.samples import (
     Event,
     PipelineSample,
     ProcessSample,
     Sample,
     StepSample,
 )
-from sofa_top.model.units import Pid
+from sofa_top.datamodel.units import Pid
 
 EXIT_WAIT_S = 1.0  # a rank's exit waits this long for its agent's goodbye (it names the error)
 STEPS_KEPT = 3000  # per rank: 10 s of a 300 steps/s loop

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from sofa_top.analysis.stackstats import AGENT_THREADS
-from sofa_top.model.errors import UserError
-from sofa_top.model.samples import (
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.samples import (
     AgentInfo,
     CudaSample,
     Event,
@@ -29,7 +29,7 @@ from sofa_top.model.samples import (
     phase_hint,
     stage_kind,
 )
-from sofa_top.model.workload import ModelReport, merge, model_report
+from sofa_top.datamodel.workload import ModelReport, merge, model_report
 from sofa_top.recording.store import SCHEMA_VERSION, STEP_COLUMNS, connect
 
 # The workload's stack counts, for the exports: the agent's threads (``stackstats.AGENT_THREADS``)

@@ -35,9 +35,9 @@ from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats
 from sofa_top.analysis.stackstats import STACK_SUMMARY_S, summarize_by_thread
 from sofa_top.analysis.verdicts import WINDOW_S, Evidence
 from sofa_top.collectors.cores import recorded_cores
-from sofa_top.model.errors import UserError
-from sofa_top.model.ranks import RankStat
-from sofa_top.model.samples import (
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.ranks import RankStat
+from sofa_top.datamodel.samples import (
     CudaSample,
     Event,
     GpuDevice,
@@ -47,9 +47,9 @@ from sofa_top.model.samples import (
     SystemSample,
     throttle_names,
 )
-from sofa_top.model.snapshot import LOG_LINES, Snapshot, TargetInfo
-from sofa_top.model.source import OnSnapshot, SnapshotSource
-from sofa_top.model.verdict import Verdict
+from sofa_top.datamodel.snapshot import LOG_LINES, Snapshot, TargetInfo
+from sofa_top.datamodel.source import OnSnapshot, SnapshotSource
+from sofa_top.datamodel.verdict import Verdict
 from sofa_top.recording.ranks_live import session_ranks
 from sofa_top.recording.reader import SessionReader, launched
 from sofa_top.recording.rings import HISTORY_S

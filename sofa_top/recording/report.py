@@ -60,9 +60,9 @@ from sofa_top.analysis.stackstats import summarize
 from sofa_top.analysis.steps import RunFacts
 from sofa_top.analysis.verdicts import Evidence, judge
 from sofa_top.collectors.cores import recorded_cores
-from sofa_top.model.literals import one_of
-from sofa_top.model.ranks import RankStat
-from sofa_top.model.samples import (
+from sofa_top.datamodel.literals import one_of
+from sofa_top.datamodel.ranks import RankStat
+from sofa_top.datamodel.samples import (
     AgentInfo,
     CudaSample,
     Event,
@@ -71,9 +71,9 @@ from sofa_top.model.samples import (
     StepSample,
     TreeSched,
 )
-from sofa_top.model.snapshot import MODES, StackSummary
-from sofa_top.model.verdict import Measured, Verdict
-from sofa_top.model.workload import ModelReport
+from sofa_top.datamodel.snapshot import MODES, StackSummary
+from sofa_top.datamodel.verdict import Measured, Verdict
+from sofa_top.datamodel.workload import ModelReport
 from sofa_top.recording.ranks_live import session_ranks
 from sofa_top.recording.reader import SessionReader, launched
 from sofa_top.recording.report_gpu import cuda_json, gpu_json

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from sofa_top.model.samples import CudaSample, throttle_names
+from sofa_top.datamodel.samples import CudaSample, throttle_names
 
 
 def _mean(values: Sequence[float | None]) -> float | None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from sofa_top.model.snapshot import Point
-from sofa_top.model.units import Timestamp
+from sofa_top.datamodel.snapshot import Point
+from sofa_top.datamodel.units import Timestamp
 
 HISTORY_S = 15 * 60
 

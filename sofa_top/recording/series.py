@@ -20,7 +20,7 @@ disagree about what a series means. Series names are documented here and nowhere
   ``gpu.<i>.target_util`` (% SM, the target tree's processes), ``gpu.<i>.target_from_device``
   (1: NVML's process ids are not this namespace's, the device totals stand in for the target),
   ``gpu.<i>.mem_clock`` (MHz), ``gpu.<i>.power_limit`` (W), ``gpu.<i>.throttle`` (NVML's clock
-  event bitmask, ``model.samples.THROTTLE_REASONS``), ``gpu.<i>.mig`` (1: MIG mode)
+  event bitmask, ``datamodel.samples.THROTTLE_REASONS``), ``gpu.<i>.mig`` (1: MIG mode)
 - ``step.duration`` / ``step.input_wait`` (s) and ``step.input_fraction`` (0..1), per step;
   ``step.collective_wait`` (s), per step where torch.distributed collectives were timed; CUDA
   loops add ``step.gpu_span`` (s) and ``step.gpu_busy_fraction`` (0..1) when known
@@ -29,7 +29,7 @@ disagree about what a series means. Series names are documented here and nowhere
 
 from __future__ import annotations
 
-from sofa_top.model.samples import (
+from sofa_top.datamodel.samples import (
     GpuDevice,
     GpuSample,
     ProcessSample,
@@ -40,7 +40,7 @@ from sofa_top.model.samples import (
     TreeSched,
     throttle_mask,
 )
-from sofa_top.model.units import Timestamp
+from sofa_top.datamodel.units import Timestamp
 
 SeriesPoint = tuple[str, float | None, str | None]
 

@@ -47,8 +47,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sofa_top.model.errors import UserError
-from sofa_top.model.samples import (
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.samples import (
     AgentInfo,
     CudaSample,
     Event,

@@ -17,7 +17,7 @@ import socket
 import struct
 from typing import Any, Literal
 
-from sofa_top.model.snapshot import Snapshot
+from sofa_top.datamodel.snapshot import Snapshot
 
 HEADER = struct.Struct(">cI")
 MAX_FRAME = 64 * 2**20  # a snapshot is tens of KiB; anything near this is not one of ours

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from sofa_top.datamodel.errors import UserError
+from sofa_top.datamodel.snapshot import Snapshot
 from sofa_top.launch import Run
-from sofa_top.model.errors import UserError
-from sofa_top.model.snapshot import Snapshot
 from sofa_top.web.channel import (
     ChannelClosed,
     decode,

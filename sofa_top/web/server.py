@@ -23,7 +23,7 @@ from aiohttp import web
 from textual_serve.app_service import AppService
 from textual_serve.server import Server, to_int
 
-from sofa_top.model.errors import UserError
+from sofa_top.datamodel.errors import UserError
 
 DEFAULT_WEB_HOST = "127.0.0.1"
 VIEWER_QUIT_S = 10.0

@@ -21,8 +21,8 @@ import psutil
 from rich.text import Text
 from textual import work
 
-from sofa_top.model.snapshot import Snapshot, TargetInfo
-from sofa_top.model.source import OnSnapshot, SnapshotSource
+from sofa_top.datamodel.snapshot import Snapshot, TargetInfo
+from sofa_top.datamodel.source import OnSnapshot, SnapshotSource
 from sofa_top.tui import app as dashboard_module
 from sofa_top.tui import home as home_module
 from sofa_top.tui.app import DashboardApp

@@ -16,7 +16,7 @@ from typing import Any
 
 from sofa_top.agent.launch_env import agent_env
 from sofa_top.collectors.agent import AgentCollector, AgentServer
-from sofa_top.model.samples import AgentInfo, Event, PipelineSample, Sample, StepSample
+from sofa_top.datamodel.samples import AgentInfo, Event, PipelineSample, Sample, StepSample
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOADS = ROOT / "tests" / "workloads"

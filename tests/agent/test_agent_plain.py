@@ -22,7 +22,7 @@ from agent_harness import (
 )
 
 from sofa_top.agent.launch_env import agent_env
-from sofa_top.model.samples import AgentInfo, Event, StepSample
+from sofa_top.datamodel.samples import AgentInfo, Event, StepSample
 
 PLAIN = "agent_plain.py"
 WARMUP = 2

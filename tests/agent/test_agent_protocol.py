@@ -21,7 +21,7 @@ from sofa_top.agent.protocol import MAX_FRAME, FrameError, FrameReader, encode
 from sofa_top.agent.settings import AgentSettings, parse_settings
 from sofa_top.agent.toggles import OptimizeSpec, PrefetchOptions
 from sofa_top.collectors.agent_frames import convert_frame
-from sofa_top.model.samples import AgentInfo, Event, PipelineSample, StepSample
+from sofa_top.datamodel.samples import AgentInfo, Event, PipelineSample, StepSample
 
 AGENT_DIR = Path(protocol.__file__).resolve().parent
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from sofa_top.agent.protocol import MAX_FRAME, encode
 from sofa_top.collectors.agent import AgentCollector, AgentServer
-from sofa_top.model.samples import Event, Sample, StepSample
+from sofa_top.datamodel.samples import Event, Sample, StepSample
 
 NOBODY = 65534
 _step_ids = itertools.count(1_000_000)

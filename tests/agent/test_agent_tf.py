@@ -18,7 +18,7 @@ from procs import spawned, wait_for
 from recordings import Recordings
 
 from sofa_top.agent.launch_env import agent_env
-from sofa_top.model.samples import PipelineSample, Sample
+from sofa_top.datamodel.samples import PipelineSample, Sample
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

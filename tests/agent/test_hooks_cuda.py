@@ -21,7 +21,7 @@ from sofa_top.agent.cuda_trace import SHORT_GAP_S, window_stats
 from sofa_top.agent.settings import AgentSettings
 from sofa_top.agent.step_record import StepRecord
 from sofa_top.collectors.agent_frames import convert_frame
-from sofa_top.model.samples import CudaSample, StepSample
+from sofa_top.datamodel.samples import CudaSample, StepSample
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workloads"))
 from fake_cuda import NAME, FakeCuda

@@ -29,7 +29,7 @@ from pathlib import Path
 import psutil
 
 from sofa_top.collectors.base import Emit
-from sofa_top.model.samples import (
+from sofa_top.datamodel.samples import (
     Event,
     Frame,
     ProcessSample,
@@ -40,7 +40,7 @@ from sofa_top.model.samples import (
     StepSample,
     SystemSample,
 )
-from sofa_top.model.snapshot import Snapshot, TargetInfo
+from sofa_top.datamodel.snapshot import Snapshot, TargetInfo
 from sofa_top.recording.hub import Session
 from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.series import SeriesPoint

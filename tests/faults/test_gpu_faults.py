@@ -17,7 +17,7 @@ import pytest
 from faults.conftest import REPO, running, sofa, target_argv, wait_committed
 from sofa_top.collectors.gpu import GpuCollector, RecordedNvmlBackend
 from sofa_top.collectors.process import ProcessCollector
-from sofa_top.model.snapshot import Snapshot, TargetInfo
+from sofa_top.datamodel.snapshot import Snapshot, TargetInfo
 from sofa_top.recording.hub import Session
 from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.report import session_summary

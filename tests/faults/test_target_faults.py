@@ -31,7 +31,7 @@ from faults.conftest import (
     wait_until,
 )
 from sofa_top.cli.exits import workload_status
-from sofa_top.model.samples import StackWindow
+from sofa_top.datamodel.samples import StackWindow
 from sofa_top.recording.reader import SessionReader
 
 

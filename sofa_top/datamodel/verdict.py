@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from sofa_top.agent.toggles import Toggle, toggle_name, toggle_of
-from sofa_top.model.literals import one_of
+from sofa_top.datamodel.literals import one_of
 
 VerdictKind = Literal[
     "input-bound",

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from sofa_top.model.units import Percent, Pid
-from sofa_top.model.verdict import Verdict
+from sofa_top.datamodel.units import Percent, Pid
+from sofa_top.datamodel.verdict import Verdict
 
 RankSource = Literal["torchrun", "tf-config"]
 

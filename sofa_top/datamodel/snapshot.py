@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from sofa_top.model.ranks import RankStat
-from sofa_top.model.samples import (
+from sofa_top.datamodel.ranks import RankStat
+from sofa_top.datamodel.samples import (
     AgentInfo,
     CudaSample,
     Event,
@@ -23,9 +23,9 @@ from sofa_top.model.samples import (
     StepSample,
     SystemSample,
 )
-from sofa_top.model.units import Percent, Pid, Timestamp
-from sofa_top.model.verdict import Verdict
-from sofa_top.model.workload import ModelReport
+from sofa_top.datamodel.units import Percent, Pid, Timestamp
+from sofa_top.datamodel.verdict import Verdict
+from sofa_top.datamodel.workload import ModelReport
 
 # How a session was opened: sofa-top launched the workload, attached to it, or records headless
 Mode = Literal["launch", "attach", "record"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from sofa_top.model.snapshot import Snapshot
+from sofa_top.datamodel.snapshot import Snapshot
 
 OnSnapshot = Callable[[Snapshot], None]
 

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from sofa_top.model.literals import one_of
-from sofa_top.model.ranks import RankId
-from sofa_top.model.units import Bytes, Celsius, Hertz, MHz, Percent, Pid, Timestamp, Watts
+from sofa_top.datamodel.literals import one_of
+from sofa_top.datamodel.ranks import RankId
+from sofa_top.datamodel.units import Bytes, Celsius, Hertz, MHz, Percent, Pid, Timestamp, Watts
 
 StackClass = Literal["input", "compute", "python", "idle"]
 STACK_CLASSES: tuple[StackClass, ...] = ("input", "compute", "python", "idle")
@@ -272,7 +272,7 @@ EventKind = Literal[
     # three busiest as [{pid, name, cores}]), when they change
     "neighbours",
     # what a comparison measured, carried into the session and its verdict (data:
-    # ``model.verdict.Measured.as_json()``)
+    # ``datamodel.verdict.Measured.as_json()``)
     "measured",
 ]
 EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
