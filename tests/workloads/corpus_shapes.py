@@ -12,9 +12,11 @@
   example writes it: a one-hot sample built in NumPy, ``model.predict(x)`` per character (each
   call builds Keras' data adapter and iterator for one sample), sampling in NumPy.
 * ``persistent``: a ``DataLoader(num_workers=2, persistent_workers=True)`` over 4 batches an
-  epoch, many epochs, the model called 20 times a batch: the workers keep up within an epoch
-  (its fetches hardly wait), but each epoch resumes the same workers and its first fetch waits
-  for a whole batch.
+  epoch, many epochs, the model called 20 times a batch: each epoch resumes the same workers
+  and its first fetch waits for a whole batch (the later ones wait less, the other worker's
+  batch being under way). Reads are slow enough (8 ms a sample) that the loop waits for input
+  about half its time however busy the machine (at 4 ms it sat near the 20% input-bound bar
+  and its verdict flipped with the load).
 
 Each measures its own truth with ``perf_counter`` and prints ``PREP_FRACTION=`` (the loop's
 input: building or fetching the next model input, over the loop's time), ``HOST_FRACTION=``
@@ -157,7 +159,7 @@ elif SHAPE == "persistent":
             return 32
 
         def __getitem__(self, i: int) -> torch.Tensor:
-            time.sleep(0.004)  # a read: the workers wait, the loop waits for a batch
+            time.sleep(0.008)  # a read: the workers wait, the loop waits for a batch
             return torch.full((64,), float(i))
 
     net = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 8))
