@@ -134,11 +134,21 @@ def test_torch_cpu_shape_stays_at_the_core_count(tmp_path: Path) -> None:
         _cmd("torch", "cpu"), ["baseline", "prefetch"], repeats=1, steps=30, warmup_steps=3,
         out_dir=tmp_path,
     )  # fmt: skip
-    assert r.diagnosis is not None and r.diagnosis.cause == "cpu", r.diagnosis
-    assert r.search is not None and r.search.levels == () and r.search.chosen == CORES
+    d = r.diagnosis
+    assert d is not None and d.cause in ("cpu", "contention"), d
+    assert r.search is not None and r.search.cause == d.cause, r.search
+    if d.cause == "cpu":  # a CPU-bound stage stays at the core count: no search
+        assert r.search.levels == () and r.search.chosen == CORES, r.search
+    else:
+        # other processes hold the cores it needs (this machine under a CI run's load): more
+        # producers get a larger share of a contended CPU, so compare searches, and picks a
+        # level it measured
+        assert d.others_cores is not None and d.others_cores > 0, d
+        tried = {lv.parallelism for lv in r.search.levels}
+        assert tried and r.search.chosen in tried, r.search
     pre = next(c for c in r.runs if c.config == "prefetch")
-    assert pre.parallelism == CORES
-    assert any(f"num_workers={CORES}," in w for w in pre.where)
+    assert pre.parallelism == r.search.chosen
+    assert any(f"num_workers={pre.parallelism}," in w for w in pre.where), pre.where
     for cr in r.runs:
         _sane_headroom(cr)
     assert pre.headroom.bound in ("cores", "compute")  # never a latency bound
