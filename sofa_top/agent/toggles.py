@@ -145,11 +145,6 @@ def row_of(toggle: str) -> ToggleRow | None:
     return next((r for r in TABLE if r.key == key), None)
 
 
-def toggles() -> tuple[Toggle, ...]:
-    """Every toggle's spec key, in table order."""
-    return tuple(r.key for r in TABLE)
-
-
 def toggle_name(toggle: Toggle) -> str:
     """The name people read: ``depth_first`` -> ``depth-first``."""
     return toggle.replace("_", "-")
@@ -298,10 +293,6 @@ class OptimizeSpec:
     def with_parallelism(self, n: int) -> OptimizeSpec:
         """The same spec with prefetch at parallelism ``n``."""
         return self.with_(PREFETCH, replace(self.prefetch or PrefetchOptions(), parallelism=n))
-
-    def with_check_data(self) -> OptimizeSpec:
-        """The same spec with the data-stream check on."""
-        return OptimizeSpec(self.values, check_data=True)
 
     def to_json(self) -> dict[str, object]:
         """``settings["optimize"]``: only the toggles that are on."""
