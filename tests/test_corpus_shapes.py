@@ -28,7 +28,7 @@ pytest.importorskip("torch")
 
 SCRIPT = "corpus_shapes.py"
 SHAPES = {
-    name: (SCRIPT, ("--shape", name, "--seconds", "6"), 0)
+    name: (SCRIPT, ("--shape", name, "--seconds", "8"), 0)
     for name in ("generate", "request", "keras-predict-loop", "persistent")
 }
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from sofa_top.analysis.causes import Neighbours
-from sofa_top.analysis.steps import HOOKED, RunFacts
+from sofa_top.analysis.steps import HOOKED, MIN_HOST_SAMPLES, RunFacts, input_fraction
 from sofa_top.analysis.verdicts import (
     HIGH_INPUT_FRACTION,
     INPUT_BOUND_FRACTION,
@@ -36,10 +36,10 @@ def _steps(n: int, wait_fraction: float, step_s: float = 0.1) -> list[StepSample
     ]
 
 
-def _stacks(**split: float) -> StackSummary:
+def _stacks(samples: int = 500, **split: float) -> StackSummary:
     full = {"input": 0.0, "compute": 0.0, "python": 0.0, "idle": 0.0, **split}
     return StackSummary(
-        0.0, 5.0, 500, (), full, (ThreadStat(1, 1, "MainThread", 500, full),), 100.0, 2.0
+        0.0, 5.0, samples, (), full, (ThreadStat(1, 1, "MainThread", samples, full),), 100.0, 2.0
     )
 
 
@@ -144,6 +144,28 @@ def test_few_steps_fall_back_to_stacks() -> None:
 )
 def test_attach_mode_from_stacks(split: dict[str, float], kind: str) -> None:
     assert judge(Evidence(stacks=_stacks(**split), tree_cpu=90.0)).kind == kind
+
+
+@pytest.mark.parametrize(
+    "samples, split, kind",
+    [
+        # a short run beside busy neighbours: the sampler's budget bought 8 Hz for 5 s
+        (40, {"python": 0.94, "compute": 0.06}, "python-overhead"),
+        (40, {"input": 0.6, "compute": 0.4}, "input-bound"),
+        # as many samples, a split that could be chance: not read
+        (40, {"input": 0.25, "compute": 0.45, "python": 0.3}, "unknown"),
+        (40, {"compute": 0.6, "python": 0.4}, "unknown"),
+        # too few to read any split
+        (12, {"python": 1.0}, "unknown"),
+    ],
+)
+def test_a_few_stack_samples_are_read_when_one_share_is_beyond_doubt(
+    samples: int, split: dict[str, float], kind: str
+) -> None:
+    v = judge(Evidence(stacks=_stacks(samples, **split), tree_cpu=90.0))
+    assert v.kind == kind, v
+    if kind == "unknown":
+        assert "too few stack samples" in v.headline, v.headline
 
 
 def test_stacks_alone_name_the_models_framework_not_its_inputs() -> None:
@@ -502,3 +524,16 @@ def test_severity_none_reads_back_and_an_old_sessions_empty_string_too() -> None
     old = {**plain.as_json(), "severity": ""}  # what an older version stored
     assert Verdict.from_json(old).severity is None
     assert Verdict.from_json({**old, "severity": "high"}).severity == "high"
+
+
+def test_a_few_host_samples_split_the_host_time_and_none_make_it_all_input() -> None:
+    """A model-call step's input wait is its host time's input share: from ten host samples the
+    stacks' share (a short generation loop, 79% of its host time on the output, read 54% input
+    when 19 samples counted as none); below that all of it, the most it can be."""
+    steps = [
+        StepSample(float(i), i, float(i) - 0.1, 0.1, 0.05, "torch-model-call") for i in range(20)
+    ]
+    split = {"input": 0.15, "python": 0.0, "sync": 0.05, "output": 0.8}
+    assert input_fraction(steps, split, MIN_HOST_SAMPLES) == pytest.approx(0.5 * 0.15)
+    assert input_fraction(steps, split, MIN_HOST_SAMPLES - 1) == pytest.approx(0.5)
+    assert input_fraction(steps, None, 0) == pytest.approx(0.5)

@@ -25,6 +25,7 @@ The loop thread's samples outside its model calls give the host time's split
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -37,6 +38,29 @@ from sofa_top.datamodel.snapshot import FunctionStat, StackSummary, ThreadStat
 DEFAULT_TOP = 200
 STACK_SUMMARY_S = 5.0  # the stacks pane (live and replayed) aggregates this much recent history
 IDLE_THREAD = 0.95  # a thread idle in this share of its samples is a helper, not the loop
+MIN_THREAD_SAMPLES = 50  # about half a second at 100 Hz: any share of the loop's time is read
+# fewer say nothing; from here to MIN_THREAD_SAMPLES a share is read when its 95% lower bound
+# clears its bar (a short run beside busy neighbours, where the sampler's CPU budget buys 5-10 Hz)
+MIN_DECISIVE_SAMPLES = 20
+Z_95 = 1.96
+
+
+def lower_bound(share: float, n: int, z: float = Z_95) -> float:
+    """Wilson's lower confidence bound of a share seen in ``n`` samples."""
+    if n <= 0:
+        return 0.0
+    zz = z * z / n
+    centre = share + zz / 2
+    spread = z * math.sqrt(share * (1 - share) / n + zz / (4 * n))
+    return max(0.0, (centre - spread) / (1 + zz))
+
+
+def readable(n: int, shares: Iterable[tuple[float, float]]) -> bool:
+    """Enough samples (``n``) to read the loop's split: plenty of them, or a few in which one
+    ``(share, bar)`` clears its bar beyond doubt."""
+    if n >= MIN_THREAD_SAMPLES:
+        return True
+    return n >= MIN_DECISIVE_SAMPLES and any(lower_bound(s, n) >= bar for s, bar in shares)
 
 
 def thread_label(name: str, tid: int) -> str:

@@ -69,7 +69,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from sofa_top.agent import toggles as tg
-from sofa_top.analysis import causes
+from sofa_top.analysis import causes, stackstats
 from sofa_top.analysis import gpu as gpu_loop
 from sofa_top.analysis import steps as step_facts
 from sofa_top.analysis.classify import writes_output
@@ -101,7 +101,6 @@ MODERATE_INPUT_FRACTION = 0.05  # XProf: "moderately input-bound": worth a line,
 # clearly faster), and the peers' compute-bound workload read 8-11%.
 INPUT_BOUND_FRACTION = HIGH_INPUT_FRACTION
 MIN_STEPS = 3  # fewer steps in the window say too little
-MIN_THREAD_SAMPLES = 50  # about half a second of stacks at 100 Hz
 STACK_INPUT_FRACTION = HIGH_INPUT_FRACTION  # same bar for the stack-based estimate
 STACK_DOMINANT = 0.50  # a class holding half the loop thread's samples dominates it
 IDLE_CPU_PERCENT = 5.0  # the whole tree below this (of one core) is idle
@@ -561,20 +560,23 @@ def _split(s: StackSummary, klass: str) -> float:
     return float(s.split.get(klass, 0.0))
 
 
-def _loop_thread(s: StackSummary) -> Mapping[str, float]:
-    """The busiest non-idle thread's split (the loop, in nearly every program)."""
+def _loop_thread(s: StackSummary) -> tuple[int, Mapping[str, float]]:
+    """The busiest non-idle thread's samples and split (the loop, in nearly every program)."""
     best = None
     for t in s.threads:
         active = t.samples * (1.0 - t.split.get("idle", 0.0))
         if best is None or active > best[0]:
-            best = (active, t.split)
-    return best[1] if best else s.split
+            best = (active, t.samples, t.split)
+    return (best[1], best[2]) if best else (s.thread_samples, s.split)
 
 
 def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
     s = ev.stacks
     assert s is not None
-    if s.thread_samples < MIN_THREAD_SAMPLES:
+    n, split = _loop_thread(s)
+    inp, comp, py = (split.get(k, 0.0) for k in ("input", "compute", "python"))
+    bars = ((inp, STACK_INPUT_FRACTION), (comp, STACK_DOMINANT), (py, STACK_DOMINANT))
+    if not stackstats.readable(n, bars):
         return Verdict(
             "unknown",
             0.0,
@@ -582,8 +584,6 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
             base,
             _next_step(ev),
         )
-    split = _loop_thread(s)
-    inp, comp, py = (split.get(k, 0.0) for k in ("input", "compute", "python"))
     evidence = {
         **base,
         "input_share": round(inp, 3),
@@ -651,8 +651,10 @@ def _judge_unmeasured(ev: Evidence, fw: str, evidence: dict[str, object], conf: 
     source = step_facts.SOURCE_TEXT.get(str(evidence["step_source"]), "its clock")
     why = f"steps from {source}; no fetch or model call marks the loop: input wait not measured"
     s = ev.stacks
-    split = _loop_thread(s) if s is not None and s.thread_samples >= MIN_THREAD_SAMPLES else {}
+    n, split = _loop_thread(s) if s is not None else (0, {})
     inp, comp = split.get("input", 0.0), split.get("compute", 0.0)
+    if not stackstats.readable(n, ((comp, STACK_DOMINANT), (inp, STACK_INPUT_FRACTION))):
+        inp = comp = 0.0
     evidence = {**evidence, "input_share": round(inp, 3), "compute_share": round(comp, 3)}
     # its threads' waits for a CPU are measured whatever the clock: a pool that outnumbers the
     # cores it gets is the news before any split of the loop's time
