@@ -222,9 +222,16 @@ def test_two_instances_attach_to_one_pid(tmp_path: Path) -> None:
     with running(target_argv("busy")) as target:
         args = ("record", "--pid", str(target.pid), "--duration", "600", "--json")
         recs = [start_sofa(*args, "-o", str(f)) for f in files]
-        # both sample the target's stacks (a loaded machine may take seconds to get there)
-        for f in files:
-            wait_until(lambda f=f: sampled(f), 90, f"stack samples and 20 CPU points in {f}")
+        # both sample the target's stacks (a loaded machine may take seconds to get there); an
+        # instance that exits first, or never gets there, fails the test with what it printed
+        for f, rec in zip(files, recs, strict=True):
+            with contextlib.suppress(AssertionError):
+                wait_until(lambda f=f, r=rec: sampled(f) or r.poll() is not None, 120, str(f))
+            if not sampled(f):
+                for r in recs:
+                    r.kill()
+                said = [r.communicate(timeout=30)[1][-3000:] for r in recs]
+                pytest.fail(f"{f}: no stack samples and 20 CPU points (exit {rec.poll()}): {said}")
         for r in recs:
             r.send_signal(signal.SIGINT)
         outs = [r.communicate(timeout=60) for r in recs]
