@@ -262,8 +262,9 @@ def test_attached_from_outside_the_stacks_see_preprocessing(tmp_path: Path) -> N
         "--stop", str(stop),
     ]  # fmt: skip
     with running(argv, stderr=-1) as proc:
+        # 20 s: py-spy's CPU budget buys 3-6 Hz of this many-threaded process on a busy machine
         rec = sofa(
-            "record", "--pid", str(proc.pid), "--no-inject", "--duration", "10", "--json",
+            "record", "--pid", str(proc.pid), "--no-inject", "--duration", "20", "--json",
             "-o", str(tmp_path / "o.sofa"), timeout=240,
         )  # fmt: skip
         stop.touch()
