@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.geometry import Size
@@ -488,14 +489,22 @@ class StepsPane(Vertical, QuietTitles):
         self.summary = StepsSummary(id="steps-summary")
         self.phases = StepsPhases(id="steps-phases")
         self.chart = StepChart(id="step-chart")
+        self._shown: Snapshot | None = None
 
     def compose(self) -> ComposeResult:
         yield self.summary
         yield self.phases
         yield self.chart
 
+    def on_resize(self, _event: events.Resize) -> None:
+        """Whether the phase table fits depends on the height: a pane first laid out (its tab
+        opened) or resized after its last snapshot draws that snapshot again at its size."""
+        if self._shown is not None:
+            self.show(self._shown)
+
     def show(self, snapshot: Snapshot) -> None:
         """Draw the steps of ``snapshot`` (or why there are none)."""
+        self._shown = snapshot
         steps = snapshot.steps
         view = steps_view(snapshot)
         self.stats = view.stats
