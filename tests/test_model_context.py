@@ -8,6 +8,9 @@ from pathlib import Path
 from sofa_top.analysis.classify import classify_stack, reconcile_gil
 from sofa_top.analysis.host import host_class, host_counts
 from sofa_top.analysis.stackstats import summarize
+from sofa_top.collectors.gil import GilShares
+from sofa_top.collectors.pyspy_raw import RawStack
+from sofa_top.collectors.stacks import build_stacks
 from sofa_top.datamodel.samples import Frame, StackCount, StackWindow
 
 LOOP = Frame("run_torch.<locals>.step", "inference_shapes.py", 210)
@@ -65,6 +68,27 @@ def test_native_work_in_the_loop_body_is_input_in_the_model_context() -> None:
     plain = {s.klass for s in reconcile_gil(stacks, 0.0) if s.frames == numpy_line}
     context = {s.klass for s in reconcile_gil(stacks, 0.0, True) if s.frames == numpy_line}
     assert plain == {"compute"} and context == {"input"}
+
+
+def test_a_window_sampled_before_the_first_model_call_is_read_in_its_context() -> None:
+    """The collector classifies a window as it comes: a loop's first batches are decoded before
+    its model is first called (or a slow sampler misses the short calls for a while), so the
+    TensorFlow ops and the native work on its loop line read ``compute`` there. Once a later
+    window sees the thread inside its model, the summary reads them as its input."""
+    numpy_line = (*MAIN, LOOP)
+    gil = GilShares({}, 20, 0.0)  # the thread never held the GIL: its loop line ran native code
+    raw = [RawStack(TF_RESIZE, 8, 7, "MainThread"), RawStack(numpy_line, 4, 7, "MainThread")]
+    early, _ = build_stacks(raw, 1, gil=gil)
+    assert {s.klass for s in early} == {"compute"}
+    later, _ = build_stacks([*raw, RawStack(TORCH_MODEL, 3, 7, "MainThread")], 1, gil=gil)
+    windows = [StackWindow(0.0, 1.0, 12.0, 12, early), StackWindow(1.0, 2.0, 15.0, 15, later)]
+    s = summarize(windows)
+    assert s is not None
+    assert {f.function: f.klass for f in s.functions}["resize_bilinear"] == "input"
+    assert s.split["compute"] == 3 / 27 and s.split["input"] == 24 / 27, s.split
+    # a thread never seen calling a model keeps what its frames and the GIL said
+    alone = summarize(windows[:1])
+    assert alone is not None and alone.split["compute"] == 1.0
 
 
 def test_host_classes(tmp_path: Path) -> None:

@@ -542,6 +542,17 @@ def _native_class(stack: StackCount) -> StackClass:
     return "input"
 
 
+def in_model_context(stack: StackCount) -> StackCount:
+    """``stack`` as classified in its thread's model-call context: for a window sampled before
+    the thread's first model call was seen (its warm-up batches, or a model call too short for
+    a slow sampler to catch yet), framework ops and native calls outside the model are input."""
+    if stack.klass != "compute":
+        return stack
+    by_frames = _classify(stack.frames) == "compute"  # else native work the GIL showed
+    klass = _classify(stack.frames, True) if by_frames else _native_class(stack)
+    return stack if klass == "compute" else replace(stack, klass=klass)
+
+
 def has_model_calls(stacks: Iterable[StackCount]) -> bool:
     """Whether any of a thread's stacks is inside a model call (its model-call context)."""
     return any(in_model_call(s.frames) for s in stacks)

@@ -20,7 +20,8 @@ DataLoader worker's main thread waiting for its next index) is a helper, counted
 so are the idle samples of a pipeline worker that also works (a DataLoader worker waiting
 for its next index between two items: the pipeline's spare capacity, not the loop's time).
 The loop thread's samples outside its model calls give the host time's split
-(``analysis.host``).
+(``analysis.host``). A thread seen inside a model call in any of the windows is read in its
+model-call context in all of them (``analysis.classify.in_model_context``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from sofa_top.analysis.classify import is_worker_loop_frame
+from sofa_top.analysis.classify import in_model_call, in_model_context, is_worker_loop_frame
 from sofa_top.analysis.host import HOST_CLASSES, host_counts, model_samples, setup_samples
 from sofa_top.datamodel.samples import STACK_CLASSES, Frame, StackClass, StackCount, StackWindow
 from sofa_top.datamodel.snapshot import FunctionStat, StackSummary, ThreadStat
@@ -110,6 +111,10 @@ def _stacks(windows: Iterable[StackWindow], tid: int | None) -> tuple[list[Stack
                     agent += s.count
                 continue
             out.append(_without_agent(s))
+    # A thread's context is known once one of its samples is inside a model call; its windows
+    # before that were classified without it (the collector cannot see ahead).
+    callers = {(s.pid, s.tid) for s in out if in_model_call(s.frames)}
+    out = [in_model_context(s) if (s.pid, s.tid) in callers else s for s in out]
     return out, agent
 
 
