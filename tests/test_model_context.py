@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sofa_top.analysis.classify import classify_stack, reconcile_gil
-from sofa_top.analysis.host import host_class, host_counts
+from sofa_top.analysis.host import host_class, host_counts, loop_frame
 from sofa_top.analysis.stackstats import summarize
 from sofa_top.collectors.gil import GilShares
 from sofa_top.collectors.pyspy_raw import RawStack
@@ -89,6 +89,25 @@ def test_a_window_sampled_before_the_first_model_call_is_read_in_its_context() -
     # a thread never seen calling a model keeps what its frames and the GIL said
     alone = summarize(windows[:1])
     assert alone is not None and alone.split["compute"] == 1.0
+
+
+def test_a_torn_stack_does_not_make_the_request_queue_the_loop() -> None:
+    """py-spy reads a running thread's frames without stopping it: a sample taken as the loop
+    left ``Queue.get`` for its model can show ``Queue.get`` calling the model. The standard
+    library is never the loop, so the loop's waits in the queue stay its input (a serving run
+    beside two busy neighbours read 31% of its host time as the loop's own Python)."""
+    get = (Frame("Queue.get", "queue.py", 182), Frame("Condition.notify", "threading.py", 382))
+    stacks = [
+        count(TORCH_MODEL, 8, "compute"),
+        count((*MAIN, LOOP, *get, *TORCH_MODEL[-3:]), 1, "compute"),  # torn
+        count((*MAIN, LOOP, *get), 16, "python"),
+        count(PIL_DECODE, 13, "input"),
+    ]
+    assert host_counts(stacks) == {"input": 29}
+    assert loop_frame(stacks[1].frames) == (LOOP.function, LOOP.filename)
+    # a user's script that shares a standard module's name still calls its model
+    script = (Frame("<module>", "code.py", 9), *TORCH_MODEL[-3:])
+    assert loop_frame(script) == ("<module>", "code.py")
 
 
 def test_host_classes(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ this machine); a line that cannot be read leaves the frames to decide.
 from __future__ import annotations
 
 import re
+import sys
 from collections import Counter
 from collections.abc import Iterable
 
@@ -48,15 +49,34 @@ _GRAD = re.compile(r"\.grad\b")
 _LIBRARIES = ("/torch/", "/tensorflow/", "/keras/", "/site-packages/", "/dist-packages/", "<frozen")
 
 
+_STDLIB_PATH = re.compile(r"/lib/python\d+(\.\d+)?/")
+
+
+def _library(filename: str) -> bool:
+    """A framework's or a package's file."""
+    return any(lib in "/" + filename.replace("\\", "/") for lib in _LIBRARIES)
+
+
+def _stdlib(filename: str) -> bool:
+    """A standard library's file (py-spy names them from their root: ``threading.py``)."""
+    path = "/" + filename.replace("\\", "/")
+    top = path.split("/")[1].removesuffix(".py")
+    return bool(_STDLIB_PATH.search(path)) or top in sys.stdlib_module_names
+
+
 def loop_frame(frames: tuple[Frame, ...]) -> tuple[str, str] | None:
     """(function, file) of the code that calls the model in a stack inside a model call: the
-    last frame outside the frameworks before the call."""
-    found: tuple[str, str] | None = None
+    last frame outside the frameworks and the standard library before the call (a stack py-spy
+    read while it changed can show ``Queue.get`` calling the model: the queue is not the loop),
+    else outside the frameworks (a user's script that shares a standard module's name)."""
+    user = outside = None
     for f in frames:
         if in_model_call((f,)):
-            return found
-        if not any(lib in "/" + f.filename for lib in _LIBRARIES):
-            found = (f.function, f.filename)
+            return user or outside
+        if not _library(f.filename):
+            outside = (f.function, f.filename)
+            if not _stdlib(f.filename):
+                user = outside
     return None
 
 
