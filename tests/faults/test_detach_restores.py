@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,32 +23,30 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 HOOKS = {"torch-collectives", "torch-ddp", "torch-backward", "torch-dataloader", "keras-fit"}
 
 
-def _hooks(path: Path) -> set[str]:
-    """The hooks the injected agent reported applied (empty until it did)."""
+def _read(path: Path, what: Callable[[SessionReader], set[str]]) -> set[str]:
+    """``what`` the session holds so far (empty until it can be read)."""
     try:
         reader = SessionReader(path)
     except Exception:
         return set()
     try:
-        return {h for e in reader.events("agent") for h in e.data.get("hooks_applied", [])}
+        return what(reader)
     except Exception:
         return set()
     finally:
         reader.close()
+
+
+def _hooks(path: Path) -> set[str]:
+    """The hooks the injected agent reported applied."""
+    return _read(
+        path, lambda r: {h for e in r.events("agent") for h in e.data.get("hooks_applied", [])}
+    )
 
 
 def _sources(path: Path) -> set[str]:
     """The step sources the session holds so far."""
-    try:
-        reader = SessionReader(path)
-    except Exception:
-        return set()
-    try:
-        return {s.source for s in reader.steps()}
-    except Exception:
-        return set()
-    finally:
-        reader.close()
+    return _read(path, lambda r: {s.source for s in r.steps()})
 
 
 def _line(proc: object, key: str) -> str:
