@@ -55,7 +55,7 @@ def test_record_keep_running_leaves_the_workload_on_a_signal(tmp_path: Path) -> 
 
     import psutil
     from conftest import SOFA_TOP, WORKLOADS
-    from procs import wait_for
+    from procs import runs_script, wait_for
 
     from sofa_top.recording.reader import SessionReader
 
@@ -70,8 +70,7 @@ def test_record_keep_running_leaves_the_workload_on_a_signal(tmp_path: Path) -> 
 
         def started() -> bool:
             nonlocal workload
-            kids = [p for p in psutil.Process(rec.pid).children() if "sleeper.py" in " ".join(
-                p.cmdline())]  # fmt: skip
+            kids = [p for p in psutil.Process(rec.pid).children() if runs_script(p, "sleeper.py")]
             workload = kids[0] if kids else None
             return workload is not None and out.exists()
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 from browser import browser_page, chromium_binary
-from procs import wait_until, workload
+from procs import runs_script, wait_until, workload
 
 from sofa_top.recording.reader import SessionReader
 
@@ -111,12 +111,7 @@ def descendants(owner: Owner) -> list[psutil.Process]:
 
 def workload_procs(owner: Owner, marker: str = "torch_input_bound.py") -> list[psutil.Process]:
     """The owner's children running the workload (other tests on this machine may run it too)."""
-    found = []
-    for p in descendants(owner):
-        with contextlib.suppress(psutil.Error):
-            if any(marker in c for c in p.cmdline()):
-                found.append(p)
-    return found
+    return [p for p in descendants(owner) if runs_script(p, marker)]
 
 
 def steps_in(session: Path) -> int:
