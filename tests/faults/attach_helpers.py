@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 PY_SPY = str(Path(sys.executable).with_name("py-spy"))
@@ -12,19 +13,37 @@ ATTACH_TARGET = Path(__file__).with_name("attach_target.py")
 ATTACH_JOBS = Path(__file__).resolve().parents[1] / "workloads" / "attach_jobs.py"
 
 
-def sofa_threads(pid: int) -> list[str] | None:
-    """The thread lines of ``py-spy dump --pid`` that name sofa-top (None: dump failed)."""
-    proc = subprocess.run(
+def _dump(pid: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [PY_SPY, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60
     )
-    if proc.returncode != 0:
+
+
+def _threads(dump: subprocess.CompletedProcess[str]) -> list[str] | None:
+    if dump.returncode != 0:
         return None
-    return [line for line in proc.stdout.splitlines() if "Thread" in line and "sofa-top" in line]
+    return [line for line in dump.stdout.splitlines() if "Thread" in line and "sofa-top" in line]
 
 
-def detached(pid: int) -> bool:
-    """py-spy reads the target and lists no sofa-top thread."""
-    return sofa_threads(pid) == []
+def sofa_threads(pid: int) -> list[str] | None:
+    """The thread lines of ``py-spy dump --pid`` that name sofa-top (None: dump failed)."""
+    return _threads(_dump(pid))
+
+
+def wait_detached(pid: int, what: str, timeout: float = 90) -> None:
+    """Until py-spy reads ``pid`` and lists no sofa-top thread; if it never does, fail with
+    py-spy's last dump (a thread still there, or a dump that failed, and why)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        dump = _dump(pid)
+        if _threads(dump) == []:
+            return
+        if time.monotonic() >= deadline:
+            raise AssertionError(
+                f"timed out after {timeout:.0f} s waiting for {what}; py-spy's last dump "
+                f"(exit code {dump.returncode}):\n{dump.stdout[-3000:]}{dump.stderr[-2000:]}"
+            )
+        time.sleep(0.2)
 
 
 def value(output: str, key: str) -> str:

@@ -17,7 +17,7 @@ import pytest
 from other_uid import OtherUser
 from procs import read_line
 
-from faults.attach_helpers import ATTACH_TARGET, detached, sofa_threads, value
+from faults.attach_helpers import ATTACH_TARGET, sofa_threads, value, wait_detached
 from faults.conftest import (
     no_traceback,
     one_line_error,
@@ -85,7 +85,7 @@ def test_inject_then_detach_leaves_nothing(tmp_path: Path, stop: Path, mode: str
     with running(_target(mode, stop), stderr=subprocess.PIPE) as proc:
         err = _record(proc.pid, tmp_path / "a.sofa")
         assert f"agent injected into PID {proc.pid}" in err, err
-        wait_until(lambda: detached(proc.pid), 60, "the agent's thread to go")
+        wait_detached(proc.pid, "the agent's thread to go")
         _finish(proc, stop)
         assert proc.stderr is not None and proc.stderr.read() == b""
     events = SessionReader(tmp_path / "a.sofa").events("agent-connected")
@@ -113,10 +113,10 @@ def test_attach_again_works_and_a_second_concurrent_attach_is_refused(
         finally:
             first.terminate()
             first.communicate(timeout=60)
-        wait_until(lambda: detached(proc.pid), 60, "the first agent to detach")
+        wait_detached(proc.pid, "the first agent to detach")
         err = _record(proc.pid, tmp_path / "3.sofa")  # attaching again works
         assert "agent injected" in err
-        wait_until(lambda: detached(proc.pid), 60, "the second agent to detach")
+        wait_detached(proc.pid, "the second agent to detach")
         _finish(proc, stop)
 
 
@@ -134,7 +134,7 @@ def test_sofa_top_sigkilled_the_agent_detaches(tmp_path: Path, stop: Path) -> No
             _wait_for_agent(rec, proc.pid)
             rec.kill()
             rec.communicate(timeout=30)
-            wait_until(lambda: detached(proc.pid), 60, "the agent to detach")
+            wait_detached(proc.pid, "the agent to detach")
             _finish(proc, stop)
         (left,) = runtime.glob("sofa-top-*")  # what the killed sofa-top left: nothing else
         assert (left / "agent.sock").exists(), list(left.iterdir())
@@ -252,7 +252,7 @@ def test_target_of_another_user(shared_tmp: Path, nobody: OtherUser) -> None:
     with running([*target, *_target("sleep", stop)[2:]], user=nobody) as proc:
         err = _record(proc.pid, shared_tmp / "u.sofa")
         assert f"agent injected into PID {proc.pid}" in err, err
-        wait_until(lambda: detached(proc.pid), 60, "the agent to detach")
+        wait_detached(proc.pid, "the agent to detach")
         _finish(proc, stop)
 
 
@@ -268,7 +268,7 @@ def test_target_in_a_virtualenv_without_sofa_top(tmp_path: Path, stop: Path) -> 
     with running(_target("busy", stop, python=python), cwd=tmp_path) as proc:
         err = _record(proc.pid, tmp_path / "v.sofa")
         assert f"agent injected into PID {proc.pid}" in err, err
-        wait_until(lambda: detached(proc.pid), 60, "the agent to detach")
+        wait_detached(proc.pid, "the agent to detach")
         _finish(proc, stop)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import validate_record_json
 
-from faults.attach_helpers import ATTACH_JOBS, detached, sofa_threads, value
+from faults.attach_helpers import ATTACH_JOBS, sofa_threads, value, wait_detached
 from faults.conftest import no_traceback, read_now, running, sofa, start_sofa, wait_until
 from sofa_top.recording.reader import SessionReader
 
@@ -40,7 +40,7 @@ def test_attached_matches_launch_and_the_jobs_own_measure(tmp_path: Path, job: s
         validate_record_json(attached)
         assert attached["mode"] == "record" and attached["injected"] is True
         # the socket closed with the recording: the agent restores everything and goes
-        wait_until(lambda: detached(proc.pid), 60, "no sofa-top thread in py-spy's dump")
+        wait_detached(proc.pid, "no sofa-top thread in py-spy's dump")
         assert proc.poll() is None, "the job must run on after detach"
         (tmp_path / "stop").touch()
         assert proc.wait(timeout=120) == 3
@@ -95,7 +95,7 @@ def test_threads_helper_sees_the_agent_while_attached(tmp_path: Path) -> None:
         finally:
             rec.terminate()
             rec.communicate(timeout=60)
-        wait_until(lambda: detached(proc.pid), 60, "detach after SIGTERM")
+        wait_detached(proc.pid, "detach after SIGTERM")
 
 
 def connected(session: Path) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import WORKLOADS
 
-from faults.attach_helpers import detached, sofa_threads, value
+from faults.attach_helpers import sofa_threads, value, wait_detached
 from faults.conftest import running, start_sofa, wait_until
 from sofa_top.recording.reader import SessionReader
 
@@ -78,7 +78,7 @@ def test_detach_leaves_no_wrapper(tmp_path: Path) -> None:
         finally:
             rec.send_signal(signal.SIGINT)
             rec.communicate(timeout=60)
-        wait_until(lambda: detached(proc.pid), 60, "the agent to detach")
+        wait_detached(proc.pid, "the agent to detach")
         assert sofa_threads(proc.pid) == []
         stop.touch()
         rest = _line(proc, "LEFT_AFTER_DETACH=")
