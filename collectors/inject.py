@@ -43,6 +43,8 @@ from sofa_top.collectors.discovery import is_python_process
 
 BOOTSTRAP = INJECT_DIR / "attach.py"
 DEFAULT_TIMEOUT_S = 5.0
+_UNTRACED_POLL_S = 0.01  # a py-spy dump holds a thread for milliseconds
+_CAP_SYS_PTRACE = 19  # linux/capability.h
 SUPPORTED = ((3, 11), (3, 13))  # through hypno; 3.14+ through sys.remote_exec
 InjectStatus = Literal[
     "injected",  # the agent said hello with our token
@@ -54,6 +56,7 @@ InjectStatus = Literal[
     "exited",  # the target went away
     "timeout",  # the payload did not run within the bound (GIL held, stopped)
     "refused",  # the target already runs a sofa-top agent
+    "traced",  # another tracer (a debugger, strace, py-spy dump) held it past the bound
     "failed",  # anything else the injector reported
 ]
 
@@ -297,6 +300,40 @@ def inject(
     bootstrap = _bootstrap_for(pid, server.socket_dir)
     script.write_text(payload(server.socket_path, token, deadline, settings, bootstrap))
     os.chmod(script, 0o644)  # the target (maybe another uid, which owns the directory) reads it
+    tracer = 0
+    while True:
+        # one tracer at a time: a py-spy dump, strace or debugger holding the thread makes
+        # the injector's attach fail as if denied; wait for it to let go, then try again
+        tracer = _wait_untraced(pid, tid, deadline) or tracer
+        if tracer and tracer_of(pid, tid):  # still held at the deadline
+            return InjectResult("traced", _traced_reason(pid, tracer, timeout_s), str(py))
+        ran = _run_helper(pid, tid, py, script, deadline, timeout_s)
+        if isinstance(ran, float) or ran.status != "denied" or time.time() >= deadline:
+            break
+        tracer = tracer_of(pid, tid) or tracer
+        if not (tracer or _may_trace_anything()):
+            break  # a rule (ptrace_scope, another uid, non-dumpable), not a moment
+    if isinstance(ran, InjectResult):
+        if ran.status == "denied" and tracer:
+            return InjectResult("traced", _traced_reason(pid, tracer, timeout_s), str(py))
+        return ran
+    injector_s = ran
+    hs = server.accept_agent(token, deadline, agent_uids(pid))
+    if isinstance(hs, str):
+        if not os.path.exists(f"/proc/{pid}"):
+            return InjectResult("exited", f"PID {pid} exited during injection", str(py), injector_s)
+        return InjectResult("timeout", hs, str(py), injector_s)
+    if hs.refused:
+        reason = f"{hs.refused}: a second concurrent attach gets no agent"
+        return InjectResult("refused", reason, str(py), injector_s)
+    how = f" through {where}" if where else ""
+    return InjectResult("injected", f"agent injected ({py}){how}", str(py), injector_s, hs)
+
+
+def _run_helper(
+    pid: int, tid: int, py: TargetPython, script: Path, deadline: float, timeout_s: float
+) -> InjectResult | float:
+    """One run of the injector: what went wrong, or how long it held the target."""
     t0 = time.monotonic()
     try:
         helper = subprocess.Popen(
@@ -332,13 +369,52 @@ def inject(
     elif helper.returncode != 0:
         status, reason = _classify(err.decode("utf-8", "replace"), None, pid)
         return InjectResult(status, reason, str(py), injector_s)
-    hs = server.accept_agent(token, deadline, agent_uids(pid))
-    if isinstance(hs, str):
-        if not os.path.exists(f"/proc/{pid}"):
-            return InjectResult("exited", f"PID {pid} exited during injection", str(py), injector_s)
-        return InjectResult("timeout", hs, str(py), injector_s)
-    if hs.refused:
-        reason = f"{hs.refused}: a second concurrent attach gets no agent"
-        return InjectResult("refused", reason, str(py), injector_s)
-    how = f" through {where}" if where else ""
-    return InjectResult("injected", f"agent injected ({py}){how}", str(py), injector_s, hs)
+    return injector_s
+
+
+def tracer_of(pid: int, tid: int | None = None) -> int:
+    """The PID that ptrace-traces thread ``tid`` of ``pid`` (a debugger, strace, a py-spy dump
+    while it reads); 0: none, or unreadable."""
+    try:
+        with open(f"/proc/{pid}/task/{tid or pid}/status") as f:
+            for line in f:
+                if line.startswith("TracerPid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _wait_untraced(pid: int, tid: int, deadline: float) -> int:
+    """Wait (until ``deadline``) for another tracer to let go of ``tid``; the one seen, or 0."""
+    seen = 0
+    while (now := tracer_of(pid, tid)) and time.time() < deadline:
+        seen = now
+        time.sleep(_UNTRACED_POLL_S)
+    return seen
+
+
+def _may_trace_anything() -> bool:
+    """Whether this process holds CAP_SYS_PTRACE (root, unless a container dropped it): then a
+    denial is another tracer's doing, over in a moment (py-spy dump), not a rule."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> _CAP_SYS_PTRACE & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def _traced_reason(pid: int, tracer: int, timeout_s: float) -> str:
+    try:
+        with open(f"/proc/{tracer}/comm") as f:
+            name = f" ({f.read().strip()})"
+    except OSError:
+        name = ""
+    return (
+        f"PID {pid} is traced by PID {tracer}{name}, and a process has one tracer at a time "
+        f"(a debugger, strace, a profiler); it held on for {timeout_s:.0f} s: detach it, then "
+        "attach again"
+    )

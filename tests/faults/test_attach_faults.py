@@ -26,6 +26,7 @@ from faults.conftest import (
     start_sofa,
     wait_until,
 )
+from sofa_top.collectors.inject import tracer_of
 from sofa_top.recording.reader import SessionReader
 from sofa_top.recording.report import session_summary
 
@@ -290,4 +291,53 @@ def test_no_inject_keeps_outside_only_mode(tmp_path: Path, stop: Path) -> None:
         err = _record(proc.pid, tmp_path / "o.sofa", "--no-inject")
         assert "agent" not in err, err
         assert not SessionReader(tmp_path / "o.sofa").events("agent-connected")
+        _finish(proc, stop)
+
+
+HOLD = """
+import ctypes, sys, time
+pid, seconds = int(sys.argv[1]), float(sys.argv[2])
+if ctypes.CDLL(None, use_errno=True).ptrace(0x4206, pid, None, None) != 0:  # PTRACE_SEIZE
+    sys.exit(f"cannot seize {pid}: errno {ctypes.get_errno()}")
+print("HELD", flush=True)
+time.sleep(seconds)  # the kernel lets the target go when this tracer exits
+"""
+
+
+def _held(pid: int, seconds: float) -> subprocess.Popen[bytes]:
+    """Another tracer (as a debugger or ``py-spy dump`` is) on ``pid``'s main thread, for
+    ``seconds``: the target runs on (SEIZE stops nothing), but no second tracer may attach."""
+    tracer = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(pid), str(seconds)], stdout=subprocess.PIPE
+    )
+    assert read_line(tracer, 60).startswith(b"HELD")
+    assert tracer_of(pid) == tracer.pid
+    return tracer
+
+
+def test_another_tracer_for_a_moment_then_the_agent(tmp_path: Path, stop: Path) -> None:
+    """A tracer holding the target when sofa-top injects (a py-spy dump, say) is waited out:
+    the injector's attach would fail as if ptrace were denied."""
+    with running(_target("sleep", stop)) as proc:
+        tracer = _held(proc.pid, 1.5)
+        err = _record(proc.pid, tmp_path / "t.sofa", "--inject-timeout", INJECT_BOUND)
+        assert tracer.wait(60) == 0
+        assert f"agent injected into PID {proc.pid}" in err, err
+        wait_detached(proc.pid, "the agent to detach")
+        _finish(proc, stop)
+
+
+def test_another_tracer_throughout_is_named(tmp_path: Path, stop: Path) -> None:
+    """Held past the bound: one line names the tracer (not "denied": root may trace), the
+    session records from outside, and the target runs on untouched."""
+    with running(_target("sleep", stop)) as proc:
+        tracer = _held(proc.pid, 600)
+        try:
+            err = _record(proc.pid, tmp_path / "h.sofa", "--inject-timeout", "2")
+        finally:
+            tracer.kill()
+            tracer.wait(60)
+        assert f"no agent in PID {proc.pid}" in err, err
+        assert f"traced by PID {tracer.pid} (python" in err and "one tracer at a time" in err
+        assert "ptrace_scope" not in err, err
         _finish(proc, stop)
