@@ -311,7 +311,7 @@ def inject(
         if isinstance(ran, float) or ran.status != "denied" or time.time() >= deadline:
             break
         tracer = tracer_of(pid, tid) or tracer
-        if not (tracer or _may_trace_anything()):
+        if not (tracer or has_cap_sys_ptrace()):
             break  # a rule (ptrace_scope, another uid, non-dumpable), not a moment
     if isinstance(ran, InjectResult):
         if ran.status == "denied" and tracer:
@@ -394,9 +394,10 @@ def _wait_untraced(pid: int, tid: int, deadline: float) -> int:
     return seen
 
 
-def _may_trace_anything() -> bool:
-    """Whether this process holds CAP_SYS_PTRACE (root, unless a container dropped it): then a
-    denial is another tracer's doing, over in a moment (py-spy dump), not a rule."""
+def has_cap_sys_ptrace() -> bool:
+    """Whether this process holds CAP_SYS_PTRACE (root, unless a container dropped it): it may
+    trace any process, so a denial is another tracer's doing (over in a moment: a py-spy
+    dump), not a rule."""
     try:
         with open("/proc/self/status") as f:
             for line in f:

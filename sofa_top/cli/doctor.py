@@ -39,7 +39,6 @@ from sofa_top.recording import paths
 
 Level = Literal["ok", "info", "warn", "fail"]
 
-_CAP_SYS_PTRACE = 19
 MIN_COLUMNS, MIN_LINES = 80, 24
 
 
@@ -122,17 +121,12 @@ def check_process_stats(pid: int) -> Check:
 
 def ptrace_status() -> tuple[int | None, bool, bool]:
     """(Yama ptrace_scope or None where Yama is absent, running as root, has CAP_SYS_PTRACE)."""
+    from sofa_top.collectors.inject import has_cap_sys_ptrace
+
     scope: int | None = None
     with contextlib.suppress(OSError, ValueError):
         scope = int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text().strip())
-    cap = False
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("CapEff:"):
-                cap = bool(int(line.split()[1], 16) >> _CAP_SYS_PTRACE & 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return scope, os.geteuid() == 0, cap
+    return scope, os.geteuid() == 0, has_cap_sys_ptrace()
 
 
 def _ptrace_context() -> str:
