@@ -10,6 +10,7 @@ import sys
 import time
 from typing import Any
 
+import psutil
 import pytest
 from conftest import WORKLOADS
 from procs import spawned, wait_for
@@ -35,13 +36,6 @@ def _times(account: TreeAccount, pid: int, group: str, seconds: float = 1.5) -> 
     return found
 
 
-def _threads(pid: int) -> int:
-    try:
-        return len(os.listdir(f"/proc/{pid}/task"))
-    except OSError:
-        return 0
-
-
 def test_a_spinning_thread_is_on_a_cpu_or_waiting_for_one(busy_python: Any) -> None:
     spin = _times(TreeAccount(), busy_python.pid, "loop")
     # runnable the whole time: on a CPU, or waiting for one on a machine others keep busy
@@ -52,7 +46,8 @@ def test_a_spinning_thread_is_on_a_cpu_or_waiting_for_one(busy_python: Any) -> N
 def test_a_sleeping_thread_is_neither() -> None:
     with spawned([sys.executable, str(WORKLOADS / "sleeper.py"), "60"]) as p:
         # past the interpreter's start: its main() has started the helper thread
-        wait_for(lambda: _threads(p.pid) == 2, 60, "the sleeper's helper thread")
+        sleeper = psutil.Process(p.pid)
+        wait_for(lambda: sleeper.num_threads() == 2, 60, "the sleeper's helper thread")
         idle = _times(TreeAccount(), p.pid, "loop")
     assert idle.on_cpu + idle.cpu_wait < 0.05, idle
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from procs import wait_for
 
 PY_SPY = str(Path(sys.executable).with_name("py-spy"))
 ATTACH_TARGET = Path(__file__).with_name("attach_target.py")
@@ -33,17 +34,20 @@ def sofa_threads(pid: int) -> list[str] | None:
 def wait_detached(pid: int, what: str, timeout: float = 90) -> None:
     """Until py-spy reads ``pid`` and lists no sofa-top thread; if it never does, fail with
     py-spy's last dump (a thread still there, or a dump that failed, and why)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        dump = _dump(pid)
-        if _threads(dump) == []:
-            return
-        if time.monotonic() >= deadline:
-            raise AssertionError(
-                f"timed out after {timeout:.0f} s waiting for {what}; py-spy's last dump "
-                f"(exit code {dump.returncode}):\n{dump.stdout[-3000:]}{dump.stderr[-2000:]}"
-            )
-        time.sleep(0.2)
+    last: list[subprocess.CompletedProcess[str]] = []
+
+    def gone() -> bool:
+        last[:] = [_dump(pid)]
+        return _threads(last[0]) == []
+
+    try:
+        wait_for(gone, timeout, what, interval=0.2)
+    except AssertionError as e:
+        dump = last[0]
+        raise AssertionError(
+            f"{e}; py-spy's last dump (exit code {dump.returncode}):\n"
+            f"{dump.stdout[-3000:]}{dump.stderr[-2000:]}"
+        ) from None
 
 
 def value(output: str, key: str) -> str:
