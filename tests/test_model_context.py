@@ -161,6 +161,26 @@ def test_the_host_split_is_the_loop_threads_in_the_windows_it_runs() -> None:
     assert dict(counts) == {"input": 4}
 
 
+def test_the_agents_own_samples_are_not_the_loops_python() -> None:
+    """A sample in the agent's hook (its step bookkeeping, innermost) is the profiler's time:
+    with its frames dropped it would read as the loop's own line, its Python."""
+    hook = (*MAIN, LOOP, Frame("ModelLoop.enter", "sofa_top/agent/model_loop.py", 164))
+    loop = StackWindow(
+        1.0,
+        2.0,
+        100.0,
+        60,
+        (
+            count(PIL_DECODE, 40, "input"),
+            count(TORCH_MODEL, 10, "compute"),
+            count(hook, 10, "python"),
+        ),
+    )
+    s = summarize([loop])
+    assert s is not None and s.host_split is not None
+    assert s.host_samples == 40 and s.host_split["input"] == 1.0, s.host_split
+
+
 PNG_SAVE = (
     Frame("<module>", "super_resolve.py", 38),
     Frame("Image.save", "PIL/Image.py", 2581),

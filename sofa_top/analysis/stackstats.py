@@ -260,9 +260,15 @@ def _host_split(
         return None, 0, None
     looping: list[StackCount] = []
     for w in windows:
-        mine = [_without_agent(c) for c in w.stacks if (c.pid, c.tid) == key and c.count > 0]
+        # the agent's own samples (its hooks' bookkeeping, innermost) are the profiler's time,
+        # not the loop's: left out before their frames are dropped, or they read as its Python
+        mine = [
+            _without_agent(c)
+            for c in w.stacks
+            if (c.pid, c.tid) == key and c.count > 0 and not is_agent_stack(c)
+        ]
         if model_samples(mine):
-            looping += (c for c in mine if not is_agent_stack(c))
+            looping += mine
     counts = host_counts(looping)
     n = sum(counts.values())
     setup = setup_samples(looping) / max(1, model_samples(looping))
