@@ -163,7 +163,8 @@ class Page:
         await self.send("Input.insertText", text=text)
 
     async def enter(self) -> None:
-        """Press Enter."""
+        """Press Enter (into the terminal: its hidden textarea has the focus)."""
+        await self.evaluate("document.querySelector('.xterm-helper-textarea')?.focus(), true")
         enter = {"key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13}
         await self.send("Input.dispatchKeyEvent", type="keyDown", text="\r", **enter)
         await self.send("Input.dispatchKeyEvent", type="keyUp", **enter)

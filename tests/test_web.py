@@ -62,6 +62,14 @@ class Owner:
                 self.url = m.group(0)
                 self._url.set()
 
+    def printed(self, text: str) -> bool:
+        """Whether the server printed ``text`` on stderr."""
+        return any(text in line for line in self.err)
+
+    def wait_err(self, text: str, timeout: float) -> bool:
+        """Wait until the server printed ``text`` on stderr."""
+        return wait_until(lambda: self.printed(text), timeout)
+
     def wait_url(self, timeout: float = 60) -> str:
         assert self._url.wait(timeout), f"no URL printed: {''.join(self.err)}"
         return self.url
@@ -306,7 +314,14 @@ def test_serve_home_launches_a_run_the_page_does_not_own(tmp_path: Path) -> None
                         f"the typed command never showed in the command line:\n{shown}\n"
                         f"the server printed:\n{''.join(owner.err[-40:] + owner.out[-20:])}"
                     )
-                await page.enter()
+                # The owner logs each page's request: an Enter that never reached the app (the
+                # page's keys travel browser -> websocket -> app) is pressed again, one that did
+                # is not (a second launch)
+                for _ in range(3):
+                    await page.enter()
+                    if await asyncio.to_thread(owner.wait_err, "a page asks to launch", 30):
+                        break
+                assert owner.printed("a page asks to launch"), await page.screen_text()
                 screen = await owner.on_page(page.wait_text("INPUT-BOUND", 180))
                 assert "/view/" in await page.location()
                 return screen
@@ -315,10 +330,35 @@ def test_serve_home_launches_a_run_the_page_does_not_own(tmp_path: Path) -> None
         assert "torch_input_bound.py" in screen
         assert wait_until(lambda: not viewers(owner), 60)
         (job,) = workload_procs(owner)
+        assert owner.printed(f"started, pid {job.pid}"), owner.err
         assert job.is_running()
         os.kill(owner.proc.pid, signal.SIGTERM)
         assert owner.proc.wait(120) == 0, "".join(owner.err)
         assert wait_until(lambda: not job.is_running() or job.status() == "zombie", 30)
+    finally:
+        owner.stop()
+
+
+def test_serve_logs_what_a_page_asked_and_why_it_failed() -> None:
+    """A page's launch that cannot start answers the page with the reason, and the server's
+    terminal keeps both the request and the reason (the page's toast lasts seconds)."""
+    from sofa_top.web.viewer import ask
+
+    owner = Owner([SOFA_TOP, "serve", "--port", "0"], {**os.environ})
+    try:
+        owner.wait_url()
+        server = psutil.Process(owner.proc.pid)
+        (channel,) = [
+            c.laddr for c in server.net_connections("unix") if c.laddr.endswith("channel")
+        ]
+        reply = ask(channel, {"op": "open", "action": "launch", "argv": ["/nonexistent/train"]})
+        assert reply["ok"] is False and "command not found" in reply["error"], reply
+        assert owner.wait_err("could not launch /nonexistent/train: command not found", 30), (
+            owner.err
+        )
+        assert owner.printed("a page asks to launch /nonexistent/train")
+        os.kill(owner.proc.pid, signal.SIGTERM)
+        assert owner.proc.wait(60) == 0, "".join(owner.err)
     finally:
         owner.stop()
 

@@ -64,7 +64,7 @@ def serve(args: argparse.Namespace) -> int:
     from sofa_top.web.owner import Owner
     from sofa_top.web.server import TokenServer
 
-    def opener(req: dict[str, Any]) -> Run:
+    def open_run(req: dict[str, Any]) -> Run:
         if req.get("action") == "launch":
             argv = req.get("argv")
             if not isinstance(argv, list) or not argv:
@@ -75,11 +75,37 @@ def serve(args: argparse.Namespace) -> int:
             raise UserError("attach needs a PID")
         return opened_attach(AttachRequest(pid=pid, sampling=Sampling()))
 
+    def opener(req: dict[str, Any]) -> Run:
+        # The server's terminal is its log: what a page asked for and what came of it (a toast
+        # in the page lasts seconds, and the one who serves may not be the one who clicked).
+        what = page_request(req)
+        _log(f"a page asks to {what}")
+        try:
+            run = open_run(req)
+        except (UserError, OSError) as exc:
+            _log(f"could not {what}: {exc}")
+            raise UserError(str(exc)) from None
+        _log(f"{what}: started, pid {run.target.pid}")
+        return run
+
     sock, token, url = _listen(args)
     owner = Owner(f"/{token}/", opener)
     server = TokenServer(sock, token, owner.view_command, "sofa-top")
     asyncio.run(_serve(owner, server, url, single=False))
     return 0
+
+
+def page_request(req: dict[str, Any]) -> str:
+    """What a page's open request asks for, in words."""
+    if req.get("action") == "launch":
+        argv = req.get("argv")
+        shown = " ".join(map(str, argv)) if isinstance(argv, list) else repr(argv)
+        return f"launch {shown}"
+    return f"attach to PID {req.get('pid')}"
+
+
+def _log(line: str) -> None:
+    print(f"sofa-top: {line}", file=sys.stderr, flush=True)
 
 
 def launch_web(args: argparse.Namespace) -> int:
