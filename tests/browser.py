@@ -53,6 +53,19 @@ Object.defineProperty(Object.prototype, "terminal", {
     if (value && value.buffer) { window.__sofaTerminal = value; }
   },
 });
+// what the page sent its app (keys, resizes, focus, blur: the last 200) and whether the
+// socket closed, for a test's failure message
+window.__sofaSent = [];
+const send = WebSocket.prototype.send;
+WebSocket.prototype.send = function (data) {
+  window.__sofaSent.push([Date.now(), String(data).slice(0, 120)]);
+  if (window.__sofaSent.length > 200) { window.__sofaSent.shift(); }
+  if (!this.__sofaWatched) {
+    this.__sofaWatched = true;
+    this.addEventListener("close", (e) => window.__sofaSent.push([Date.now(), "CLOSED " + e.code]));
+  }
+  return send.call(this, data);
+};
 """
 SCREEN_JS = """(() => {
   const t = window.__sofaTerminal;
@@ -126,6 +139,11 @@ class Page:
         """The terminal's rows as text (None before the page made its terminal)."""
         text = await self.evaluate(SCREEN_JS)
         return text if isinstance(text, str) else None
+
+    async def sent(self) -> str:
+        """What the page sent its app over the websocket, newest last (one message a line)."""
+        sent = await self.evaluate("JSON.stringify(window.__sofaSent || [])")
+        return "\n".join(f"{t} {m}" for t, m in json.loads(sent or "[]"))
 
     async def wait_text(self, needle: str, timeout: float) -> str:
         """Wait until the terminal shows ``needle``; the screen then (TimeoutError says what

@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 from test_tui_pilot import run_async, wait_for
+from textual import events
 from textual.pilot import Pilot
 
 from sofa_top.collectors.discovery import PyProc, PythonProcessScanner, is_python, sort_processes
@@ -57,6 +58,9 @@ async def loaded(pilot: Pilot[HomeChoice | None], app: HomeApp) -> None:
     await pilot.pause()
 
 
+KEY_NAMES = {"/": "slash", " ": "space", ".": "full_stop"}
+
+
 def rows(table: object) -> list[list[str]]:
     from textual.widgets import DataTable
 
@@ -94,6 +98,25 @@ async def test_command_line_launches_a_shlex_split_command() -> None:
         await wait_for(lambda: app.return_value is not None)
     assert app.return_value == HomeChoice.launch(["python", "train.py", "--name", "my q run"])
     assert app.return_value.argv == ("python", "train.py", "--name", "my q run")
+
+
+@run_async
+async def test_keys_right_after_slash_go_to_the_command_line() -> None:
+    """A terminal can deliver "/" and the keys after it in one read (a paste, a page's keys
+    over its websocket): each key goes where the focus is when it is handled, so "/" moves
+    the focus at once and none of the text after it goes to the process list."""
+    app = HomeApp(scan=procs, sessions=sessions)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        text = "/work/x.py 3"
+        keys = [("slash", "/")] + [(KEY_NAMES.get(c, c), c) for c in text]
+        for key, char in keys:  # queued together, none handled yet
+            app.post_message(events.Key(key, char))
+        await wait_for(lambda: app.command.value.endswith("x.py 3"), 30)
+        assert app.command.value == text
+        await pilot.press("enter")
+        await wait_for(lambda: app.return_value is not None)
+    assert app.return_value == HomeChoice.launch(["/work/x.py", "3"])
 
 
 @run_async

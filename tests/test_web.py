@@ -321,7 +321,9 @@ def test_serve_home_launches_a_run_the_page_does_not_own(tmp_path: Path) -> None
                     await page.enter()
                     if await asyncio.to_thread(owner.wait_err, "a page asks to launch", 30):
                         break
-                assert owner.printed("a page asks to launch"), await page.screen_text()
+                assert owner.printed("a page asks to launch"), (
+                    f"{await page.screen_text()}\nthe page sent:\n{await page.sent()}"
+                )
                 screen = await owner.on_page(page.wait_text("INPUT-BOUND", 180))
                 assert "/view/" in await page.location()
                 return screen

@@ -115,7 +115,9 @@ class HomeApp(App[HomeChoice | None]):
     BINDINGS = [
         Binding("tab", "focus_next", "Next", priority=True),
         Binding("r", "refresh", "Refresh"),
-        Binding("slash", "focus_command", "Command", key_display="/"),
+        # A priority binding: the app handles it before it hands on the keys behind it, so
+        # keys that arrive with "/" in one read (a paste, a page's keys) reach the command line
+        Binding("slash", "focus_command", "Command", key_display="/", priority=True),
         Binding("q", "quit_home", "Quit"),
         # Nothing runs yet, so ctrl+c may simply leave.
         Binding("ctrl+c", "quit_home", "Quit", show=False, priority=True),
@@ -365,9 +367,14 @@ class HomeApp(App[HomeChoice | None]):
         """Act on the user's choice: here, return it (the served home hands it to its owner)."""
         self.exit(choice)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """In the command line, "/" is text (a path), not the jump to it."""
+        return not (action == "focus_command" and self.focused is self.command)
+
     def action_focus_command(self) -> None:
         """Jump to the command line."""
-        self.command.focus()
+        # At once, not ``focus()``'s deferred call: the keys behind "/" follow it at once.
+        self.screen.set_focus(self.command)
 
     def action_refresh(self) -> None:
         """Rescan processes and re-read the sessions now."""
