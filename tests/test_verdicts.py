@@ -71,6 +71,17 @@ def test_step_thresholds(fraction: float, kind: str, severity: str | None) -> No
     assert v.evidence["input_fraction"] == pytest.approx(fraction, abs=1e-3)
 
 
+@pytest.mark.parametrize("fraction", [0.63496, 0.11496])
+def test_the_headline_and_the_evidence_say_one_percent(fraction: float) -> None:
+    """A share on a rounding edge (63.496%: 63% as it is, 64% once kept to 0.635) is rounded
+    once, where it is derived: the headline and the evidence line, which prints the kept
+    number, read the same percent."""
+    v = judge(Evidence(steps=_steps(20, fraction), tree_cpu=100.0, cpu_count=2))
+    kept = v.evidence["input_fraction"]
+    assert isinstance(kept, float)
+    assert f"{kept:.0%} of each step" in v.headline, (kept, v.headline)
+
+
 def test_a_moderate_input_wait_is_a_line_of_the_compute_verdict() -> None:
     """Between XProf's 5% and INPUT_BOUND_FRACTION the step is compute's: the headline says
     so, then the input share and what an input lever can gain at most; the lever comes after

@@ -90,7 +90,7 @@ def step_stats(
         last_step=last.step,
         steps_per_s=rate,
         samples_per_s=None if rate is None or batch is None else rate * batch,
-        median_s=_median([s.duration_s for s in recent]),
+        median_s=step_facts.percentile([s.duration_s for s in recent], 0.5),
         input_fraction=step_facts.input_fraction(recent, host, host_samples),
         batch_size=batch,
         source=last.source,
@@ -148,14 +148,6 @@ def shown_stats(snapshot: Snapshot) -> StepStats | None:
     """The step figures a screen shows (the steps pane and the verdict's evidence line): the
     recent steps' of the main phase, the input share the verdict's."""
     return steps_view(snapshot).stats
-
-
-def _median(values: Sequence[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def human_seconds(seconds: float | None) -> str:
@@ -402,7 +394,7 @@ def phase_rows(
                 phase,
                 len(group),
                 step_facts.input_fraction(group, host, host_samples),
-                _median(durations),
+                step_facts.percentile(durations, 0.5),
                 step_facts.percentile(durations, 0.9),
                 step_facts.percentile(durations, 0.99),
             )

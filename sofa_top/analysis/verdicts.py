@@ -65,7 +65,7 @@ threads want, and does not trip it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from sofa_top.agent import toggles as tg
@@ -145,17 +145,17 @@ def _oversubscribed(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict |
     found = oversubscription(ev)
     if found is None:
         return None
-    runnable, busy, waiting = found
+    runnable, busy, waiting = (round(x, 2) for x in found)
     cores = max(1, ev.cpu_count)
     nb = ev.neighbours
     pool = None if ev.model is None else ev.model.intra_op_threads
     source = causes.oversubscribed_by(runnable, cores, nb, pool)
     evidence = {
         **base,
-        "runnable_threads": round(runnable, 2),
-        "cores_busy": round(busy, 2),
+        "runnable_threads": runnable,
+        "cores_busy": busy,
         "cores": cores,
-        "threads_waiting": round(waiting, 2),
+        "threads_waiting": waiting,
         "intra_op_threads": pool,
         "oversubscribed_by": source,
         "others_cores": None if nb is None else round(nb.others_cores, 3),
@@ -310,13 +310,13 @@ def _judge(ev: Evidence) -> Verdict:
         "others_cores": None if ev.neighbours is None else round(ev.neighbours.others_cores, 3),
     }
     if ev.system is not None and ev.system.mem_total:
-        used = ev.system.mem_used / ev.system.mem_total
+        used = _share(ev.system.mem_used / ev.system.mem_total)
         if used >= MEMORY_PRESSURE:
             return Verdict(
                 "memory-pressure",
                 0.8,
                 f"memory-pressure: {used:.0%} of RAM in use; swapping slows every step",
-                {**base, "memory_used_fraction": round(used, 3)},
+                {**base, "memory_used_fraction": used},
                 advice.memory_pressure_recommendations(),
             )
     if len(ev.steps) >= MIN_STEPS:
@@ -372,14 +372,14 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "t
     host = stacks.host_split if stacks is not None else None
     setup = stacks.call_setup_share if stacks is not None else None
     n_host = stacks.host_samples if stacks else 0
-    measured = step_facts.input_fraction(ev.steps, host, n_host)
+    measured = _round(step_facts.input_fraction(ev.steps, host, n_host))
     frac = measured or 0.0
     durations = [s.duration_s for s in ev.steps]
     evidence = {
         **base,
-        "input_fraction": None if measured is None else round(measured, 3),
+        "input_fraction": measured,
         "steps": len(ev.steps),
-        "median_step_s": _median(durations),
+        "median_step_s": step_facts.percentile(durations, 0.5),
         "p90_step_s": step_facts.percentile(durations, 0.9),
         "p99_step_s": step_facts.percentile(durations, 0.99),
         "bottleneck_stage": _bottleneck(ev.pipeline),
@@ -489,15 +489,16 @@ def _judge_gpu_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict 
     load = gpu_loop.gpu_load(ev.steps, ev.cuda, ev.gpu)
     if load is None:
         return None
-    b, f, w, c = load.busy_fraction, load.input_fraction, load.window, load.cuda
+    b, f = _share(load.busy_fraction), _share(load.input_fraction)
+    w, c = load.window, load.cuda
     evidence: dict[str, object] = {
         **base,
         "device": "gpu",
-        "gpu_busy_fraction": round(b, 3),
+        "gpu_busy_fraction": b,
         "gpu_busy_source": load.source,
-        "input_fraction": round(f, 3),
+        "input_fraction": f,
         "steps": len(ev.steps),
-        "median_step_s": _median([s.duration_s for s in ev.steps]),
+        "median_step_s": step_facts.percentile([s.duration_s for s in ev.steps], 0.5),
         "bottleneck_stage": _bottleneck(ev.pipeline),
         "gpu_name": c.device_name if c else None,
         **gpu_loop.window_evidence(w),
@@ -574,7 +575,7 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
     s = ev.stacks
     assert s is not None
     n, split = _loop_thread(s)
-    inp, comp, py = (split.get(k, 0.0) for k in ("input", "compute", "python"))
+    inp, comp, py = (_share(split.get(k, 0.0)) for k in ("input", "compute", "python"))
     bars = ((inp, STACK_INPUT_FRACTION), (comp, STACK_DOMINANT), (py, STACK_DOMINANT))
     if not stackstats.readable(n, bars):
         return Verdict(
@@ -586,9 +587,9 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         )
     evidence = {
         **base,
-        "input_share": round(inp, 3),
-        "compute_share": round(comp, 3),
-        "python_share": round(py, 3),
+        "input_share": inp,
+        "compute_share": comp,
+        "python_share": py,
         "source": "stacks",
     }
     files = " ".join(f.filename for f in s.functions[:40])
@@ -652,10 +653,10 @@ def _judge_unmeasured(ev: Evidence, fw: str, evidence: dict[str, object], conf: 
     why = f"steps from {source}; no fetch or model call marks the loop: input wait not measured"
     s = ev.stacks
     n, split = _loop_thread(s) if s is not None else (0, {})
-    inp, comp = split.get("input", 0.0), split.get("compute", 0.0)
+    inp, comp = _share(split.get("input", 0.0)), _share(split.get("compute", 0.0))
     if not stackstats.readable(n, ((comp, STACK_DOMINANT), (inp, STACK_INPUT_FRACTION))):
         inp = comp = 0.0
-    evidence = {**evidence, "input_share": round(inp, 3), "compute_share": round(comp, 3)}
+    evidence = {**evidence, "input_share": inp, "compute_share": comp}
     # its threads' waits for a CPU are measured whatever the clock: a pool that outnumbers the
     # cores it gets is the news before any split of the loop's time
     over = _oversubscribed(ev, fw, evidence)
@@ -687,13 +688,11 @@ def _judge_unmeasured(ev: Evidence, fw: str, evidence: dict[str, object], conf: 
     )
 
 
-def _median(v: Sequence[float]) -> float | None:
-    if not v:
-        return None
-    s = sorted(v)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
-
-
 def _round(v: float | None) -> float | None:
-    return None if v is None else round(v, 3)
+    return None if v is None else _share(v)
+
+
+def _share(v: float) -> float:
+    """A number as the verdict keeps it: rounded once, where it is derived, so that its
+    headline and its evidence (each printed as a percent) read the same."""
+    return round(v, 3)
