@@ -134,6 +134,11 @@ def test_host_classes(tmp_path: Path) -> None:
     assert host_class((), "idle", loops) is None  # nothing to tell what it did
 
 
+def loop_window(*stacks: StackCount) -> StackWindow:
+    """One second of the loop's samples (60 in all)."""
+    return StackWindow(1.0, 2.0, 100.0, 60, stacks)
+
+
 def test_the_host_split_is_the_loop_threads_in_the_windows_it_runs() -> None:
     """Setup before the loop (no model call in its window) stays out of the split; a helper
     thread idle all along is left out of the summary's split and top."""
@@ -141,17 +146,7 @@ def test_the_host_split_is_the_loop_threads_in_the_windows_it_runs() -> None:
         0.0, 1.0, 100.0, 50, (count((*MAIN, Frame("load", "x.py", 3)), 50, "python"),)
     )
     helper = StackCount(1, 9, "feeder", (Frame("wait", "threading.py", 327),), 60, "idle")
-    loop = StackWindow(
-        1.0,
-        2.0,
-        100.0,
-        60,
-        (
-            count(TF_RESIZE, 40, "input"),
-            count(TORCH_MODEL, 20, "compute"),
-            helper,
-        ),
-    )
+    loop = loop_window(count(TF_RESIZE, 40, "input"), count(TORCH_MODEL, 20, "compute"), helper)
     s = summarize([setup, loop])
     assert s is not None and s.host_split is not None
     assert s.host_samples == 40 and s.host_split["input"] == 1.0
@@ -165,16 +160,8 @@ def test_the_agents_own_samples_are_not_the_loops_python() -> None:
     """A sample in the agent's hook (its step bookkeeping, innermost) is the profiler's time:
     with its frames dropped it would read as the loop's own line, its Python."""
     hook = (*MAIN, LOOP, Frame("ModelLoop.enter", "sofa_top/agent/model_loop.py", 164))
-    loop = StackWindow(
-        1.0,
-        2.0,
-        100.0,
-        60,
-        (
-            count(PIL_DECODE, 40, "input"),
-            count(TORCH_MODEL, 10, "compute"),
-            count(hook, 10, "python"),
-        ),
+    loop = loop_window(
+        count(PIL_DECODE, 40, "input"), count(TORCH_MODEL, 10, "compute"), count(hook, 10, "python")
     )
     s = summarize([loop])
     assert s is not None and s.host_split is not None
