@@ -99,6 +99,15 @@ class _Tracked:
     exit_code: int | None = None  # read from the zombie's /proc stat, when seen as one
 
 
+def same_start(a: float, b: float) -> bool:
+    """Whether two reads of a PID's start time (psutil's ``create_time``) are one process's.
+    A start time is the process's ticks since boot (10 ms) plus the boot time, which
+    /proc/stat gives in whole seconds and which moves when the clock is synced: two reads of
+    one process can differ by a whole second; a reused PID's differ by its later start."""
+    d = a - b
+    return min(abs(d - k) for k in (-1.0, 0.0, 1.0)) <= 0.005
+
+
 class ProcessCollector:
     """Samples a process tree (target + all descendants) and the machine's CPU/memory.
 
@@ -211,9 +220,8 @@ class ProcessCollector:
         try:
             proc = psutil.Process(self.pid)
             ct = float(proc.create_time())
-            if (
-                self._expected_create_time is not None
-                and abs(ct - self._expected_create_time) > 0.005
+            if self._expected_create_time is not None and not same_start(
+                ct, self._expected_create_time
             ):
                 self._mark_target_gone(f"PID {self.pid} now belongs to another process")
                 return

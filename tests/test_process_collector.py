@@ -29,6 +29,7 @@ from sofa_top.collectors.process import (
     ROLE_TARGET,
     ProcessCollector,
     describe_pid,
+    same_start,
 )
 from sofa_top.datamodel.errors import UserError
 from sofa_top.datamodel.samples import Event, ProcessSample, ProcInfo, Sample, SystemSample
@@ -445,6 +446,16 @@ def test_reused_pid_is_not_mixed_in(workloads: Workloads) -> None:
     assert not s.target_alive and s.error is not None and "another process" in s.error
     new.kill()
     new.wait()
+
+
+def test_a_start_time_read_across_a_boot_time_step_is_the_same_process() -> None:
+    """/proc/stat's boot time is whole seconds and moves with clock sync: a target's start
+    time read at attach and again when the collector starts can differ by exactly a second
+    (the target then read as gone, 0.1 s into a recording); a later start is another process."""
+    t = 1796575633.27
+    assert same_start(t, t) and same_start(t + 1.0, t) and same_start(t - 1.0, t)
+    assert not same_start(t + 0.1, t) and not same_start(t + 2.0, t)
+    assert not same_start(t + 1.05, t)
 
 
 def _spawn_with_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes]:
