@@ -78,12 +78,13 @@ def serve(args: argparse.Namespace) -> int:
     def opener(req: dict[str, Any]) -> Run:
         # The server's terminal is its log: what a page asked for and what came of it (a toast
         # in the page lasts seconds, and the one who serves may not be the one who clicked).
+        # ("sofa-top:" starts the lines that are problems, as in the CLI's other messages)
         what = page_request(req)
         _log(f"a page asks to {what}")
         try:
             run = open_run(req)
         except (UserError, OSError) as exc:
-            _log(f"could not {what}: {exc}")
+            _log(f"sofa-top: could not {what}: {exc}")
             raise UserError(str(exc)) from None
         _log(f"{what}: started, pid {run.target.pid}")
         return run
@@ -105,7 +106,7 @@ def page_request(req: dict[str, Any]) -> str:
 
 
 def _log(line: str) -> None:
-    print(f"sofa-top: {line}", file=sys.stderr, flush=True)
+    print(line, file=sys.stderr, flush=True)
 
 
 def launch_web(args: argparse.Namespace) -> int:

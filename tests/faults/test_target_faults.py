@@ -243,11 +243,9 @@ def test_target_in_900_deep_recursion(tmp_path: Path) -> None:
         # read as exited; say whether it had, and how
         status = target.poll()
     frames = _frames(out)
-    assert frames, (
-        status,
-        SessionReader(out).meta(),
-        [e.message for e in SessionReader(out).events()],
-    )
+    if not frames:
+        r = SessionReader(out)
+        raise AssertionError((status, r.meta(), [e.message for e in r.events()]))
     deepest = max(frames, key=len)
     assert deepest.count("fault_recurse") >= 900
     assert deepest[-1] == "fault_spin"
