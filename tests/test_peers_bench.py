@@ -1,5 +1,5 @@
 """``benchmarks/peers.py``: its command line and the pure parts (how py-spy's samples and pip's
-dry run are read); the benchmark itself runs by hand (README: "Beside its peers")."""
+dry run are read); the benchmark itself runs by hand (docs/accuracy.md)."""
 
 from __future__ import annotations
 

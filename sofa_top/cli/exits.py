@@ -1,5 +1,5 @@
 """sofa-top's exit status: the workload's when it failed, 128 + N for a signal (the shell's
-convention), 130 for Ctrl-C. The README's "Exit status" table is the contract."""
+convention), 130 for Ctrl-C. The table of docs/exit-status.md is the contract."""
 
 from __future__ import annotations
 
