@@ -131,3 +131,19 @@ def test_verdicts_page_names_every_verdict_kind() -> None:
     page = (REPO / "docs" / "verdicts.md").read_text(encoding="utf-8")
     missing = [kind for kind in VERDICT_KINDS if f"`{kind}`" not in page]
     assert not missing, f"docs/verdicts.md does not explain {missing}"
+
+
+def test_dashboard_page_names_every_key() -> None:
+    """A key the dashboard binds (a letter, a digit, a bracket, tab) is on its page."""
+    from sofa_top.tui.app import DashboardApp
+
+    page = (REPO / "docs" / "dashboard.md").read_text(encoding="utf-8")
+    keys = set()
+    for binding in DashboardApp.BINDINGS:
+        assert not isinstance(binding, tuple)
+        shown = binding.key_display or binding.key
+        if len(shown) == 1 or shown == "tab":
+            keys.add(shown)
+    assert {"p", "z", "s", "o", "q", "?", "tab", "1"} <= keys, keys
+    missing = sorted(k for k in keys if f"`{k}`" not in page)
+    assert not missing, f"docs/dashboard.md does not say what {missing} do"
