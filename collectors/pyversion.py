@@ -29,6 +29,7 @@ _LIBPYPY = re.compile(rb"^libpypy(\d+)?(?:\.(\d+))?.*\.so")
 # merged it into the tail of a longer one ("/tmp/python-build/Python-3.10.13")
 _PY_VERSION = re.compile(rb"(?<![\d.])([23])\.(\d{1,2})\.\d{1,2}(?:(?:a|b|rc)\d{1,2})?\+?\x00")
 _CPYTHON_API = ("PyGILState_Ensure", "PyGILState_Release", "PyRun_SimpleString")
+_WANTED = frozenset({*_CPYTHON_API, "Py_Version"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,14 +100,18 @@ def identify(pid: int) -> TargetPython | NotTold:
 def python_in_elf(f: BinaryIO, name: str) -> TargetPython | NotTold | None:
     """What the ELF file ``f`` (called ``name``) says: a Python, one no agent runs in, or None
     when it is no Python interpreter (it defines none of CPython's API)."""
+    # .dynsym only: CPython exports its API there for extension modules, and a full .symtab
+    # (tens of MB in a large program) would make telling a non-Python costly
     try:
         elf = ElfFile(f)
-        symbols = {s.name: s for s in elf.symbols(dynamic=True) if s.defined}
-        if not symbols:
-            symbols = {s.name: s for s in elf.symbols(dynamic=False) if s.defined}
+        symbols, pypy = {}, False
+        for sym in elf.symbols(dynamic=True):
+            if sym.defined and sym.name in _WANTED:
+                symbols[sym.name] = sym
+            pypy = pypy or (sym.defined and sym.name.startswith(("PyPy", "pypy_g_")))
     except (ElfError, OSError, ValueError):
         return None
-    if any(n.startswith(("PyPy", "pypy_g_")) for n in symbols):
+    if pypy:
         return _pypy(os.path.basename(name).encode(), f"{name} exports PyPy's symbols")
     if not all(n in symbols for n in _CPYTHON_API):
         return None
