@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from sofa_top.collectors.pyversion import TargetPython, identify
 from sofa_top.datamodel.units import Pid
 
 # python, python3.11, pythonw, python3-dbg, ipython, pypy3 ...
@@ -27,25 +28,16 @@ def is_python(name: str, cmdline: Sequence[str] = (), exe: str = "") -> bool:
 
 
 def is_python_process(pid: Pid) -> bool | None:
-    """Whether ``pid`` runs a Python interpreter (py-spy can read its stacks); None when that
-    cannot be told (gone, or permission denied)."""
-    try:
-        exe = str(psutil.Process(pid).exe())
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
-    if is_python("", (), exe):
+    """Whether ``pid`` runs a Python interpreter (py-spy can read its stacks), read from its
+    maps and ELF files, never by running anything (``collectors.pyversion``: a program called
+    ``python3`` is not one for its name); None when that cannot be told (gone, or permission
+    denied)."""
+    found = identify(pid)
+    if isinstance(found, TargetPython):
         return True
-    # Embedded interpreters (uwsgi, custom launchers) map libpython.
-    try:
-        with open(f"/proc/{pid}/maps", "rb") as f:
-            for line in f:
-                if b"libpython" in line:
-                    return True
-    except FileNotFoundError:
-        return None if not os.path.isdir("/proc") else False
-    except OSError:
-        return None
-    return False
+    if found.kind == "unsupported":
+        return True  # PyPy, an older CPython: Python, though no agent runs in it
+    return False if found.kind == "not-python" else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +187,7 @@ def job_copy(pid: Pid) -> JobCopy:
         raise UserError(f"cannot read PID {pid}: {e.strerror or e}") from None
     if not argv:
         raise UserError(f"PID {pid} has no command line (a kernel thread or a zombie)")
+    _same_owner(pid)
     env = dict(p.split("=", 1) for p in pairs if "=" in p)
     for key in _OURS:
         env.pop(key, None)
@@ -206,6 +199,34 @@ def job_copy(pid: Pid) -> JobCopy:
         else:
             del env["PYTHONPATH"]
     return JobCopy(pid, tuple(argv), cwd, env)
+
+
+def _same_owner(pid: Pid) -> None:
+    """A copy runs as sofa-top's user: the job of another (sofa-top as root) would have its
+    command, with its environment's PATH, LD_PRELOAD and venv, run as root. Raises UserError."""
+    from sofa_top.datamodel.errors import UserError
+
+    try:
+        owner = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        raise UserError(f"no such process: PID {pid}") from None
+    me = os.geteuid()
+    if owner != me:
+        name = _user_name(owner)
+        raise UserError(
+            f"PID {pid} is {name}'s job and sofa-top runs as {_user_name(me)}: its copy would "
+            f"run {name}'s command as {_user_name(me)}; run it as {name} "
+            f"(sudo -u {name} sofa-top compare --like {pid} ...)"
+        )
+
+
+def _user_name(uid: int) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, ImportError):
+        return f"uid {uid}"
 
 
 def proc_text(value: object) -> str:

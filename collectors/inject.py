@@ -1,7 +1,11 @@
 """Injecting the agent into a Python that is already running (``attach`` and ``record --pid``).
 
-How: for CPython 3.14+, ``sys.remote_exec(pid, script)`` (PEP 768), called from the target's own
-interpreter (``/proc/PID/exe``), so caller and target share major.minor by construction. For
+Which Python the target runs is read, never asked (``collectors.pyversion``: /proc/PID/maps and
+the ELF files of its executable and libpython): sofa-top often runs as root and never executes
+anything of a target's. A process that is not a CPython 3.11+ is recorded from outside.
+
+How: for CPython 3.14+, ``sys.remote_exec(pid, script)`` (PEP 768), called from sofa-top's own
+interpreter (``sys.executable``), which must be of the target's major.minor. For
 CPython 3.11-3.13 (the agent needs 3.11+), ``hypno`` (built on ``pyinjector``, which wraps the
 maintained kubo/injector ptrace library; no gdb): it makes one thread of the target
 ``dlopen`` a small library whose constructor runs one line of Python under the GIL.
@@ -29,7 +33,6 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 import time
@@ -38,8 +41,9 @@ from pathlib import Path
 from typing import Literal
 
 from sofa_top.agent.launch_env import INJECT_DIR
+from sofa_top.collectors import handoff
 from sofa_top.collectors.agent import AgentServer, Handshake
-from sofa_top.collectors.discovery import is_python_process
+from sofa_top.collectors.pyversion import NotTold, TargetPython, identify
 
 BOOTSTRAP = INJECT_DIR / "attach.py"
 DEFAULT_TIMEOUT_S = 5.0
@@ -72,39 +76,10 @@ class InjectResult:
     handshake: Handshake | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class TargetPython:
-    """The implementation and version of a target's interpreter (from its own executable)."""
-
-    implementation: str  # "cpython", "pypy"
-    version: tuple[int, int]
-
-    def __str__(self) -> str:
-        return f"{self.implementation} {self.version[0]}.{self.version[1]}"
-
-
-def target_python(pid: int, timeout_s: float = 10.0) -> TargetPython | str:
-    """Ask the target's own executable what it is; a reason (str) when that cannot be told."""
-    exe = f"/proc/{pid}/exe"
-    probe = "import sys;print(sys.implementation.name,*sys.version_info[:2])"
-    try:
-        out = subprocess.run(
-            [exe, "-I", "-S", "-c", probe],
-            capture_output=True,
-            timeout=timeout_s,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except FileNotFoundError:
-        return f"PID {pid} has exited"
-    except PermissionError:
-        return f"cannot run /proc/{pid}/exe (permission denied)"
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"cannot ask the target's interpreter its version: {e}"
-    parts = out.stdout.decode("ascii", "replace").split()
-    if out.returncode != 0 or len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
-        return "its executable does not answer like Python"
-    return TargetPython(parts[0], (int(parts[1]), int(parts[2])))
+def target_python(pid: int) -> TargetPython | NotTold:
+    """The target's implementation and version, read from /proc and its files
+    (``collectors.pyversion``): nothing of the target's is ever executed."""
+    return identify(pid)
 
 
 def unsupported_reason(py: TargetPython) -> str | None:
@@ -206,11 +181,10 @@ def choose_thread(pid: int, pick_s: float = _PICK_S) -> tuple[int, str]:
 
 _HELPER = """
 import json, sys, time
-pid, path = int(sys.argv[1]), sys.argv[2]
+pid = int(sys.argv[1])
 try:
     from hypno import inject_py
-    with open(path, 'rb') as f:
-        code = f.read()
+    code = sys.stdin.buffer.read()
     t0 = time.perf_counter()
     inject_py(pid, code)
     r = {'ok': True}
@@ -221,12 +195,29 @@ print(json.dumps(r), flush=True)
 """
 
 
+def remote_exec_available(py: TargetPython) -> str | None:
+    """None when sofa-top's own interpreter can ``sys.remote_exec`` into ``py`` (a CPython
+    3.14+ of its own major.minor: PEP 768 requires it), else why not and what would work."""
+    own = sys.version_info[:2]
+    if sys.implementation.name == "cpython" and own == py.version:
+        return None
+    mine = f"{sys.implementation.name} {own[0]}.{own[1]}"
+    return (
+        f"{py} is injected with sys.remote_exec, from a Python of the same version, and "
+        f"sofa-top runs on {mine}: install sofa-top in a Python {py.version[0]}."
+        f"{py.version[1]} to attach with the agent"
+    )
+
+
 def _helper_cmd(pid: int, tid: int, py: TargetPython, script: Path) -> list[str]:
     if py.version >= (3, 14):
-        # the interpreter runs it at its next safe point: no thread needs choosing
+        # the interpreter runs it at its next safe point: no thread needs choosing. Run by
+        # sofa-top's own interpreter (remote_exec_available checked its version): never by
+        # the target's executable, which may be anything
         run = f"import sys; sys.remote_exec({pid}, {str(script)!r})"
-        return [f"/proc/{pid}/exe", "-I", "-S", "-c", run]
-    return [sys.executable, "-I", "-c", _HELPER, str(tid), str(script)]
+        return [sys.executable, "-I", "-S", "-c", run]
+    # the payload comes on stdin: a file in a directory the target owns could be anything
+    return [sys.executable, "-I", "-c", _HELPER, str(tid)]
 
 
 _PTRACE_FIX = (
@@ -248,7 +239,8 @@ def _bootstrap_for(pid: int, socket_dir: Path) -> Path:
     """The bootstrap the target runs: sofa-top's own, or, for a target of another uid (sofa-top
     as root), that of a copy of the agent in the per-attach directory the target owns: it may
     not read sofa-top's install (a venv under root's 0700 home, say). The agent is stdlib only
-    and self-contained, so the copy is all it needs; it goes with the directory."""
+    and self-contained, so the copy is all it needs; it goes with the directory. Written
+    through descriptors (``collectors.handoff``): the target owns that directory."""
     try:
         foreign = os.stat(f"/proc/{pid}").st_uid != os.geteuid()
     except OSError:
@@ -256,15 +248,30 @@ def _bootstrap_for(pid: int, socket_dir: Path) -> Path:
     if not foreign:
         return BOOTSTRAP
     agent_dir = INJECT_DIR.parent
-    copy = socket_dir / "agent" / "sofa_top" / agent_dir.name
     try:
-        if not copy.exists():
-            shutil.copytree(agent_dir, copy, ignore=shutil.ignore_patterns("__pycache__"))
-        for path in [copy, *copy.rglob("*")]:
-            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        top = handoff.open_dir(socket_dir)
+        try:
+            inner = handoff.make_dirs(top, "agent", "sofa_top")
+            try:
+                handoff.copy_tree(agent_dir, inner, agent_dir.name)
+            finally:
+                os.close(inner)
+        finally:
+            os.close(top)
     except OSError:
         return BOOTSTRAP  # the target may still read the install itself
-    return copy / INJECT_DIR.name / BOOTSTRAP.name
+    return socket_dir / "agent" / "sofa_top" / agent_dir.name / INJECT_DIR.name / BOOTSTRAP.name
+
+
+def _write_payload(socket_dir: Path, text: str) -> Path:
+    """The payload file the target (maybe another uid, which owns the directory) reads.
+    Raises OSError."""
+    top = handoff.open_dir(socket_dir)
+    try:
+        handoff.write_new(top, "payload.py", text.encode())
+    finally:
+        os.close(top)
+    return socket_dir / "payload.py"
 
 
 def inject(
@@ -275,31 +282,28 @@ def inject(
 ) -> InjectResult:
     """Inject the agent into ``pid`` and wait (at most ``timeout_s``) for it to say hello on
     ``server``. Never raises for the target's sake: every outcome is an ``InjectResult``."""
-    alive = is_python_process(pid)
-    if alive is False:
-        return InjectResult("not-python", f"PID {pid} is not Python: no agent to inject")
     py = target_python(pid)
-    if isinstance(py, str):
-        status: InjectStatus = "failed"
-        if "exited" in py:
-            status = "exited"
-        elif "permission denied" in py:
-            status, py = "denied", f"{py}; {_PTRACE_FIX}"
-        return InjectResult(status, f"cannot inject the agent: {py}")
+    if isinstance(py, NotTold):
+        if py.kind == "denied":
+            return InjectResult("denied", f"cannot inject the agent: {py.reason}; {_PTRACE_FIX}")
+        if py.kind == "not-python":
+            return InjectResult("not-python", f"{py.reason}: no agent to inject")
+        return InjectResult(py.kind, f"cannot inject the agent: {py.reason}")
     why = unsupported_reason(py)
     if why is not None:
         return InjectResult("unsupported", why, str(py))
-    if py.version < (3, 14):
-        missing = injector_available()
-        if missing is not None:
-            return InjectResult("no-injector", missing, str(py))
+    missing = injector_available() if py.version < (3, 14) else remote_exec_available(py)
+    if missing is not None:
+        return InjectResult("no-injector", missing, str(py))
     tid, where = (pid, "") if py.version >= (3, 14) else choose_thread(pid)
     token = secrets.token_hex(16)
     deadline = time.time() + timeout_s
-    script = server.socket_dir / "payload.py"
     bootstrap = _bootstrap_for(pid, server.socket_dir)
-    script.write_text(payload(server.socket_path, token, deadline, settings, bootstrap))
-    os.chmod(script, 0o644)  # the target (maybe another uid, which owns the directory) reads it
+    try:
+        text = payload(server.socket_path, token, deadline, settings, bootstrap)
+        script = _write_payload(server.socket_dir, text)
+    except OSError as e:
+        return InjectResult("failed", f"cannot write the agent's payload: {e}", str(py))
     tracer = 0
     while True:
         # one tracer at a time: a py-spy dump, strace or debugger holding the thread makes
@@ -307,7 +311,7 @@ def inject(
         tracer = _wait_untraced(pid, tid, deadline) or tracer
         if tracer and tracer_of(pid, tid):  # still held at the deadline
             return InjectResult("traced", _traced_reason(pid, tracer, timeout_s), str(py))
-        ran = _run_helper(pid, tid, py, script, deadline, timeout_s)
+        ran = _run_helper(pid, tid, py, (script, text), deadline, timeout_s)
         if isinstance(ran, float) or ran.status != "denied" or time.time() >= deadline:
             break
         tracer = tracer_of(pid, tid) or tracer
@@ -331,23 +335,29 @@ def inject(
 
 
 def _run_helper(
-    pid: int, tid: int, py: TargetPython, script: Path, deadline: float, timeout_s: float
+    pid: int,
+    tid: int,
+    py: TargetPython,
+    payload: tuple[Path, str],
+    deadline: float,
+    timeout_s: float,
 ) -> InjectResult | float:
     """One run of the injector: what went wrong, or how long it held the target."""
     t0 = time.monotonic()
     try:
         helper = subprocess.Popen(
-            _helper_cmd(pid, tid, py, script),
+            _helper_cmd(pid, tid, py, payload[0]),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             # its own session: Ctrl-C or sofa-top's death never kills the target's tracer
             start_new_session=True,
         )
     except OSError as e:
         return InjectResult("failed", f"cannot start the injector: {e}", str(py))
     try:
-        out, err = helper.communicate(timeout=max(deadline - time.time(), 0.1))
+        code = b"" if py.version >= (3, 14) else payload[1].encode()
+        out, err = helper.communicate(code, timeout=max(deadline - time.time(), 0.1))
     except subprocess.TimeoutExpired:
         # still inside the target: leave the helper to finish; the late payload does nothing
         return InjectResult(
