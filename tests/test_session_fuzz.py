@@ -76,6 +76,7 @@ _FLIP = st.tuples(st.integers(0, 1 << 20), st.integers(1, 255))  # (offset, xor 
 _SETTINGS = settings(
     deadline=None,  # the bound is READER_TIMEOUT_S per reader; examples vary with the damage
     derandomize=True,  # the same files on every run and in CI
+    database=None,  # ... and no replay of another run's failures
     suppress_health_check=[HealthCheck.too_slow],
 )
 
