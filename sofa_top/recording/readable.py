@@ -54,8 +54,15 @@ def damaged(path: Path, exc: BaseException) -> UserError:
         w in str(exc).lower() for w in _NOT_DAMAGE
     ):
         return UserError(one_line(f"cannot read session {path}: {exc}"))
-    detail = str(exc) if isinstance(exc, sqlite3.Error) else f"{type(exc).__name__}: {exc}"
-    return UserError(one_line(f"cannot read session {path}: the file is damaged ({detail})"))
+    if isinstance(exc, sqlite3.Error):
+        return UserError(one_line(f"cannot read session {path}: the file is damaged ({exc})"))
+    # A value SQLite handed back that sofa-top never writes (or a reader's own bug: said too).
+    return UserError(
+        one_line(
+            f"cannot read session {path}: the file is damaged, or sofa-top failed to read it "
+            f"({type(exc).__name__}: {exc})"
+        )
+    )
 
 
 @contextlib.contextmanager

@@ -49,6 +49,8 @@ class SessionReader:
             self._db = connect(path, readonly=True)
         except sqlite3.Error as exc:
             raise damaged(path, exc) from None
+        except OSError as exc:  # resolving the path (a working directory that is gone)
+            raise UserError(f"cannot read session file {path}: {exc.strerror or exc}") from None
         try:
             check_schema(self._db, path, SCHEMA_VERSION)
             with reading(path):
