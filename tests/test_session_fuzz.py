@@ -168,6 +168,21 @@ def test_a_file_with_values_of_the_wrong_kind_reads_or_is_one_line(
         _check(_edited(originals[which], edits, Path(d)))
 
 
+@pytest.mark.parametrize("value", [None, "x", b"\x00\xff", "[5]", "1e400", 2**62, -1])
+def test_a_damaged_schema_version_reads_or_is_one_line(
+    originals: dict[str, bytes], tmp_path: Path, value: object
+) -> None:
+    """The one value the opening checks read before any reader does (a run of the property
+    above, not derandomized, found its NULL raising TypeError)."""
+    path = tmp_path / "s.sofa"
+    path.write_bytes(originals["recorded"])
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (value,))
+    db.commit()
+    db.close()
+    _read_everywhere(path, tmp_path)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_broken_kind_says_what_it_is(
     originals: dict[str, bytes], tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]

@@ -23,8 +23,18 @@ WAL_MAGIC = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
 SIDE_FILES = ("-wal", "-shm")
 # The tables every sofa-top session has had since schema v1 (store._SCHEMA).
 TABLES = frozenset(
-    ("meta", "series", "points", "processes", "stack_strings", "stack_windows", "stack_counts")
-) | {"steps", "events"}
+    {
+        "meta",
+        "series",
+        "points",
+        "processes",
+        "stack_strings",
+        "stack_windows",
+        "stack_counts",
+        "steps",
+        "events",
+    }
+)
 # What a damaged file raises once SQLite has opened it: its own errors, and the values it
 # hands back that no longer read as sofa-top wrote them (a flipped byte turns a REAL into a
 # TEXT, a JSON object into garbage, a count into 10**18).
@@ -130,10 +140,10 @@ def check_schema(db: sqlite3.Connection, path: Path, newest: int) -> None:
             row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             stored = None if row is None else json.loads(row[0])
     except sqlite3.DatabaseError as exc:
-        if "file is not a database" in str(exc) or "not a database" in str(exc):
+        if "not a database" in str(exc):  # a header SQLite does not take (page size, ...)
             raise UserError(one_line(f"not a readable sofa-top session: {path} ({exc})")) from None
         raise damaged(path, exc) from None
-    except (sqlite3.Error, ValueError) as exc:
+    except DAMAGE as exc:  # the schema_version value itself
         raise damaged(path, exc) from None
     # The meta key is written with the file; user_version too. Either newer says the same.
     if isinstance(stored, int) and not isinstance(stored, bool):
