@@ -23,6 +23,7 @@ from sofa_top.recording.catalogue import list_sessions
 from sofa_top.recording.paths import sessions_dir
 from sofa_top.recording.replay import ReplaySource
 from sofa_top.recording.report import session_summary
+from sofa_top.recording.store import uri
 from sofa_top.tui.app import DashboardApp
 from sofa_top.tui.home import HomeApp, HomeChoice
 
@@ -77,6 +78,11 @@ def test_the_issue_s_check(recorded: tuple[Path, dict[str, object]], tmp_path: P
     assert path.name in os.listdir(path.parent)
 
 
+def test_the_uri_encodes_every_letter_sqlite_would_read() -> None:
+    assert uri(Path("/d/run#2 ?%.sofa"), "ro") == "file:///d/run%232%20%3F%25.sofa?mode=ro"
+    assert uri(Path("/d/é.sofa"), "rwc") == "file:///d/%C3%A9.sofa?mode=rwc"
+
+
 def _arg(name: str) -> str:
     return f"./{name}" if name.startswith("-") else name
 
@@ -99,9 +105,9 @@ def test_every_command_takes_the_name(
     shutil.copy(recorded[0], path)
     monkeypatch.chdir(d)
     for arg in (_arg(name), str(path)):
-        for fmt in FORMATS:
-            assert main(["export", arg, "--format", fmt, "-o", str(out / f"x.{fmt}")]) == 0
-            assert (out / f"x.{fmt}").stat().st_size > 0
+        for fmt in FORMATS:  # -o an odd name too
+            assert main(["export", arg, "--format", fmt, "-o", str(out / f"{name}.{fmt}")]) == 0
+            assert (out / f"{name}.{fmt}").stat().st_size > 0
         capsys.readouterr()
         assert main(["diff", arg, str(path), "--json"]) == 0
         labels = json.loads(capsys.readouterr().out)
