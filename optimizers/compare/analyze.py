@@ -52,8 +52,7 @@ class _Stored:
 
 
 def _read(path: Path) -> _Stored:
-    reader = SessionReader(path)
-    try:
+    with SessionReader(path) as reader, reader.reading():
         names = set(reader.series_names())
         return _Stored(
             steps=reader.steps(),
@@ -68,8 +67,6 @@ def _read(path: Path) -> _Stored:
             rss=[v for _ts, v, _e in reader.points("tree.rss") if v is not None],
             pipeline=reader.last_pipeline(),
         )
-    finally:
-        reader.close()
 
 
 @dataclass

@@ -106,7 +106,8 @@ def _change(r: Row) -> Text:
 def render(result: Diff, *, show_same: bool) -> None:
     """The diff for people: one table, regressions in red, then the verdict on B."""
     con = Console()
-    table = Table("section", "figure", "A", "B", "change", title=f"A: {result.a}\nB: {result.b}")
+    title = Text(f"A: {result.a}\nB: {result.b}")  # Text: a path's '[...]' is not markup
+    table = Table("section", "figure", "A", "B", "change", title=title)
     for r in result.rows:
         if not show_same and r.a == r.b and not r.regressed:
             continue

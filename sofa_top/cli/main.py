@@ -13,6 +13,8 @@ from sofa_top.cli.failures import on_thread_failure
 from sofa_top.cli.parser import build_parser, web_of
 from sofa_top.datamodel.errors import UserError
 
+FILE_COMMANDS = ("replay", "export", "diff")
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sofa-top`` console script."""
@@ -20,7 +22,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first "--" is the workload's command line, untouched by argparse.
     cmd: list[str] = []
-    if "--" in argv:
+    # For the commands on saved files "--" is argparse's own end of options instead, so that
+    # a file named like an option can be given: ``replay -- -run.sofa`` (or ``./-run.sofa``).
+    if "--" in argv and argv[0] not in FILE_COMMANDS:
         i = argv.index("--")
         argv, cmd = argv[:i], argv[i + 1 :]
     args = build_parser().parse_args(argv)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from sofa_top import __version__
@@ -24,8 +26,31 @@ WEB_HOST = "127.0.0.1"
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (and exit 2), not a usage dump."""
 
+    _given: tuple[str, ...] = ()
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self._given = tuple(args or ())
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"sofa-top: error: {message} (see '{self.prog} --help')\n")
+        hint = self._option_like_file()
+        self.exit(2, f"sofa-top: error: {message}{hint} (see '{self.prog} --help')\n")
+
+    def _option_like_file(self) -> str:
+        """What to write instead when an argument that reads as an option names a file
+        (argparse takes ``-run.sofa`` for an unknown option, or for an option's missing value)."""
+        for arg in self._given:
+            if arg == "--":
+                break
+            if arg.startswith("--") or len(arg) < 3 or not arg.startswith("-"):
+                continue
+            if arg[:2] in self._option_string_actions:  # a short option with its value: -o./x
+                continue
+            if arg.endswith((".sofa", ".json")) or Path(arg).exists():
+                return f"; '{arg}' reads as an option: for a file of that name write ./{arg}"
+        return ""
 
 
 def positive_float(text: str) -> float:

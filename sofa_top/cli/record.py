@@ -12,6 +12,7 @@ from types import FrameType
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from sofa_top.cli import exits
@@ -116,13 +117,13 @@ def render_summary(s: dict[str, Any]) -> None:
     """Print the summary for people, with rich."""
     con = Console()
     t = s.get("target") or {}
-    con.print(f"[bold]sofa-top[/] session [cyan]{s['session']}[/]")
+    con.print(f"[bold]sofa-top[/] session [cyan]{escape(str(s['session']))}[/]")
     v = s["verdict"]
     con.print(f"[bold]{v['headline']}[/] (confidence {v['confidence']:.0%})")
     for rec in v["recommendations"]:
         con.print(f"  -> {rec}")
     con.print(
-        f"target PID {t.get('pid')} ({' '.join(t.get('cmdline') or [])[:80]}), "
+        f"target PID {t.get('pid')} ({escape(' '.join(t.get('cmdline') or [])[:80])}), "
         f"{s['duration_s']} s, ended: {s['end_reason']}"
     )
     cpu = s["cpu"]
@@ -153,11 +154,11 @@ def render_summary(s: dict[str, Any]) -> None:
         table = Table("function", "file:line", "own %", "total %", "thread", "class")
         for f in st["top"]:
             table.add_row(
-                f["function"],
-                f"{f['file']}:{f['line']}",
+                escape(str(f["function"])),
+                escape(f"{f['file']}:{f['line']}"),
                 f"{f['own_pct']:.1f}",
                 f"{f['total_pct']:.1f}",
-                f["thread"],
+                escape(str(f["thread"])),
                 f["class"],
             )
         con.print(table)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import sys
 from pathlib import Path
@@ -18,18 +19,25 @@ def resolve_session(text: str) -> Path:
     last launch, attach or record) or ``last-compare`` (the last comparison's first run)."""
     from sofa_top.recording.catalogue import last_session
     from sofa_top.recording.paths import sessions_dir
+    from sofa_top.recording.readable import check_file
 
     path = Path(text).expanduser()
     if path.is_file():
         return path
+    if "/" in text or path.exists():
+        check_file(path)  # raises the line that says why not (a directory, only its WAL left)
+        return path
     root = sessions_dir()
     if text in ("last", "last-compare"):
         return last_session(root, compare=text == "last-compare").path
-    matches = sorted(root.glob(f"{text}*.sofa")) if "/" not in text else []
+    # escaped: a name's own '*', '?' and '[' are letters of the name, not a pattern
+    matches = sorted(root.glob(f"{glob.escape(text)}*.sofa")) if "/" not in text else []
     if len(matches) == 1:
         return matches[0]
     if len(matches) > 1:
         raise UserError(f"'{text}' matches {len(matches)} sessions; give more of the name")
+    if path.name.endswith((".sofa", ".sofa-wal")):
+        check_file(path)
     raise UserError(f"no such session: {text}")
 
 
@@ -37,11 +45,8 @@ def check_intact(path: Path) -> None:
     """Refuse a session file that is not a session, or has damaged pages."""
     from sofa_top.recording.reader import SessionReader
 
-    reader = SessionReader(path)
-    try:
+    with SessionReader(path) as reader:
         reader.check_intact()
-    finally:
-        reader.close()
 
 
 def export(args: argparse.Namespace) -> int:
@@ -70,7 +75,15 @@ def replay_path(session: str) -> int:
 
     path = resolve_session(session)
     check_intact(path)
-    run_dashboard(ReplaySource(path))
+    source = ReplaySource(path)
+    try:
+        # Its last instant, once: damage past SQLite's page checks is one line here, not a
+        # dashboard waiting for snapshots that cannot be read.
+        source.snapshot()
+    except UserError:
+        source.stop()
+        raise
+    run_dashboard(source)
     return 0
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import re
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -152,18 +151,17 @@ def session_info(path: Path) -> SessionInfo:
     """Read what the listing shows of one session file (never raises for a bad file)."""
     size, mtime = _stat(path)
     try:
-        reader = SessionReader(path)
+        with SessionReader(path) as reader, reader.reading():
+            return _info(path, reader, size, mtime)
     except UserError as exc:
         return _broken(path, size, mtime, str(exc))
-    try:
-        with reader.read_snapshot():
-            meta = reader.meta()
-            verdict = reader.last_event("verdict", math.inf)
-            span = reader.fast_time_range() if meta.get("ended") is None else None
-    except (sqlite3.Error, ValueError) as exc:
-        return _broken(path, size, mtime, f"not a readable sofa-top session: {exc}")
-    finally:
-        reader.close()
+
+
+def _info(path: Path, reader: SessionReader, size: int, mtime: float) -> SessionInfo:
+    with reader.read_snapshot():
+        meta = reader.meta()
+        verdict = reader.last_event("verdict", math.inf)
+        span = reader.fast_time_range() if meta.get("ended") is None else None
     raw = meta.get("target")
     target: dict[str, Any] = raw if isinstance(raw, dict) else {}
     group = meta.get("compare")
@@ -306,9 +304,9 @@ def render_sessions(entries: Sequence[SessionEntry], console: Console | None = N
                 _date(s.modified),
                 "[red]unreadable[/]",
                 "-",
-                s.error,
+                Text(s.error),  # Text: a name's own '[...]' is not rich markup
                 human_size(s.size_bytes),
-                s.path.name,
+                Text(s.path.name),
             )
             continue
         duration = human_duration(e.duration_s) + (" [yellow]rec[/]" if e.recording else "")
@@ -325,7 +323,7 @@ def render_sessions(entries: Sequence[SessionEntry], console: Console | None = N
             duration,
             Text(verdict),
             human_size(e.size_bytes),
-            file,
+            Text(file),
         )
     con.print(table)
 

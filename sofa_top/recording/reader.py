@@ -30,6 +30,7 @@ from sofa_top.datamodel.samples import (
     stage_kind,
 )
 from sofa_top.datamodel.workload import ModelReport, merge, model_report
+from sofa_top.recording.readable import check_file, check_schema, damaged, reading
 from sofa_top.recording.store import SCHEMA_VERSION, STEP_COLUMNS, connect
 
 # The workload's stack counts, for the exports: the agent's threads (``stackstats.AGENT_THREADS``)
@@ -43,24 +44,33 @@ class SessionReader:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        if not path.is_file():
-            raise UserError(f"no such session file: {path}")
+        check_file(path)
         try:
             self._db = connect(path, readonly=True)
-            version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
-            self._db.execute("SELECT count(*) FROM meta").fetchone()
         except sqlite3.Error as exc:
-            raise UserError(f"not a readable sofa-top session: {path} ({exc})") from None
-        if version > SCHEMA_VERSION:
-            raise UserError(
-                f"session {path} uses schema v{version}; this sofa-top reads up to "
-                f"v{SCHEMA_VERSION} (upgrade sofa-top)"
-            )
-        if version < 1:
-            raise UserError(f"not a sofa-top session: {path}")
-        cols = {r[1] for r in self._db.execute("PRAGMA table_info(steps)")}
+            raise damaged(path, exc) from None
+        except OSError as exc:  # resolving the path (a working directory that is gone)
+            raise UserError(f"cannot read session file {path}: {exc.strerror or exc}") from None
+        try:
+            check_schema(self._db, path, SCHEMA_VERSION)
+            with reading(path):
+                cols = {r[1] for r in self._db.execute("PRAGMA table_info(steps)")}
+        except UserError:
+            self._db.close()
+            raise
         # columns a file written by an older version lacks read as NULL
         self._step_cols = ", ".join(c if c in cols else "NULL" for c in STEP_COLUMNS)
+
+    def __enter__(self) -> SessionReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def reading(self) -> contextlib.AbstractContextManager[None]:
+        """A block of reads (and of what is derived from them) in which damage the opening
+        checks could not see reads as the one ``UserError`` line (``readable.reading``)."""
+        return reading(self.path)
 
     def meta(self) -> dict[str, Any]:
         """All metadata keys, JSON-decoded."""
@@ -200,11 +210,14 @@ class SessionReader:
         """Run several reads against one consistent state of a file that is still being written.
 
         A WAL reader never blocks the writer; keep the block short all the same, since an open
-        read transaction holds back the writer's checkpoint.
+        read transaction holds back the writer's checkpoint. Damage met inside is a
+        ``UserError`` (``reading``).
         """
-        self._db.execute("BEGIN")
+        with reading(self.path):
+            self._db.execute("BEGIN")
         try:
-            yield
+            with reading(self.path):
+                yield
         finally:
             try:
                 self._db.execute("COMMIT")

@@ -93,7 +93,7 @@ class ReplaySource:
     @property
     def time_range(self) -> tuple[float, float] | None:
         """First and last recorded instant (the end moves while the session is recorded)."""
-        with self._lock:
+        with self._lock, self._reader.reading():
             return self._reader.fast_time_range()
 
     @property
@@ -109,7 +109,7 @@ class ReplaySource:
         rng = self.time_range
         if rng is not None:
             return rng[1]
-        with self._lock:
+        with self._lock, self._reader.reading():
             started = self._reader.meta().get("started")
         return float(started) if isinstance(started, int | float) else 0.0
 
@@ -134,7 +134,7 @@ class ReplaySource:
     def next_marker(self) -> float | None:
         """Jump to the next verdict change after the cursor; None (cursor unchanged) if none."""
         at = self.cursor
-        with self._lock:
+        with self._lock, self._reader.reading():
             times = self._reader.event_times(MARKER_KIND)
         t = next((t for t in times if t > at + 1e-6), None)
         return None if t is None else self.seek(t)
@@ -142,7 +142,7 @@ class ReplaySource:
     def prev_marker(self) -> float | None:
         """Jump to the previous verdict change before the cursor; None if none."""
         at = self.cursor
-        with self._lock:
+        with self._lock, self._reader.reading():
             times = self._reader.event_times(MARKER_KIND)
         t = next((t for t in reversed(times) if t < at - 1e-6), None)
         return None if t is None else self.seek(t)
@@ -187,7 +187,12 @@ class ReplaySource:
 
     # -- the pure part ---------------------------------------------------------------------
     def snapshot_at(self, ts: float) -> Snapshot:
-        """What the live hub would have shown at ``ts``, rebuilt from the file."""
+        """What the live hub would have shown at ``ts``, rebuilt from the file (a damaged
+        file: the reader's one ``UserError`` line)."""
+        with self._reader.reading():
+            return self._snapshot_at(ts)
+
+    def _snapshot_at(self, ts: float) -> Snapshot:
         with self._lock, self._reader.read_snapshot():
             r = self._reader
             meta = r.meta()

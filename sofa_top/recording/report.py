@@ -75,6 +75,7 @@ from sofa_top.datamodel.snapshot import MODES, StackSummary
 from sofa_top.datamodel.verdict import Measured, Verdict
 from sofa_top.datamodel.workload import ModelReport
 from sofa_top.recording.ranks_live import session_ranks
+from sofa_top.recording.readable import reading
 from sofa_top.recording.reader import SessionReader, launched
 from sofa_top.recording.report_gpu import cuda_json, gpu_json
 
@@ -327,14 +328,21 @@ def _judge_read(r: _Read, facts: RunFacts, summary: StackSummary | None) -> Verd
 def session_verdict(path: str | Path) -> Verdict:
     """The verdict over the whole session (what ``record --json`` says), judged from the file:
     the hub stores it as the session's final verdict when the session ends."""
-    r = _read(Path(path))
-    summary = summarize(r.windows) if r.windows else None
-    return _judge_read(r, _facts(r), summary)
+    with reading(Path(path)):
+        r = _read(Path(path))
+        summary = summarize(r.windows) if r.windows else None
+        return _judge_read(r, _facts(r), summary)
 
 
 def session_summary(path: str | Path) -> dict[str, Any]:
     """Summarize a finished (or still running) session file: ``record --json``. Its verdict is
-    the session's final one when the hub stored it (replay shows the same at the end)."""
+    the session's final one when the hub stored it (replay shows the same at the end). A
+    file that does not read is the reader's one ``UserError`` line."""
+    with reading(Path(path)):
+        return _summary(path)
+
+
+def _summary(path: str | Path) -> dict[str, Any]:
     r = _read(Path(path))
     meta, pts = r.meta, r.points
     started, ended = meta.get("started"), meta.get("ended")

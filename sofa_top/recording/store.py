@@ -113,11 +113,24 @@ STEP_COLUMNS = (
 )  # fmt: skip  (StepSample's field order)
 
 
-def connect(path: Path, readonly: bool) -> sqlite3.Connection:
+def uri(path: Path, mode: str) -> str:
+    """``path`` as an SQLite URI: every byte of the name percent-encoded (``as_uri``), so that
+    ``#``, ``?`` and ``%`` in it are the file's name, not a fragment or parameters (a plain name
+    that starts with ``file:`` would be read as a URI too, where SQLite allows URIs)."""
+    return f"{Path(path).resolve().as_uri()}?mode={mode}"
+
+
+def connect(path: Path, readonly: bool, *, create: bool = True) -> sqlite3.Connection:
+    """Open a session file read-only, or for writing (``create``: a new file)."""
     if readonly:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        conn = sqlite3.connect(uri(path, "ro"), uri=True, check_same_thread=False)
     else:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(
+            uri(path, "rwc" if create else "rw"),
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,
+        )
     conn.execute("PRAGMA busy_timeout = 2000")
     return conn
 
@@ -295,7 +308,7 @@ def append_events(path: Path, events: Iterable[Event]) -> None:
     if not path.is_file():
         raise UserError(f"no such session file: {path}")
     try:
-        db = connect(path, readonly=False)
+        db = connect(path, readonly=False, create=False)
         try:
             with db:
                 db.executemany(
