@@ -27,11 +27,15 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
+T = TypeVar("T")
 
 
 def _load() -> str:
@@ -40,6 +44,15 @@ def _load() -> str:
 
 def _spread(xs: list[float]) -> str:
     return f"{statistics.median(xs):.2f} s (min {min(xs):.2f}, max {max(xs):.2f}, n={len(xs)})"
+
+
+def _timed(fn: Callable[[], T], wall: list[float], cpu: list[float]) -> T:
+    """Call ``fn``; its wall and CPU seconds (the process's: the hub's thread included)."""
+    t, c = time.perf_counter(), time.process_time()
+    out = fn()
+    wall.append(time.perf_counter() - t)
+    cpu.append(time.process_time() - c)
+    return out
 
 
 def _rows(path: Path) -> str:
@@ -66,7 +79,9 @@ def synthetic(hours: float, repeats: int, keep: Path | None) -> list[str]:
     d.mkdir(parents=True, exist_ok=True)
     lines = [f"synthetic: {hours:g} h at a real session's rates, {repeats} fresh files"]
     lines.append(f"load average at the start: {_load()}")
-    writes, finals, summaries, verdicts = [], [], [], []
+    writes: list[float] = []
+    wall: dict[str, list[float]] = {"verdict": [], "final": [], "summary": []}
+    cpu: dict[str, list[float]] = {"verdict": [], "final": [], "summary": []}
     for i in range(repeats):
         path = d / f"long-{i}-{int(time.time())}.sofa"
         t = time.perf_counter()
@@ -75,30 +90,29 @@ def synthetic(hours: float, repeats: int, keep: Path | None) -> list[str]:
         if i == 0:
             lines.append(f"rows: {_rows(path)}; {path.stat().st_size / 2**20:.0f} MiB")
             for _ in range(3):
-                t = time.perf_counter()
-                session_verdict(path)
-                verdicts.append(time.perf_counter() - t)
+                _timed(partial(session_verdict, path), wall["verdict"], cpu["verdict"])
         session.start()
-        t = time.perf_counter()
-        done = session.stop("duration reached")
-        finals.append(time.perf_counter() - t)
+        done = _timed(partial(session.stop, "duration reached"), wall["final"], cpu["final"])
         cut = getattr(session, "cut", None)
         if done is False or cut:
             lines.append(f"repeat {i}: cut: {cut}")
-        t = time.perf_counter()
-        summary = session_summary(path)
-        summaries.append(time.perf_counter() - t)
+        summary = _timed(partial(session_summary, path), wall["summary"], cpu["summary"])
         if summary["ended"] is None:
             lines.append(f"repeat {i}: no `ended` record")
-        print(f"repeat {i}: written {writes[-1]:.1f} s, finalized {finals[-1]:.2f} s, "
-              f"summary {summaries[-1]:.2f} s", flush=True)  # fmt: skip
+        print(
+            f"repeat {i}: written {writes[-1]:.1f} s, finalized {wall['final'][-1]:.2f} s, "
+            f"summary {wall['summary'][-1]:.2f} s, load {_load()}",
+            flush=True,
+        )
     lines.append(f"writing the file: {_spread(writes)}")
-    lines.append(f"the final verdict's read alone (session_verdict): {_spread(verdicts)}")
-    lines.append(
-        f"the hub's finalization (Session.stop: `ended`, final verdict, close; bound "
-        f"{FINALIZE_S:g} s): {_spread(finals)}"
-    )
-    lines.append(f"record's summary read after it (session_summary): {_spread(summaries)}")
+    what = {
+        "verdict": "the final verdict's read alone (report.session_verdict, on file 0)",
+        "final": f"the hub's finalization (Session.stop: `ended`, final verdict, close; "
+        f"bound {FINALIZE_S:g} s)",
+        "summary": "record's summary read after it (report.session_summary)",
+    }
+    for key, text in what.items():
+        lines.append(f"{text}: wall {_spread(wall[key])}; CPU {_spread(cpu[key])}")
     lines.append(f"load average at the end: {_load()}")
     return lines
 

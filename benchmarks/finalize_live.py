@@ -64,7 +64,9 @@ def live(seconds: float, keep: Path | None) -> list[str]:
     ended = meta.get("ended")
     lines.append(f"rows: {r['counts']}; file {session.stat().st_size / 2**20:.1f} MiB")
     lines.append(f"end_reason {meta.get('end_reason')!r}; final verdict stored: {r['final'] > 0}")
-    deadline = t0 + seconds
+    # record's --duration counts from its session's start (after its imports)
+    started = meta.get("started")
+    deadline = (started if isinstance(started, float) else t0) + seconds
     if isinstance(job_end, float):
         lines.append(f"--duration reached -> the job's end (its stop): {job_end - deadline:.2f} s")
         lines.append(f"the job's end -> the `ended` record: {(ended or 0) - job_end:.2f} s")

@@ -65,9 +65,10 @@ EXIT_GRACE_S = 0.1  # after the target exits, let its last output and agent fram
 # agent collector also reads what is left in its sockets when it stops)
 COLLECTOR_STOP_S = 10.0  # a stop waits this long for the collectors (a stalled one is left)
 # The most a stop waits for the session's end: the collectors' stop (up to COLLECTOR_STOP_S),
-# the `ended` record, the final verdict's read of the file (about 1 s for a 2-hour session on a
-# 2-core machine, benchmarks/finalize.py) and the file's close, with room for a machine loaded
-# many times over. Past it sofa-top leaves rather than hang: the file keeps every commit.
+# the `ended` record, the final verdict's read of the file (a 2-hour session: 3 s of CPU, 7 s
+# on a 2-core machine at load 8-10, benchmarks/finalize.py) and the file's close, with room for
+# a machine loaded many times over. Past it sofa-top leaves rather than hang: the file keeps
+# every commit, and one line says what was cut.
 FINALIZE_S = 60.0
 # Past FINALIZE_S: the hub drops what the collectors still hold, skips the final verdict and
 # writes the `ended` record; a stop waits this long for that.
@@ -107,6 +108,7 @@ class Session:
         self._cut_asked = threading.Event()  # a stop passed its bound: end the file now
         self._ended = threading.Event()  # the `ended` record is committed
         self.final_stored = False  # the final verdict is committed
+        self._final_lock = threading.Lock()  # the verdict's commit, or the cut that drops it
         self.cut: str | None = None  # what the file lacks when a stop passed its bound
         self._threads: list[threading.Thread] = []
         self._hub: threading.Thread | None = None
@@ -188,10 +190,11 @@ class Session:
         self.job_stopped = True
 
     def stop(self, reason: str = "stopped", timeout: float = FINALIZE_S) -> bool:
-        """Stop collecting, flush everything queued, finalize the file; True once the file has
-        its `ended` record and final verdict and the hub is done. Past ``timeout`` the hub is
-        told to write `ended` without the verdict (``CUT_GRACE_S``), ``cut`` says what the file
-        lacks and this returns False. Idempotent (a stop after a cut returns at once)."""
+        """Stop collecting, flush everything queued, finalize the file; True once it is final
+        (its `ended` record and final verdict committed) and the hub done. Past ``timeout`` the
+        hub is told to drop what is left and write `ended` without the verdict (this waits
+        ``CUT_GRACE_S`` for it), ``cut`` says what the file lacks, and this returns False.
+        Idempotent (a stop after a cut returns at once)."""
         with self._lock:
             if self.end_reason is None:
                 self.end_reason = reason
@@ -207,9 +210,10 @@ class Session:
         hub.join(timeout)
         if not hub.is_alive():
             return True
-        self._cut_asked.set()
-        if self.final_stored:  # all is committed; only the WAL's checkpoint is left
-            return True
+        with self._final_lock:
+            self._cut_asked.set()
+            if self.final_stored:  # all is committed; only the WAL's checkpoint is left
+                return True
         self._ended.wait(CUT_GRACE_S)
         self.cut = self._cut_line(time.monotonic() - asked)
         return False
@@ -430,14 +434,15 @@ class Session:
         the session's last verdict: the dashboard ends on it, and a replay at the end of the
         file and ``record --json`` read it back."""
         verdict = session_verdict(self.session_path)
-        if self._cut_asked.is_set():  # sofa-top has left (or is leaving) without it
-            return
         # at the recording's last instant: a replay's cursor ends there and reads it back
         at = self._last_point_ts or time.time()
         ev = Event(at, "verdict", verdict.headline, {**verdict.as_json(), "final": True})
-        self.store.write([ev])
-        self.store.commit()
-        self.final_stored = True
+        with self._final_lock:  # a stop past its bound said the file has none: it has none
+            if self._cut_asked.is_set():
+                return
+            self.store.write([ev])
+            self.store.commit()
+            self.final_stored = True
         self._events.append(ev)
         self._verdict = self._final = verdict
 
