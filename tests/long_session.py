@@ -1,15 +1,17 @@
 """A synthetic long session, written with the store's own writer: what ``benchmarks/finalize.py``
 and ``tests/test_finalize.py`` finalize.
 
-Its rates are a real ``sofa-top record`` of the bundled torch demo's (a 10 minute recording on
-this 2-core machine, 2026-12-07), with two DataLoader worker processes beside the target as a
-typical training job has: process and system samples at 10 Hz (the process collector's
-default interval), the scheduler's accounting and the runnable count twice a second, a stack
-window a second (100 Hz, the loop's main thread over ~20 distinct stacks, an idle pin-memory
-thread, the agent's idle thread, the two workers), ``steps_per_s`` steps, the agent's report
-every 30 s, a neighbours scan every 3 s, a log line every 50 steps, a pipeline description
-every 5 s and a verdict change every 5 minutes. 2 hours at the defaults: about 1.6 M points,
-7,200 stack windows, 170 k stack counts, 72 k steps, 6 k events.
+Its tables are a real ``sofa-top record`` of the bundled torch demo's (10 minutes on this 2-core
+machine, 2026-12-07), with two DataLoader worker processes beside the target as a typical
+training job has, and the stacks and steps at what a quiet machine records: process and system
+samples at 10 Hz (the process collector's default interval), the scheduler's accounting and
+the runnable count twice a second, a stack window a second (100 Hz; the loop's main thread
+over 14 of ~25 stacks, an idle pin-memory thread, the agent's idle thread, the two workers),
+``steps_per_s`` steps, the agent's report every 30 s, a neighbours scan every 3 s, a log line
+every 50 steps, a pipeline description every 5 s and a verdict change every 5 minutes. 2 hours
+at the defaults: 1.67 M points, 7,200 stack windows, 158 k stack counts, 72 k steps, 5.5 k
+events (26 distinct stacks: a real session has hundreds, which the summary's merge of repeated
+stacks folds less).
 """
 
 from __future__ import annotations
