@@ -36,7 +36,7 @@ from sofa_top.datamodel.samples import Event
 from sofa_top.datamodel.snapshot import Mode, Snapshot, TargetInfo
 from sofa_top.datamodel.source import OnSnapshot
 from sofa_top.metrics.spec import MetricsSpec
-from sofa_top.recording.hub import Session, session_file
+from sofa_top.recording.hub import CUT_GRACE_S, FINALIZE_S, Session, session_file
 from sofa_top.recording.store import SessionStore
 
 if TYPE_CHECKING:
@@ -146,8 +146,15 @@ class Run:
         watchdog.daemon = True  # a normal exit comes first and does not wait for it
         watchdog.start()
 
+    @property
+    def cut(self) -> str | None:
+        """What the session file lacks when its end passed its bound (``Session.stop``)."""
+        return self.session.cut
+
     def finish(self, reason: str, *, stop_job: bool = True, interrupt: bool = True) -> None:
-        """Stop the workload sofa-top launched (if still running), then the session.
+        """Stop the workload sofa-top launched (if still running), then the session; returns
+        once the session is final (its `ended` record and final verdict stored), or cut at its
+        bound (``cut`` says what it lacks): within ``FINISH_BOUND_S`` in all.
 
         ``interrupt``: SIGINT first, as Ctrl-C would (the job may save its work), then SIGTERM,
         then SIGKILL (``terminate_workload``); else SIGTERM first. ``stop_job=False`` leaves it
@@ -163,7 +170,7 @@ class Run:
                 self.session.stopping_job(reason)
                 terminate_workload(self.popen, interrupt=interrupt)
                 # Let the process collector see the exit, so the session records its code.
-                self.session.wait(2.0)
+                self.session.wait(EXIT_SEEN_S)
             else:
                 self.left_running = self.popen.pid
                 self.popen = None
@@ -180,6 +187,11 @@ class Run:
 SIGNAL_EXIT_S = 5.0  # after a signal's stop: the most the dashboard may take to exit
 INTERRUPT_GRACE_S = 5.0  # after SIGINT: a training script may save a checkpoint
 TERMINATE_GRACE_S = 5.0  # after SIGTERM, before SIGKILL
+EXIT_SEEN_S = 2.0  # after the job's exit: the process collector records it (and its code)
+# The most ``Run.finish`` takes: the job's stop (SIGINT, SIGTERM, then SIGKILL), its exit seen,
+# then the session's end (``Session.stop``: FINALIZE_S, and CUT_GRACE_S when that is passed).
+# Only a job that SIGKILL cannot end (a process in uninterruptible sleep) holds it longer.
+FINISH_BOUND_S = INTERRUPT_GRACE_S + TERMINATE_GRACE_S + EXIT_SEEN_S + FINALIZE_S + CUT_GRACE_S
 
 
 def terminate_workload(

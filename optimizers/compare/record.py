@@ -66,7 +66,8 @@ def record_one(
     """Launch ``cmd`` with ``spec`` and stop it after ``warmup`` + ``target_steps`` steps (or
     ``seconds`` past the warm-up, or its exit, or ``timeout_s``). Returns the tree's peak PSS.
     ``like``: run in that job's working directory with its environment (``compare --like``).
-    ``group``: the comparison this run belongs to (the session lists show it as one entry)."""
+    ``group``: the comparison this run belongs to (the session lists show it as one entry).
+    Raises ``SessionCut`` when the session's end passed its bound."""
     run = open_launch(
         LaunchRequest(
             cmd=tuple(cmd),
@@ -91,13 +92,21 @@ def record_one(
         memory.sample(force=True)
     finally:
         # compare's own stop (the run has what it needs): SIGTERM, as a job scheduler would;
-        # a Ctrl-C of compare lands here too, and the run it interrupted does not run on
+        # a Ctrl-C of compare lands here too, and the run it interrupted does not run on.
+        # It returns once the session is final, or cut at its bound (launch.FINISH_BOUND_S);
+        # in a thread, so that a second signal's exception here cannot cut it short.
         finisher = threading.Thread(
             target=run.finish, args=(reason,), kwargs={"interrupt": False}, daemon=True
         )
         finisher.start()
-        finisher.join(60.0)
+        finisher.join()
+    if run.cut is not None:
+        raise SessionCut(run.cut)
     return memory.peak
+
+
+class SessionCut(Exception):
+    """A run's session passed its bound at finalizing (its message says what it lacks)."""
 
 
 def _run_until_done(

@@ -60,7 +60,7 @@ from sofa_top.optimizers.compare.progress import (
     SearchLevelFinished,
     SearchLevelStarted,
 )
-from sofa_top.optimizers.compare.record import record_one
+from sofa_top.optimizers.compare.record import SessionCut, record_one
 from sofa_top.optimizers.compare.results import CompareResult, ConfigResult
 from sofa_top.optimizers.compare.summary import (
     best_config,
@@ -118,6 +118,8 @@ class _Plan:
             return analyze_session(path, warmup, self.steps, spec, memory)
         except UserError:
             raise
+        except SessionCut as e:  # its file lacks the end: judging it again would be as slow
+            return RunOutcome.failure(str(path), str(e))
         except Exception as e:
             return RunOutcome.failure(str(path), repr(e))
 

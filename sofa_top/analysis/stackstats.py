@@ -98,19 +98,40 @@ def _without_agent(stack: StackCount) -> StackCount:
     return replace(stack, frames=tuple(f for f in stack.frames if not is_agent_frame(f)))
 
 
+def merged(stacks: Iterable[StackCount]) -> list[StackCount]:
+    """``stacks`` with each repeat of one thread's stack and class summed into its first: every
+    figure a summary derives is a sum of counts (in the order stacks first appear), and a long
+    session repeats a few hundred stacks over thousands of windows. Keyed by the identity of
+    the frames (the reader and the collectors share one tuple per distinct stack), so that no
+    stack is hashed; equal stacks in distinct tuples stay apart, which changes no figure."""
+    first: dict[tuple[int, int, str, int, str], int] = {}
+    out: list[StackCount] = []
+    counts: list[int] = []
+    for s in stacks:
+        key = (s.pid, s.tid, s.thread_name, id(s.frames), s.klass)
+        i = first.get(key)
+        if i is None:
+            first[key] = len(out)
+            out.append(s)
+            counts.append(s.count)
+        else:
+            counts[i] += s.count
+    return [s if s.count == n else replace(s, count=n) for s, n in zip(out, counts, strict=True)]
+
+
 def _stacks(windows: Iterable[StackWindow], tid: int | None) -> tuple[list[StackCount], int]:
     """The user's stacks (agent frames dropped) and the agent's running samples."""
     out: list[StackCount] = []
     agent = 0
-    for w in windows:
-        for s in w.stacks:
-            if s.count <= 0 or (tid is not None and s.tid != tid):
-                continue
-            if is_agent_stack(s):
-                if s.klass != "idle":
-                    agent += s.count
-                continue
-            out.append(_without_agent(s))
+    sampled = (
+        s for w in windows for s in w.stacks if s.count > 0 and (tid is None or s.tid == tid)
+    )
+    for s in merged(sampled):
+        if is_agent_stack(s):
+            if s.klass != "idle":
+                agent += s.count
+            continue
+        out.append(_without_agent(s))
     # A thread's context is known once one of its samples is inside a model call; its windows
     # before that were classified without it (the collector cannot see ahead).
     callers = {(s.pid, s.tid) for s in out if in_model_call(s.frames)}
@@ -259,16 +280,28 @@ def _host_split(
     if not best or model_samples(best) == 0:
         return None, 0, None
     looping: list[StackCount] = []
+    # per distinct stack (by the frames' identity, as ``merged``): its frames without the
+    # agent's, and whether they are inside a model call; None for the agent's own samples
+    seen: dict[tuple[str, int], tuple[tuple[Frame, ...], bool] | None] = {}
     for w in windows:
         # the agent's own samples (its hooks' bookkeeping, innermost) are the profiler's time,
         # not the loop's: left out before their frames are dropped, or they read as its Python
-        mine = [
-            _without_agent(c)
-            for c in w.stacks
-            if (c.pid, c.tid) == key and c.count > 0 and not is_agent_stack(c)
-        ]
-        if model_samples(mine):
+        mine: list[StackCount] = []
+        calls = False
+        for c in w.stacks:
+            if (c.pid, c.tid) != key or c.count <= 0:
+                continue
+            ident = (c.thread_name, id(c.frames))
+            if ident not in seen:
+                user = None if is_agent_stack(c) else _without_agent(c).frames
+                seen[ident] = None if user is None else (user, in_model_call(user))
+            known = seen[ident]
+            if known is not None:
+                mine.append(c if known[0] is c.frames else replace(c, frames=known[0]))
+                calls = calls or known[1]
+        if calls:
             looping += mine
+    looping = merged(looping)
     counts = host_counts(looping)
     n = sum(counts.values())
     setup = setup_samples(looping) / max(1, model_samples(looping))

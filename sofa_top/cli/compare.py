@@ -18,6 +18,7 @@ from rich.text import Text
 from sofa_top.cli import exits
 from sofa_top.collectors.discovery import JobCopy
 from sofa_top.datamodel.errors import UserError
+from sofa_top.launch import FINISH_BOUND_S
 from sofa_top.optimizers.compare import (
     CompareEvent,
     CompareResult,
@@ -99,10 +100,10 @@ class _Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
-# After a stop signal compare stops the run it was in and finalizes that session (a minute on a
-# loaded machine: ``record_one`` waits up to 60 s for it); past this it exits regardless, so that
-# a stuck teardown never leaves Ctrl-C unanswered
-SIGNAL_EXIT_S = 90.0
+# After a stop signal compare stops the run it was in and finalizes that session (``record_one``
+# waits for it: at most ``FINISH_BOUND_S``); past this it exits regardless, so that a stuck
+# teardown never leaves Ctrl-C unanswered
+SIGNAL_EXIT_S = FINISH_BOUND_S + 13.0
 
 
 def _stop(signum: int, _frame: object) -> None:

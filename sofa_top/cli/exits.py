@@ -6,6 +6,8 @@ from __future__ import annotations
 import signal
 
 RECORDING_FAILED = 1  # sofa-top itself failed (a full disk, a dead collector)
+# the session's end passed its bound (``launch.FINISH_BOUND_S``): sofa-top failed to finalize it
+SESSION_CUT = RECORDING_FAILED
 COMPARE_FAILED = 1  # compare: the baseline failed, or every configuration did
 
 

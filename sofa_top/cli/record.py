@@ -6,7 +6,6 @@ import argparse
 import json
 import signal
 import sys
-import threading
 import time
 from types import FrameType
 from typing import Any
@@ -27,7 +26,8 @@ def record(args: argparse.Namespace) -> int:
     """Record until ``--duration``, the target's exit or Ctrl-C/SIGTERM/SIGHUP; then print the
     summary (``--json``: the machine-readable one). The exit status is the workload's when it
     ended by itself (128 + N: a signal), 128 + N when a signal stopped sofa-top (130: Ctrl-C),
-    0 at ``--duration``, 1 when sofa-top itself failed (``exits``)."""
+    0 at ``--duration``, 1 when sofa-top itself failed or its session was cut at finalizing
+    (``exits``)."""
     if (args.pid is None) == (not args.cmd):
         raise UserError("record needs either --pid PID or -- CMD [ARGS...] (not both)")
     sampling = sampling_of(args)
@@ -84,11 +84,13 @@ def record(args: argparse.Namespace) -> int:
     reason = stop_reason[0] if stop_reason else "recording failed" if failed else "target exited"
     # sofa-top failing is no reason to stop the user's workload: it runs on, unwatched
     stop_job = not (failed or args.keep_running)
-    finisher = threading.Thread(
-        target=run.finish, args=(reason,), kwargs={"stop_job": stop_job}, daemon=True
-    )
-    finisher.start()
-    finisher.join(30.0)
+    # returns once the session is final, or cut at its bound (``launch.FINISH_BOUND_S``)
+    run.finish(reason, stop_job=stop_job)
+    running = left_running(run)
+    if run.cut is not None:
+        # no summary: judging the file again would take what the hub could not finish in time
+        print(f"sofa-top: {run.cut}" + (f"; {running}" if running else ""), file=sys.stderr)
+        return exits.SESSION_CUT
     from sofa_top.recording.report import session_summary
 
     summary = session_summary(session.session_path)
@@ -97,7 +99,6 @@ def record(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         render_summary(summary)
-    running = left_running(run)
     if failed:
         print(
             f"sofa-top: recording stopped early ({thread_failures(session)}); "

@@ -140,6 +140,9 @@ def finished(run: Run, path: str | None = None) -> int:
             f"sofa-top: recording stopped early ({thread_failures(run.session)})", file=sys.stderr
         )
         return exits.RECORDING_FAILED
+    if run.cut is not None:
+        print(f"sofa-top: {run.cut}", file=sys.stderr)
+        return exits.SESSION_CUT
     if run.ended_by is not None:
         return exits.signal_status(run.ended_by) or 1
     session = run.session

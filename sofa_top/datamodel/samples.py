@@ -296,9 +296,12 @@ class Event:
 PhaseHint = Literal["train", "eval", ""]
 
 
+_PHASE_HINTS: tuple[PhaseHint, ...] = get_args(PhaseHint)
+
+
 def phase_hint(value: object) -> PhaseHint:
     """``value`` as a phase hint ("" for anything else)."""
-    return one_of(value, get_args(PhaseHint)) or ""
+    return one_of(value, _PHASE_HINTS) or ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,9 +358,12 @@ class StepSample:
 GpuBusySource = Literal["profiler", "estimate"]
 
 
+_GPU_BUSY_SOURCES: tuple[GpuBusySource, ...] = get_args(GpuBusySource)
+
+
 def gpu_busy_source(value: object) -> GpuBusySource | None:
     """``value`` as a busy-time source (None for anything else)."""
-    return one_of(value, get_args(GpuBusySource))
+    return one_of(value, _GPU_BUSY_SOURCES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,15 @@ QUEUE_WAITING_MAX = QUEUE_MAX - 2_000
 EXIT_GRACE_S = 0.1  # after the target exits, let its last output and agent frames arrive (the
 # agent collector also reads what is left in its sockets when it stops)
 COLLECTOR_STOP_S = 10.0  # a stop waits this long for the collectors (a stalled one is left)
+# The most a stop waits for the session's end: the collectors' stop (up to COLLECTOR_STOP_S),
+# the `ended` record, the final verdict's read of the file (a 2-hour session: 3 s of CPU, 7 s
+# on a 2-core machine at load 8-10, benchmarks/finalize.py) and the file's close, with room for
+# a machine loaded many times over. Past it sofa-top leaves rather than hang: the file keeps
+# every commit, and one line says what was cut.
+FINALIZE_S = 60.0
+# Past FINALIZE_S: the hub drops what the collectors still hold, skips the final verdict and
+# writes the `ended` record; a stop waits this long for that.
+CUT_GRACE_S = 5.0
 EXITED_SNAPSHOT_S = 0.25  # snapshots after the target's exit, until the session is final
 CUDA_WINDOW_S = 90.0  # the agent's profiler windows come every ~30 s: the verdict sees 3
 
@@ -96,6 +105,11 @@ class Session:
         self._stop_collectors = threading.Event()
         self._stop_hub = threading.Event()
         self._done = threading.Event()
+        self._cut_asked = threading.Event()  # a stop passed its bound: end the file now
+        self._ended = threading.Event()  # the `ended` record is committed
+        self.final_stored = False  # the final verdict is committed
+        self._final_lock = threading.Lock()  # the verdict's commit, or the cut that drops it
+        self.cut: str | None = None  # what the file lacks when a stop passed its bound
         self._threads: list[threading.Thread] = []
         self._hub: threading.Thread | None = None
         self._on_snapshot: OnSnapshot | None = None
@@ -175,17 +189,47 @@ class Session:
                 self.end_reason = reason
         self.job_stopped = True
 
-    def stop(self, reason: str = "stopped") -> None:
-        """Stop collecting, flush everything queued, finalize the file. Idempotent."""
+    def stop(self, reason: str = "stopped", timeout: float = FINALIZE_S) -> bool:
+        """Stop collecting, flush everything queued, finalize the file; True once it is final
+        (its `ended` record and final verdict committed) and the hub done. Past ``timeout`` the
+        hub is told to drop what is left and write `ended` without the verdict (this waits
+        ``CUT_GRACE_S`` for it), ``cut`` says what the file lacks, and this returns False.
+        Idempotent (a stop after a cut returns at once)."""
         with self._lock:
             if self.end_reason is None:
                 self.end_reason = reason
         self._stop_collectors.set()
         self._stop_hub.set()  # the hub records what the collectors leave, then finalizes
-        if self._hub is not None:
-            self._hub.join(timeout=COLLECTOR_STOP_S + 5.0)
-        else:  # never started: still leave a finalized file behind
+        hub = self._hub
+        if hub is None:  # never started: still leave a finalized file behind
             self._finalize()
+            return True
+        if self.cut is not None:
+            return False
+        asked = time.monotonic()
+        hub.join(timeout)
+        if not hub.is_alive():
+            return True
+        with self._final_lock:
+            self._cut_asked.set()
+            if self.final_stored:  # all is committed; only the WAL's checkpoint is left
+                return True
+        self._ended.wait(CUT_GRACE_S)
+        self.cut = self._cut_line(time.monotonic() - asked)
+        return False
+
+    def _cut_line(self, took: float) -> str:
+        """What a session cut at finalizing lacks (one line, after ``sofa-top: ``)."""
+        if self._ended.is_set():
+            lacks = "no final verdict"
+            keeps = "has all that was recorded and its `ended` record"
+        else:
+            lacks = "no `ended` record, no final verdict"
+            keeps = "keeps what was committed until then"
+        return (
+            f"the session was cut at finalizing: {lacks} (the hub took > {took:.0f} s); "
+            f"{self.session_path} {keeps}"
+        )
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the session is finalized (target exit or stop); True if it was."""
@@ -272,11 +316,14 @@ class Session:
         """Keep recording while the collectors stop (the agent collector reads what its
         sockets still hold: a flood's backlog, the agent's bye), then take all they left."""
         deadline = time.monotonic() + COLLECTOR_STOP_S
+        cut = self._cut_asked
         while any(t.is_alive() for t in self._threads) and time.monotonic() < deadline:
+            if cut.is_set():
+                return
             batch = self._drain(timeout=0.05)
             if batch:
                 self._record(batch)
-        while batch := self._drain(timeout=0):
+        while not cut.is_set() and (batch := self._drain(timeout=0)):
             self._record(batch)
 
     def _drain(self, timeout: float) -> list[Sample]:
@@ -371,24 +418,31 @@ class Session:
             meta["stopped_job"] = self.job_stopped
         if self.dropped:
             meta["dropped_samples"] = self.dropped
-        if self.failure is None:
+        with contextlib.suppress(Exception):  # first, and committed: the verdict may be cut
+            self.store.set_meta(**meta)
+            self.store.commit()
+            self._ended.set()
+        if self.failure is None and not self._cut_asked.is_set():
             with contextlib.suppress(Exception):  # a verdict is never worth the file
-                self._store_final_verdict(meta)
+                self._store_final_verdict()
         with contextlib.suppress(Exception):
             self.store.close(**meta)
         self._done.set()
 
-    def _store_final_verdict(self, meta: dict[str, Any]) -> None:
+    def _store_final_verdict(self) -> None:
         """Judge the whole session from the file, as ``record --json`` does, and store it as
         the session's last verdict: the dashboard ends on it, and a replay at the end of the
         file and ``record --json`` read it back."""
-        self.store.set_meta(**meta)
-        self.store.commit()
         verdict = session_verdict(self.session_path)
         # at the recording's last instant: a replay's cursor ends there and reads it back
         at = self._last_point_ts or time.time()
         ev = Event(at, "verdict", verdict.headline, {**verdict.as_json(), "final": True})
-        self.store.write([ev])
+        with self._final_lock:  # a stop past its bound said the file has none: it has none
+            if self._cut_asked.is_set():
+                return
+            self.store.write([ev])
+            self.store.commit()
+            self.final_stored = True
         self._events.append(ev)
         self._verdict = self._final = verdict
 
@@ -458,7 +512,8 @@ class Session:
         ):
             ev = Event(now, "rank-verdict", verdict.headline, verdict.as_json())
             self._events.append(ev)
-            self.store.write([ev])
+            if not self._finalized:
+                self.store.write([ev])
         self._rank_verdict = verdict
 
     def _latest_cuda(self) -> CudaSample | None:
@@ -530,7 +585,8 @@ class Session:
         ):
             ev = Event(now, "verdict", verdict.headline, verdict.as_json())
             self._events.append(ev)
-            self.store.write([ev])
+            if not self._finalized:  # a session cut at finalizing judges on, unrecorded
+                self.store.write([ev])
         self._verdict = verdict
         return verdict
 

@@ -8,6 +8,7 @@ import json
 import math
 import sqlite3
 from collections.abc import Iterable, Iterator
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,29 @@ class SessionReader:
                 (series,),
             )
         )
+
+    def values(self, series: str) -> list[float | None]:
+        """The values of one series, in time order (``points`` without the rest: a long
+        session's summary reads millions)."""
+        return [
+            r[0]
+            for r in self._db.execute(
+                "SELECT p.value FROM points p JOIN series s ON s.id = p.series_id "
+                "WHERE s.name = ? ORDER BY p.ts",
+                (series,),
+            )
+        ]
+
+    def errors(self, series: str) -> list[str]:
+        """Why readings of one series failed, in time order (its points with an error)."""
+        return [
+            r[0]
+            for r in self._db.execute(
+                "SELECT p.error FROM points p JOIN series s ON s.id = p.series_id "
+                "WHERE s.name = ? AND p.error IS NOT NULL AND p.error != '' ORDER BY p.ts",
+                (series,),
+            )
+        ]
 
     def stack_windows(self) -> Iterator[StackWindow]:
         """All stack windows with their counts, in time order."""
@@ -528,12 +552,20 @@ def _pipeline(data: str | None) -> PipelineSample | None:
         return None
 
 
+_BUSY_SOURCE = STEP_COLUMNS.index("gpu_busy_source")
+_PHASE_HINT = STEP_COLUMNS.index("phase_hint")
+_AUTOGRAD = STEP_COLUMNS.index("autograd")
+# StepSample's fields, by their column: positional arguments (a long session has ~100 k steps)
+_FIELD_COLUMNS = tuple(STEP_COLUMNS.index(f.name) for f in fields(StepSample))
+
+
 def _step(row: tuple[Any, ...]) -> StepSample:
-    values = dict(zip(STEP_COLUMNS, row, strict=True))
-    values["gpu_busy_source"] = gpu_busy_source(values["gpu_busy_source"])
-    values["phase_hint"] = phase_hint(values["phase_hint"])
-    values["autograd"] = None if values["autograd"] is None else bool(values["autograd"])
-    return StepSample(**values)
+    values = list(row)
+    values[_BUSY_SOURCE] = gpu_busy_source(values[_BUSY_SOURCE])
+    values[_PHASE_HINT] = phase_hint(values[_PHASE_HINT])
+    autograd = values[_AUTOGRAD]
+    values[_AUTOGRAD] = None if autograd is None else bool(autograd)
+    return StepSample(*[values[i] for i in _FIELD_COLUMNS])
 
 
 def _event(ts: float, kind: str, message: str | None, data: str | None) -> Event:

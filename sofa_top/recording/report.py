@@ -96,7 +96,7 @@ class _Read:
     """What the summary reads from a session file."""
 
     meta: dict[str, Any]
-    points: dict[str, list[float | None]]  # series name -> values (proc.* left out)
+    points: dict[str, list[float | None]]  # series name -> values (those the summary reads)
     target_cpu: list[float | None]  # the target process's own CPU
     windows: list[StackWindow]
     steps: list[StepSample]
@@ -139,7 +139,28 @@ def _ranks(reader: SessionReader, steps: list[StepSample], cpu_count: int) -> tu
     return rank_stats(evidence, Evidence(cpu_count=cpu_count))
 
 
-def _read(path: Path) -> _Read:
+def _timed(name: str) -> bool:
+    """The series read with their times (the scheduler's readings and the runnable count are
+    taken from the loop's first step on); the others are read as values only."""
+    return name.startswith("sched.") or name == "tree.runnable"
+
+
+def _for_verdict(name: str) -> bool:
+    """The series the verdict reads (``_judge_read``), besides the target's own CPU."""
+    return name == "tree.cpu" or _timed(name)
+
+
+def _for_summary(name: str) -> bool:
+    """The series the summary reads (a long session has millions of points of the others)."""
+    return _for_verdict(name) or name in _SUMMARY_SERIES or name.startswith("gpu.")
+
+
+_SUMMARY_SERIES = frozenset(("sys.cpu", "tree.rss", "tree.threads"))
+
+
+def _read(path: Path, verdict_only: bool = False) -> _Read:
+    """What the summary reads; ``verdict_only``: only the series the verdict reads (the final
+    verdict of a long session reads a fraction of its millions of points)."""
     reader = SessionReader(path)
     try:
         meta = reader.meta()
@@ -148,19 +169,18 @@ def _read(path: Path) -> _Read:
         add_source_dirs((meta.get("target") or {}).get("cmdline") or ())
         agent = reader.agent_info(target_pid)
         steps = step_facts.valid_steps(reader.steps(), agent)
-        raw = {n: reader.points(n) for n in reader.series_names() if not n.startswith("proc.")}
+        names = [
+            n for n in reader.series_names() if (_for_verdict if verdict_only else _for_summary)(n)
+        ]
+        raw = {n: reader.points(n) for n in names if _timed(n)}
         neighbours = [n for e in reader.events("neighbours") if (n := neighbours_of(e.data))]
         # what the threads did while the loop ran (not the interpreter's start and imports)
         loop = min((s.start for s in steps), default=None)
         return _Read(
             meta=meta,
-            points={name: [v for _, v, _ in pts] for name, pts in raw.items()},
-            errors={
-                name: [e for _, _, e in pts if e]
-                for name, pts in raw.items()
-                if name.startswith("gpu.")
-            },
-            target_cpu=[v for _, v, _ in reader.points(f"proc.{target_pid}.cpu")],
+            points={n: [v for _, v, _ in raw[n]] if n in raw else reader.values(n) for n in names},
+            errors={n: reader.errors(n) for n in names if n.startswith("gpu.")},
+            target_cpu=reader.values(f"proc.{target_pid}.cpu"),
             windows=list(reader.stack_windows()),
             steps=steps,
             pipeline=reader.last_pipeline(),
@@ -301,14 +321,18 @@ def _facts(r: _Read) -> RunFacts:
 
 
 def _judge_read(r: _Read, facts: RunFacts, summary: StackSummary | None) -> Verdict:
-    """The verdict over the whole session."""
+    """The verdict over the whole session; ``summary``: the stacks of all its windows, when
+    already summarized (else summarized here, if the steps' windows do not serve)."""
     meta, pts = r.meta, r.points
     tree_mean, _ = _stats(pts.get("tree.cpu", []))
     target_mean, _ = _stats(r.target_cpu)
+    stacks = _during_steps(r.windows, r.steps)
+    if stacks is None:
+        stacks = summary or (summarize(r.windows) if r.windows else None)
     return judge(
         Evidence(
             steps=r.steps,
-            stacks=_during_steps(r.windows, r.steps) or summary,
+            stacks=stacks,
             tree_cpu=tree_mean,
             cpu_count=recorded_cores(meta),
             pipeline=r.pipeline,
@@ -329,9 +353,8 @@ def session_verdict(path: str | Path) -> Verdict:
     """The verdict over the whole session (what ``record --json`` says), judged from the file:
     the hub stores it as the session's final verdict when the session ends."""
     with reading(Path(path)):
-        r = _read(Path(path))
-        summary = summarize(r.windows) if r.windows else None
-        return _judge_read(r, _facts(r), summary)
+        r = _read(Path(path), verdict_only=True)
+        return _judge_read(r, _facts(r), None)
 
 
 def session_summary(path: str | Path) -> dict[str, Any]:

@@ -110,7 +110,7 @@ STEP_COLUMNS = (
     "autograd",
     "wait_run_s",
     "wait_queue_s",
-)  # fmt: skip  (StepSample's field order)
+)  # fmt: skip  (StepSample's fields, the v5 columns last)
 
 
 def uri(path: Path, mode: str) -> str:

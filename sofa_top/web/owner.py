@@ -119,7 +119,12 @@ class Owner:
     async def _finish(self, owned: OwnedRun, reason: str) -> None:
         loop = asyncio.get_running_loop()
         try:
+            # returns once the session is final, or cut at its bound (``launch.FINISH_BOUND_S``)
             await loop.run_in_executor(None, owned.run.finish, reason)
+            owned.error = owned.run.cut
+            if owned.error is not None and self.opener is not None:
+                # serve's terminal is its log (launch --web says it as it exits)
+                print(f"sofa-top: {owned.error}", file=sys.stderr, flush=True)
         except Exception as exc:  # said to the viewers and on exit; the path is still worth having
             owned.error = f"{type(exc).__name__}: {exc}"
         owned.ended = True
