@@ -603,12 +603,3 @@ def run_dashboard(
             signal.signal(sig, handler)
         # Idempotent: after a normal quit this is a no-op; after a crash it still finalizes.
         source.stop()
-
-
-def run_replay(source: SnapshotSource, *, title: str = "sofa-top") -> None:
-    """Browse a recorded session (``sofa_top.recording.replay.ReplaySource``) until the user quits.
-
-    The dashboard is read-only: ←/→ move the cursor (shift: 10 s), [ and ] jump between verdict
-    changes, and every pane shows the recording at the cursor.
-    """
-    run_dashboard(source, refresh_s=1.0, title=title)

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from sofa_top.analysis.sources import OUTPUT_LINE, SYNC_LINE, source_line
@@ -345,16 +345,6 @@ def is_input_frame(frame: Frame) -> bool:
     return bool(_flags(frame) & _INPUT)
 
 
-def is_compute_frame(frame: Frame) -> bool:
-    """True for a frame of framework execution (torch modules/autograd/optim, TF eager/ops...)."""
-    return bool(_flags(frame) & _COMPUTE)
-
-
-def is_idle_leaf(frame: Frame) -> bool:
-    """True when ``frame``, as the innermost frame, means the thread is blocked waiting."""
-    return bool(_flags(frame) & _IDLE_LEAF)
-
-
 def is_worker_loop_frame(frame: Frame) -> bool:
     """True for the main loop of a pipeline worker (DataLoader worker, pin-memory, pool worker)."""
     return bool(_flags(frame) & _WORKER)
@@ -551,8 +541,3 @@ def in_model_context(stack: StackCount) -> StackCount:
     by_frames = _classify(stack.frames) == "compute"  # else native work the GIL showed
     klass = _classify(stack.frames, True) if by_frames else _native_class(stack)
     return stack if klass == "compute" else replace(stack, klass=klass)
-
-
-def has_model_calls(stacks: Iterable[StackCount]) -> bool:
-    """Whether any of a thread's stacks is inside a model call (its model-call context)."""
-    return any(in_model_call(s.frames) for s in stacks)
