@@ -33,11 +33,12 @@ from textual.validation import Number
 from textual.widgets import Button, Checkbox, Footer, Input, Label, ProgressBar, Static
 
 from sofa_top.agent.toggles import EXCLUSIVE_NOTE, OptimizeSpec, excluded, rows, toggle_of
+from sofa_top.analysis.framework import snapshot_framework
 from sofa_top.collectors.discovery import JobCopy, job_copy
 from sofa_top.datamodel.errors import UserError
 from sofa_top.datamodel.snapshot import Snapshot, TargetInfo
-from sofa_top.datamodel.verdict import Measured, Verdict
 from sofa_top.datamodel.source import MeasuredSink, SnapshotSource, measured_sink, target_of
+from sofa_top.datamodel.verdict import Measured, Verdict
 from sofa_top.datamodel.workload import ModelReport
 from sofa_top.optimizers.advice import toggles_off
 from sofa_top.optimizers.compare import (
@@ -626,18 +627,6 @@ def uses_cuda(snapshot: Snapshot) -> bool:
     """The agent saw the workload use CUDA (its readings, or its torch-cuda hook applied)."""
     agent = snapshot.agent
     return snapshot.cuda is not None or (agent is not None and "torch-cuda" in agent.hooks_applied)
-
-
-def snapshot_framework(snapshot: Snapshot) -> str:
-    """``tensorflow``, ``torch`` or "" (not known) for the workload of ``snapshot``."""
-    if snapshot.model is not None:
-        return snapshot.model.framework
-    if snapshot.pipeline is not None:
-        return "tensorflow" if snapshot.pipeline.framework == "tf.data" else "torch"
-    names = {n for n, _v in snapshot.agent.frameworks} if snapshot.agent else set()
-    if "tensorflow" in names and "torch" not in names:
-        return "tensorflow"
-    return "torch" if "torch" in names else ""
 
 
 def live_session(app: App[Any]) -> MeasuredSink | None:

@@ -74,6 +74,7 @@ from sofa_top.analysis import gpu as gpu_loop
 from sofa_top.analysis import steps as step_facts
 from sofa_top.analysis.classify import writes_output
 from sofa_top.analysis.evidence import Evidence as Evidence  # re-exported: judge's input
+from sofa_top.analysis.framework import model_framework
 from sofa_top.analysis.inputs import (
     cause_evidence,
     input_advice,
@@ -191,39 +192,9 @@ def _keras(ev: Evidence) -> bool:
     )
 
 
-_TORCH_MODULE = "torch/nn/modules/module.py"  # nn.Module.__call__: a torch model ran
-
-
 def _framework(ev: Evidence) -> str:
-    """The framework of the workload's *model* (a torch model fed by TensorFlow's image ops
-    is torch): the model-call clock's, the agent's model report, then the pipeline's..."""
-    source = step_facts.main_source(ev.steps)
-    if source in step_facts.MODEL_CALL_SOURCES:
-        return step_facts.SOURCE_FRAMEWORK[source]
-    if ev.model is not None and ev.model.module:
-        return ev.model.framework
-    if ev.pipeline is not None:
-        return "tensorflow" if ev.pipeline.framework == "tf.data" else "torch"
-    for fw in ev.frameworks:
-        if fw in ("tensorflow", "torch"):
-            return fw
-    # a step's hook names its framework: known from the first step, before the agent's status
-    # or enough stack samples arrive (the first verdict's fix would otherwise be generic)
-    for s in reversed(ev.steps[-50:]):
-        if s.source in step_facts.SOURCE_FRAMEWORK:
-            return step_facts.SOURCE_FRAMEWORK[s.source]
-    if ev.stacks is not None:
-        # a torch model's calls, whatever decodes its input: looked for in every function, as
-        # they run little of their own (the hot functions can all be the input's: TensorFlow's
-        # image ops decoding for a torch model rank them below 30th)
-        if any(_TORCH_MODULE in f.filename for f in ev.stacks.functions):
-            return "torch"
-        files = " ".join(f.filename for f in ev.stacks.functions[:30])
-        if "tensorflow" in files or "keras" in files:
-            return "tensorflow"
-        if "torch" in files:
-            return "torch"
-    return ""
+    """The framework of the workload's model (``analysis.framework``)."""
+    return model_framework(ev.steps, ev.model, ev.pipeline, ev.frameworks, ev.stacks)
 
 
 def _bottleneck(p: PipelineSample | None) -> str | None:
