@@ -26,8 +26,9 @@ def model_framework(
     """The model-call clock's framework, the agent's model report, the pipeline's, the
     frameworks the workload imported, any step clock's, then the stacks' files."""
     source = step_facts.main_source(steps)
-    if source in step_facts.MODEL_CALL_SOURCES:
-        return "tensorflow" if step_facts.SOURCE_FRAMEWORK[source] == "tensorflow" else "torch"
+    model_clock = step_facts.framework_of(source) if step_facts.model_call(source) else None
+    if model_clock is not None:
+        return model_clock
     if model is not None and model.module:
         return model.framework
     if pipeline is not None:
@@ -38,10 +39,9 @@ def model_framework(
     # a step's hook names its framework: known from the first step, before the agent's status
     # or enough stack samples arrive (the first verdict's fix would otherwise be generic)
     for s in reversed(steps[-50:]):
-        if s.source in step_facts.SOURCE_FRAMEWORK:
-            return (
-                "tensorflow" if step_facts.SOURCE_FRAMEWORK[s.source] == "tensorflow" else "torch"
-            )
+        hooked = step_facts.framework_of(s.source)
+        if hooked is not None:
+            return hooked
     if stacks is not None:
         # a torch model's calls, whatever decodes its input: looked for in every function, as
         # they run little of their own (the hot functions can all be the input's: TensorFlow's

@@ -186,8 +186,7 @@ def _oversubscribed(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict |
 
 
 def _keras(ev: Evidence) -> bool:
-    keras = ("keras-fit", "keras-model-call", "keras-evaluate")
-    return any(s.source in keras for s in ev.steps[-50:]) or bool(
+    return any(step_facts.keras_clock(s.source) for s in ev.steps[-50:]) or bool(
         ev.model is not None and ev.model.keras_model
     )
 
@@ -328,10 +327,11 @@ def _next_step(ev: Evidence) -> tuple[Recommendation, ...]:
 def _step_evidence(ev: Evidence) -> dict[str, object]:
     """Which clock the steps came from, and whether it timed the input wait."""
     source = step_facts.main_source(ev.steps)
+    name = step_facts.main_label(ev.steps)
     agent = ev.facts.agent
-    note = dict(agent.step_notes).get(source or "") if agent is not None else None
+    note = dict(agent.step_notes).get(name or "") if agent is not None else None
     return {
-        "step_source": source,
+        "step_source": name,
         "step_sources": step_facts.step_sources(ev.steps),
         "input_wait_measured": step_facts.wait_measured(source),
         "step_note": note,
@@ -361,7 +361,7 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "t
     }
     conf = min(0.95, 0.5 + 0.05 * len(ev.steps))
     noun = {"train": "step", "eval": "evaluation step"}.get(phase, "inference step")
-    in_body = evidence["step_source"] in step_facts.MODEL_CALL_SOURCES
+    in_body = step_facts.model_call(step_facts.main_source(ev.steps))
     if measured is None:
         return _judge_unmeasured(ev, fw, evidence, conf)
     # a little host time the stacks could not split may be the loop's own Python: only a
@@ -620,7 +620,7 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
 def _judge_unmeasured(ev: Evidence, fw: str, evidence: dict[str, object], conf: float) -> Verdict:
     """Steps from a clock that cannot time the input: the loop thread's stacks decide, or the
     verdict abstains (what is missing, how to mark the steps)."""
-    source = step_facts.SOURCE_TEXT.get(str(evidence["step_source"]), "its clock")
+    source = step_facts.clock_text(step_facts.main_source(ev.steps)) or "its clock"
     why = f"steps from {source}; no fetch or model call marks the loop: input wait not measured"
     s = ev.stacks
     n, split = _loop_thread(s) if s is not None else (0, {})

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from sofa_top.agent.clocks import clock_of
 from sofa_top.analysis.stackstats import AGENT_THREADS
 from sofa_top.datamodel.errors import UserError
 from sofa_top.datamodel.samples import (
@@ -518,6 +519,7 @@ def _pipeline(data: str | None) -> PipelineSample | None:
 def _step(row: tuple[Any, ...]) -> StepSample:
     values = dict(zip(STEP_COLUMNS, row, strict=True))
     values["gpu_busy_source"] = gpu_busy_source(values["gpu_busy_source"])
+    values["source"], values["name"] = clock_of(values["source"])  # other names: api loops
     values["phase_hint"] = phase_hint(values["phase_hint"])
     values["autograd"] = None if values["autograd"] is None else bool(values["autograd"])
     return StepSample(**values)

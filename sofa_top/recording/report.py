@@ -253,11 +253,11 @@ def _steps_json(
     busy = [s for s in steps if s.gpu_busy_s is not None]
     spans = [s.gpu_span_s for s in steps if s.gpu_span_s is not None]
     busy_time = sum(s.duration_s for s in busy)
-    main = step_facts.main_source(steps)
+    main = step_facts.main_label(steps)
     notes = dict(facts.agent.step_notes) if facts.agent is not None else {}
     host = (
         summary.host_split
-        if summary is not None and main in step_facts.MODEL_CALL_SOURCES
+        if summary is not None and step_facts.model_call(step_facts.main_source(steps))
         else None
     )
     return {
