@@ -67,7 +67,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from sofa_top.analysis.sources import OUTPUT_LINE, SYNC_LINE, source_line
+from sofa_top.analysis.sources import ABSOLUTE_ONLY, OUTPUT_LINE, SYNC_LINE, Lines
 from sofa_top.datamodel.samples import Frame, StackClass, StackCount
 
 # (path fragment, function names or None for any function in that file/folder).
@@ -493,7 +493,10 @@ def reconcile_activity(
 
 
 def reconcile_gil(
-    stacks: Sequence[StackCount], gil_fraction: float | None, model_context: bool = False
+    stacks: Sequence[StackCount],
+    gil_fraction: float | None,
+    model_context: bool = False,
+    lines: Lines = ABSOLUTE_ONLY,
 ) -> tuple[StackCount, ...]:
     """Turn ``python`` samples of one thread that cannot have been running Python into
     ``compute``: native code (a framework's kernel) that user code called.
@@ -519,25 +522,25 @@ def reconcile_gil(
     others = [s for s in stacks if s.klass != "python" or _seen(s.frames) & _KEEP_PYTHON]
     if not model_context:
         return tuple(others + _reclass(python, "compute", excess))
-    return tuple(others + _reclass(python, _native_class, excess))
+    return tuple(others + _reclass(python, lambda s: _native_class(s, lines), excess))
 
 
-def _native_class(stack: StackCount) -> StackClass:
+def _native_class(stack: StackCount, lines: Lines) -> StackClass:
     if model_side(stack.frames):
         return "compute"
     leaf = stack.frames[-1] if stack.frames else None
-    line = source_line(leaf.filename, leaf.line) if leaf is not None else ""
+    line = lines.line(leaf.filename, leaf.line) if leaf is not None else ""
     if OUTPUT_LINE.search(line) or SYNC_LINE.search(line):
         return "python"  # sampling from the output, copying it out: host work, not input
     return "input"
 
 
-def in_model_context(stack: StackCount) -> StackCount:
+def in_model_context(stack: StackCount, lines: Lines = ABSOLUTE_ONLY) -> StackCount:
     """``stack`` as classified in its thread's model-call context: for a window sampled before
     the thread's first model call was seen (its warm-up batches, or a model call too short for
     a slow sampler to catch yet), framework ops and native calls outside the model are input."""
     if stack.klass != "compute":
         return stack
     by_frames = _classify(stack.frames) == "compute"  # else native work the GIL showed
-    klass = _classify(stack.frames, True) if by_frames else _native_class(stack)
+    klass = _classify(stack.frames, True) if by_frames else _native_class(stack, lines)
     return stack if klass == "compute" else replace(stack, klass=klass)

@@ -55,7 +55,7 @@ from sofa_top.analysis.ranks import (
     rank_stats,
     straggler_json,
 )
-from sofa_top.analysis.sources import add_source_dirs
+from sofa_top.analysis.sources import ABSOLUTE_ONLY, Lines, session_lines
 from sofa_top.analysis.stackstats import summarize
 from sofa_top.analysis.steps import RunFacts
 from sofa_top.analysis.verdicts import Evidence, judge
@@ -114,6 +114,7 @@ class _Read:
     runnable: tuple[float, ...] = ()  # its runnable threads, counted while the loop ran
     neighbours: Neighbours | None = None  # the last scan of the other processes
     measured: tuple[Measured, ...] = ()  # what comparisons of this workload measured
+    sources: Lines = ABSOLUTE_ONLY  # the source lines the session read (``analysis.sources``)
 
 
 def _ranks(reader: SessionReader, steps: list[StepSample], cpu_count: int) -> tuple[RankStat, ...]:
@@ -143,8 +144,6 @@ def _read(path: Path) -> _Read:
     try:
         meta = reader.meta()
         target_pid = (meta.get("target") or {}).get("pid")
-        # the stacks read the workload's own source lines: its folders, from its command line
-        add_source_dirs((meta.get("target") or {}).get("cmdline") or ())
         agent = reader.agent_info(target_pid)
         steps = step_facts.valid_steps(reader.steps(), agent)
         raw = {n: reader.points(n) for n in reader.series_names() if not n.startswith("proc.")}
@@ -182,6 +181,7 @@ def _read(path: Path) -> _Read:
             measured=tuple(
                 m for e in reader.events("measured") if (m := Measured.from_json(e.data))
             ),
+            sources=session_lines(meta),
         )
     finally:
         reader.close()
@@ -307,7 +307,7 @@ def _judge_read(r: _Read, facts: RunFacts, summary: StackSummary | None) -> Verd
     return judge(
         Evidence(
             steps=r.steps,
-            stacks=_during_steps(r.windows, r.steps) or summary,
+            stacks=_during_steps(r.windows, r.steps, r.sources) or summary,
             tree_cpu=tree_mean,
             cpu_count=recorded_cores(meta),
             pipeline=r.pipeline,
@@ -328,7 +328,7 @@ def session_verdict(path: str | Path) -> Verdict:
     """The verdict over the whole session (what ``record --json`` says), judged from the file:
     the hub stores it as the session's final verdict when the session ends."""
     r = _read(Path(path))
-    summary = summarize(r.windows) if r.windows else None
+    summary = summarize(r.windows, sources=r.sources) if r.windows else None
     return _judge_read(r, _facts(r), summary)
 
 
@@ -340,7 +340,7 @@ def session_summary(path: str | Path) -> dict[str, Any]:
     started, ended = meta.get("started"), meta.get("ended")
     tree_mean, tree_max = _stats(pts.get("tree.cpu", []))
     sys_mean, _ = _stats(pts.get("sys.cpu", []))
-    summary = summarize(r.windows) if r.windows else None
+    summary = summarize(r.windows, sources=r.sources) if r.windows else None
     facts = _facts(r)
     # measurements a comparison appended after the session ended are judged with it
     final = r.final_verdict if not r.measured else None
@@ -379,14 +379,16 @@ def session_summary(path: str | Path) -> dict[str, Any]:
     }
 
 
-def _during_steps(windows: list[StackWindow], steps: list[StepSample]) -> StackSummary | None:
+def _during_steps(
+    windows: list[StackWindow], steps: list[StepSample], sources: Lines
+) -> StackSummary | None:
     """The stacks of the windows the steps ran in (the verdict judges the loop, not the
     imports before it); None without steps or such windows."""
     if not steps:
         return None
     first, last = min(s.start for s in steps), max(s.ts for s in steps)
     during = [w for w in windows if w.ts_end >= first and w.ts_start <= last]
-    return summarize(during) if during else None
+    return summarize(during, sources=sources) if during else None
 
 
 def _agent_dropped(reader: SessionReader) -> int:
