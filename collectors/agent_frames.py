@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from sofa_top.agent.clocks import clock_of
 from sofa_top.agent.protocol import (
     BUSY_SOURCES,
     COMPUTE_STEP_FIELDS,
@@ -128,7 +129,7 @@ def _compute_rows(frame: dict[str, Any], rows: int) -> list[_ComputeRow]:
 
 
 def _steps(frame: dict[str, Any], pid: int) -> list[Sample]:
-    source = _str(frame, "source")
+    source, name = clock_of(_str(frame, "source"))  # a name of the user's: an api loop
     data = _list(frame, "data")
     width = len(STEP_FIELDS)
     if len(data) % width:
@@ -159,6 +160,7 @@ def _steps(frame: dict[str, Any], pid: int) -> list[Sample]:
                 duration_s=(end_us - start_us) / 1e6,
                 input_wait_s=wait_us / 1e6,
                 source=source,
+                name=name,
                 batch_size=_opt_int(bs, "steps.data: batch size"),
                 pid=pid,
                 wait_cpu_s=None if wait_cpu is None else wait_cpu / 1e6,

@@ -55,6 +55,7 @@ from sofa_top.analysis.classify import (
     reconcile_activity,
     reconcile_gil,
 )
+from sofa_top.analysis.sources import ABSOLUTE_ONLY, Lines, SourceReader, workload_dirs
 from sofa_top.collectors.base import Emit
 from sofa_top.collectors.gil import GilPlanner, GilRun, GilShares, suspects
 from sofa_top.collectors.pyspy_raw import RawStack, parse_raw
@@ -261,6 +262,7 @@ def build_stacks(
     wall_s: float = 0.0,
     gil: GilShares | None = None,
     model_threads: set[tuple[Pid, int]] | None = None,
+    sources: Lines = ABSOLUTE_ONLY,
 ) -> tuple[tuple[StackCount, ...], int]:
     """Classify parsed py-spy stacks into counts; return them and the window's sampling instants.
 
@@ -270,7 +272,8 @@ def build_stacks(
     (:func:`read_thread_activity`) around the window, each thread's ``python`` samples beyond
     its active share become ``idle`` (:func:`sofa_top.analysis.classify.reconcile_activity`);
     with the window's GIL readings, those beyond its GIL-holding share become ``compute``
-    (``reconcile_gil``), or ``input`` outside the model's call in its context.
+    (``reconcile_gil``), or ``input`` outside the model's call in its context, unless the
+    workload's line (``sources``) samples from the model's output or copies it out.
     """
     per_thread: dict[tuple[Pid, int], list[RawStack]] = {}
     for r in raw:
@@ -304,7 +307,8 @@ def build_stacks(
         if before is not None and after is not None and wall_s > 0:
             fraction = (after - before) / wall_s
         held = gil.fraction(key) if gil is not None else None
-        stacks.extend(reconcile_gil(reconcile_activity(counts, fraction), held, context))
+        reconciled = reconcile_activity(counts, fraction)
+        stacks.extend(reconcile_gil(reconciled, held, context, sources))
     return tuple(stacks), instants
 
 
@@ -338,6 +342,8 @@ class StackCollector:
         )
         self._names: dict[tuple[Pid, int | None], str] = {}
         self._model_threads: set[tuple[Pid, int]] = set()  # threads seen calling a model
+        # the workload's own source lines (this session's: its folders, each line read once)
+        self._sources = SourceReader(workload_dirs(pid))
         self._tree: list[Pid] = [pid]
         self._tree_at: float | None = None
 
@@ -483,8 +489,9 @@ class StackCollector:
         self.controller.observe(window, rate, max(0.0, cpu_s - scan_s))
         raw = self._fill_thread_names(raw)
         stacks, instants = build_stacks(
-            raw, self.pid, active_before, active_after, wall, gil, self._model_threads
-        )
+            raw, self.pid, active_before, active_after, wall, gil, self._model_threads,
+            self._sources,
+        )  # fmt: skip
         # frames-only classes of this window: is a thread in python worth asking the GIL about?
         self._gil_plan.suspect = suspects(
             build_stacks(raw, self.pid, active_before, active_after, wall)[0]

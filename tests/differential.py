@@ -108,7 +108,7 @@ def run_recorded(
         code = reader.meta().get("exit_code")
         logs = reader.events("log")
         errors = tuple(e.message for e in reader.events("agent-error"))
-        sources = frozenset(s.source for s in reader.steps())
+        sources = frozenset(s.name or s.source for s in reader.steps())
     finally:
         reader.close()
     out = [e.message for e in logs if e.data.get("stream") == "stdout"]

@@ -104,7 +104,7 @@ class Recording:
 
     def steps(self, source: str | None = None) -> list[StepSample]:
         steps: list[StepSample] = self._read("steps")
-        return [s for s in steps if source is None or s.source == source]
+        return [s for s in steps if source is None or (s.name or s.source) == source]
 
     def events(self, *kinds: str) -> list[Event]:
         events: list[Event] = self._read("events")

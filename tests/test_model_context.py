@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sofa_top.analysis.classify import classify_stack, reconcile_gil
 from sofa_top.analysis.host import host_class, host_counts, loop_frame
+from sofa_top.analysis.sources import SourceDirs
 from sofa_top.analysis.stackstats import summarize
 from sofa_top.collectors.gil import GilShares
 from sofa_top.collectors.pyspy_raw import RawStack
@@ -225,8 +226,6 @@ def test_sampling_from_the_output_is_output_work(tmp_path: Path) -> None:
     """A module-level generation loop: the native ``multinomial`` on its line is the host's
     work on the output, not the next input; the file is found from the workload's command
     line (py-spy names it relative to the script's folder)."""
-    from sofa_top.analysis.sources import add_source_dirs
-
     src = tmp_path / "generate_words.py"
     src.write_text(
         "with torch.no_grad():\n"
@@ -235,27 +234,26 @@ def test_sampling_from_the_output_is_output_work(tmp_path: Path) -> None:
         "        word_idx = torch.multinomial(output.exp(), 1)[0]\n"
         "        inp.fill_(word_idx)\n"
     )
-    add_source_dirs(["python", str(src)], str(tmp_path))
+    lines = SourceDirs.of(["python", str(src)], str(tmp_path))
     call = (Frame("<module>", src.name, 3), *TORCH_MODEL[2:])
     sample = (Frame("<module>", src.name, 4),)
     fill = (Frame("<module>", src.name, 5),)
     loops = frozenset({("<module>", src.name)})
-    assert host_class(sample, "python", loops) == "output"
-    assert host_class(fill, "input", loops) == "input"
+    assert host_class(sample, "python", loops, lines) == "output"
+    assert host_class(fill, "input", loops, lines) == "input"
     stacks = [count(sample, 10, "python"), count(fill, 10, "python"), count(call, 10, "compute")]
-    native = {s.frames: s.klass for s in reconcile_gil(stacks, 0.0, True)}
+    native = {s.frames: s.klass for s in reconcile_gil(stacks, 0.0, True, lines)}
     assert native[sample] == "python" and native[fill] == "input"
 
 
 def test_copying_the_output_out_is_not_input(tmp_path: Path) -> None:
     """word_language_model's ``output.squeeze().div(t).exp().cpu()`` at module level: a sync
     in the host split, host work (not input) in the stacks."""
-    from sofa_top.analysis.sources import add_source_dirs
-
     src = tmp_path / "generate_cpu.py"
     src.write_text("output = model(inp)\nweights = output.squeeze().div(0.7).exp().cpu()\n")
-    add_source_dirs(["python", str(src)], str(tmp_path))
+    lines = SourceDirs.of(["python", str(src)], str(tmp_path))
     line = (Frame("<module>", src.name, 2),)
-    assert host_class(line, "input", frozenset({("<module>", src.name)})) == "sync"
+    assert host_class(line, "input", frozenset({("<module>", src.name)}), lines) == "sync"
     stacks = [count(line, 10, "python"), count(TORCH_MODEL, 10, "compute")]
-    assert {s.klass for s in reconcile_gil(stacks, 0.0, True) if s.frames == line} == {"python"}
+    reconciled = reconcile_gil(stacks, 0.0, True, lines)
+    assert {s.klass for s in reconciled if s.frames == line} == {"python"}

@@ -128,7 +128,8 @@ def test_the_first_steps_name_the_framework_of_the_fix(source: str, fix: str) ->
     v = judge(Evidence(steps=steps, tree_cpu=5.0, cpu_count=2))
     texts = [r.text for r in v.recommendations]
     assert any(fix in t for t in texts), texts
-    generic = judge(Evidence(steps=[replace(s, source="loop") for s in steps], tree_cpu=5.0))
+    loop = [replace(s, source="python", name="loop") for s in steps]  # an api loop's clock
+    generic = judge(Evidence(steps=loop, tree_cpu=5.0))
     assert not any(fix in r.text for r in generic.recommendations)
 
 

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from types import FrameType
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from rich.text import Text
 from textual import on, work
@@ -21,8 +21,8 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Static, TabbedContent, TabPane, Tabs
 
-from sofa_top.datamodel.snapshot import Snapshot, TargetInfo
-from sofa_top.datamodel.source import SnapshotSource
+from sofa_top.datamodel.snapshot import Snapshot
+from sofa_top.datamodel.source import Detachable, SignalEnded, SnapshotSource, target_of
 from sofa_top.tui.confirm_quit import ConfirmQuitScreen, QuitChoice
 from sofa_top.tui.formatting import cmdline_text, truncate, window_label
 from sofa_top.tui.header import DashboardHeader
@@ -37,6 +37,10 @@ from sofa_top.tui.stacks_panel import StacksPanel
 from sofa_top.tui.steps_panel import StepsPane
 from sofa_top.tui.timelines import TimelinesPane, next_zoom
 from sofa_top.tui.verdict_panel import VerdictPanel
+
+if TYPE_CHECKING:  # the panel is imported when it opens (it loads compare)
+    from sofa_top.collectors.discovery import JobCopy
+    from sofa_top.tui.optimizer_screen import Runner
 
 MIN_WIDTH = 60
 MIN_HEIGHT = 15
@@ -172,6 +176,9 @@ class DashboardApp(App[str]):
         self.stopped_workload = False  # the user confirmed stopping a launched workload
         self.detached_workload = False  # the user chose to leave it running
         self.signalled: str | None = None  # SIGHUP (the terminal closed) or SIGTERM ended us
+        # the optimizer panel's comparison runner and job copier (None: compare's own)
+        self.optimizer_runner: Runner | None = None
+        self.optimizer_copier: Callable[[int], JobCopy] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.replay = isinstance(source, ReplayControls)
         self._draw_interval = min(self.refresh_s, REPLAY_DRAW_S) if self.replay else self.refresh_s
@@ -420,15 +427,15 @@ class DashboardApp(App[str]):
                 snapshot.target.launched and not snapshot.target_exited and not snapshot.read_only
             )
         # No snapshot yet: the source (a live session) still knows what it launched.
-        target = getattr(self.source, "target", None)
-        return isinstance(target, TargetInfo) and target.launched
+        target = target_of(self.source)
+        return target is not None and target.launched
 
     async def action_quit(self) -> None:
         """Quit; a running launched workload is stopped only after the user confirms."""
         if self.stopping or isinstance(self.screen, ConfirmQuitScreen):
             return
         if self.workload_running():
-            can_detach = callable(getattr(self.source, "detach", None))
+            can_detach = isinstance(self.source, Detachable)
             screen = ConfirmQuitScreen(self._target_line(), can_detach=can_detach)
             self.push_screen(screen, self._quit_answered)
             return
@@ -436,8 +443,8 @@ class DashboardApp(App[str]):
 
     def _target_line(self) -> str:
         snapshot = self.latest
-        target = snapshot.target if snapshot is not None else getattr(self.source, "target", None)
-        if not isinstance(target, TargetInfo):
+        target = snapshot.target if snapshot is not None else target_of(self.source)
+        if target is None:
             return ""
         return truncate(f"pid {target.pid}: {cmdline_text(target.cmdline, target.name)}", 70)
 
@@ -471,12 +478,10 @@ class DashboardApp(App[str]):
 
     def _stop_with(self, source: SnapshotSource) -> None:
         """Stop ``source`` the way the user or the signal asked."""
-        detach = getattr(source, "detach", None)
-        signalled = getattr(source, "signalled", None)
-        if self.signalled is not None and callable(signalled):
-            signalled(self.signalled)
-        elif self.detached_workload and callable(detach):
-            detach()
+        if self.signalled is not None and isinstance(source, SignalEnded):
+            source.signalled(self.signalled)
+        elif self.detached_workload and isinstance(source, Detachable):
+            source.detach()
         else:
             source.stop()
 
@@ -603,12 +608,3 @@ def run_dashboard(
             signal.signal(sig, handler)
         # Idempotent: after a normal quit this is a no-op; after a crash it still finalizes.
         source.stop()
-
-
-def run_replay(source: SnapshotSource, *, title: str = "sofa-top") -> None:
-    """Browse a recorded session (``sofa_top.recording.replay.ReplaySource``) until the user quits.
-
-    The dashboard is read-only: ←/→ move the cursor (shift: 10 s), [ and ] jump between verdict
-    changes, and every pane shows the recording at the cursor.
-    """
-    run_dashboard(source, refresh_s=1.0, title=title)

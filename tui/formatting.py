@@ -81,13 +81,6 @@ def truncate_left(text: str, width: int) -> str:
     return "…" + text[len(text) - width + 1 :]
 
 
-def short_path(filename: str, line: int | None = None) -> str:
-    """Shorten a source path to its last two components, with ``:line`` when given."""
-    parts = filename.replace("\\", "/").rstrip("/").split("/")
-    short = "/".join(parts[-2:]) if len(parts) > 2 else filename
-    return f"{short}:{line}" if line is not None and line > 0 else short
-
-
 def cmdline_text(cmdline: tuple[str, ...], fallback: str = "") -> str:
     """Join a command line for one display line (the name when the command line is unknown).
 

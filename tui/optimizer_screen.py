@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -33,9 +33,11 @@ from textual.validation import Number
 from textual.widgets import Button, Checkbox, Footer, Input, Label, ProgressBar, Static
 
 from sofa_top.agent.toggles import EXCLUSIVE_NOTE, OptimizeSpec, excluded, rows, toggle_of
+from sofa_top.analysis.framework import snapshot_framework
 from sofa_top.collectors.discovery import JobCopy, job_copy
 from sofa_top.datamodel.errors import UserError
 from sofa_top.datamodel.snapshot import Snapshot, TargetInfo
+from sofa_top.datamodel.source import MeasuredSink, SnapshotSource, measured_sink, target_of
 from sofa_top.datamodel.verdict import Measured, Verdict
 from sofa_top.datamodel.workload import ModelReport
 from sofa_top.optimizers.advice import toggles_off
@@ -142,10 +144,15 @@ class CompareDone(Message):
         self.measured = tuple(m)
 
 
-class MeasuredSink(Protocol):
-    """The live session: it carries what a comparison measured into its verdict."""
+@runtime_checkable
+class DashboardLike(Protocol):
+    """The dashboard the panel opens over (``tui.app.DashboardApp``, not imported: it opens
+    this module lazily)."""
 
-    def note_measured(self, measured: Sequence[Measured]) -> None: ...
+    source: SnapshotSource
+    latest: Snapshot | None
+    optimizer_runner: Runner | None  # what runs a comparison (tests: a fake), None: compare's
+    optimizer_copier: Callable[[int], JobCopy] | None  # how an attached job is copied
 
 
 @dataclass
@@ -622,37 +629,18 @@ def uses_cuda(snapshot: Snapshot) -> bool:
     return snapshot.cuda is not None or (agent is not None and "torch-cuda" in agent.hooks_applied)
 
 
-def snapshot_framework(snapshot: Snapshot) -> str:
-    """``tensorflow``, ``torch`` or "" (not known) for the workload of ``snapshot``."""
-    if snapshot.model is not None:
-        return snapshot.model.framework
-    if snapshot.pipeline is not None:
-        return "tensorflow" if snapshot.pipeline.framework == "tf.data" else "torch"
-    names = {n for n, _v in snapshot.agent.frameworks} if snapshot.agent else set()
-    if "tensorflow" in names and "torch" not in names:
-        return "tensorflow"
-    return "torch" if "torch" in names else ""
-
-
 def live_session(app: App[Any]) -> MeasuredSink | None:
     """The live session behind the dashboard (a launch's or an attach's), None for a replay."""
-    source = getattr(app, "source", None)
-    for holder in (getattr(source, "session", None), source):
-        if callable(getattr(holder, "note_measured", None)):
-            return holder
-    return None
+    return measured_sink(app.source) if isinstance(app, DashboardLike) else None
 
 
 def _dashboard_target(app: App[Any]) -> tuple[TargetInfo | None, Snapshot | None]:
-    snapshot = getattr(app, "latest", None)
-    if isinstance(snapshot, Snapshot):
+    if not isinstance(app, DashboardLike):
+        return None, None
+    snapshot = app.latest
+    if snapshot is not None:
         return snapshot.target, snapshot
-    source = getattr(app, "source", None)
-    for holder in (source, getattr(source, "session", None)):
-        target = getattr(holder, "target", None)
-        if isinstance(target, TargetInfo):
-            return target, None
-    return None, None
+    return target_of(app.source), None
 
 
 def open_optimizer(app: App[Any], runner: Runner | None = None) -> None:
@@ -669,8 +657,9 @@ def open_optimizer(app: App[Any], runner: Runner | None = None) -> None:
             return
         app.uninstall_screen(SCREEN_NAME)
     target, snapshot = _dashboard_target(app)
-    chosen: Runner = runner or getattr(app, "optimizer_runner", None) or run_compare
-    copier = getattr(app, "optimizer_copier", None) or job_copy
+    dash = app if isinstance(app, DashboardLike) else None
+    chosen: Runner = runner or (dash.optimizer_runner if dash else None) or run_compare
+    copier = (dash.optimizer_copier if dash else None) or job_copy
     screen = OptimizerScreen(
         target,
         None if snapshot is None else snapshot.verdict,

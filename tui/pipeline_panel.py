@@ -14,6 +14,7 @@ from textual.containers import VerticalScroll
 from textual.geometry import Size
 from textual.widget import Widget
 
+from sofa_top.agent import clocks
 from sofa_top.analysis import steps as step_facts
 from sofa_top.datamodel.samples import AgentInfo, PipelineSample, StepSample, agent_state
 from sofa_top.datamodel.snapshot import Snapshot
@@ -63,13 +64,15 @@ def keras_used(
     """Whether the workload itself uses Keras: TensorFlow imports Keras on its own, so a hook
     installed (or a ``keras`` module loaded) says nothing; a Keras fit step, a fit the hook
     saw and could not measure, or a Keras model run by torch does."""
-    keras_clocks = ("keras-fit", "keras-model-call", "keras-evaluate")
-    if any(s.source in keras_clocks for s in steps) or (model is not None and model.keras_model):
+    if any(step_facts.keras_clock(s.source) for s in steps) or (
+        model is not None and model.keras_model
+    ):
         return True
     if agent is None:
         return False
-    return any(h == "keras-fit" and why != NOT_IMPORTED for h, why in agent.hooks_skipped) and (
-        "keras-fit" not in agent.hooks_applied
+    fit = clocks.KERAS_FIT
+    return any(h == fit and why != NOT_IMPORTED for h, why in agent.hooks_skipped) and (
+        fit not in agent.hooks_applied
     )
 
 
@@ -196,7 +199,7 @@ class PipelinePane(VerticalScroll, QuietTitles, can_focus=True):
         """Draw the pipeline and agent of ``snapshot``."""
         pipeline = snapshot.pipeline
         keras = keras_used(snapshot.agent, snapshot.steps, snapshot.model)
-        in_body = step_facts.main_source(snapshot.steps[-50:]) in step_facts.MODEL_CALL_SOURCES
+        in_body = step_facts.model_call(step_facts.main_source(snapshot.steps[-50:]))
         self.body.show(pipeline, snapshot.agent, snapshot.target.launched, keras, in_body)
         if pipeline is None:
             self.set_titles("input pipeline")

@@ -160,7 +160,7 @@ def step_sources(session: Path) -> dict[str, int]:
     except Exception as e:  # a session that cannot be read says so in the row
         return {f"unreadable: {e}": 0}
     try:
-        return dict(Counter(s.source for s in reader.steps()))
+        return dict(Counter(s.name or s.source for s in reader.steps()))
     finally:
         reader.close()
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
-from sofa_top.agent import core
+from sofa_top.agent import clocks, core
 from sofa_top.agent.sched import thread_sched, wait_times
 
 T = TypeVar("T")
@@ -31,9 +31,10 @@ def active() -> bool:
 
 
 def iterate(
-    iterable: Iterable[T], source: str = "python", batch_size: int | None = None
+    iterable: Iterable[T], source: str = clocks.PYTHON, batch_size: int | None = None
 ) -> Iterator[T]:
-    """Yield from ``iterable``, timing each fetch as input wait; consecutive fetches are steps."""
+    """Yield from ``iterable``, timing each fetch as input wait; consecutive fetches are steps.
+    ``source``: the loop's name (the ``python`` clock's steps, ``StepSample.name``)."""
     agent = core.AGENT
     it = iter(iterable)
     if agent is None or not agent.enabled:
@@ -65,7 +66,7 @@ def iterate(
         yield item
 
 
-def mark_step(source: str = "python") -> None:
+def mark_step(source: str = clocks.PYTHON) -> None:
     """Mark the end of one step (no input wait known); the first call only starts the clock."""
     agent = core.AGENT
     if agent is not None and agent.enabled:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sofa_top.agent import (
+    clocks,
     core,
     hooks_cuda,
     hooks_dist,
@@ -41,36 +42,38 @@ if TYPE_CHECKING:
 def installers() -> dict[str, Sequence[tuple[str, Installer]]]:
     """The agent's own hooks: the module each waits for, its name and its installer."""
     return {
-        "tensorflow.python.data.ops.iterator_ops": [("tf-eager", hooks_tf.install_eager)],
+        "tensorflow.python.data.ops.iterator_ops": [(clocks.TF_EAGER, hooks_tf.install_eager)],
         "tensorflow.python.data.ops.dataset_ops": [("tf-data-pipeline", hooks_tf.install_pipeline)],
         "keras.src.backend.tensorflow.trainer": [
-            ("keras-fit", hooks_keras.install_keras),
-            ("keras-model-call", hooks_model.install_keras_trainer),
+            (clocks.KERAS_FIT, hooks_keras.install_keras),
+            (clocks.KERAS_MODEL_CALL, hooks_model.install_keras_trainer),
         ],
         "keras.src.callbacks.callback_list": [
-            ("keras-fit", hooks_keras.install_keras_epochs),
-            ("keras-evaluate", hooks_model.install_keras_test_batches),
+            (clocks.KERAS_FIT, hooks_keras.install_keras_epochs),
+            (clocks.KERAS_EVALUATE, hooks_model.install_keras_test_batches),
         ],
-        "torch.utils.data.dataloader": [("torch-dataloader", hooks_torch.install_dataloader)],
-        "torch.optim.optimizer": [("torch-optimizer", hooks_torch.install_optimizer)],
+        "torch.utils.data.dataloader": [(clocks.TORCH_DATALOADER, hooks_torch.install_dataloader)],
+        "torch.optim.optimizer": [(clocks.TORCH_OPTIMIZER, hooks_torch.install_optimizer)],
         "torch.distributed.distributed_c10d": [
             ("torch-collectives", hooks_dist.install_collectives)
         ],
         "torch.nn.parallel.distributed": [("torch-ddp", hooks_dist.install_ddp)],
         "torch.cuda": [("torch-cuda", hooks_cuda.install)],
-        "torch.autograd": [("torch-backward", hooks_torch.install_backward)],
+        "torch.autograd": [(clocks.TORCH_BACKWARD, hooks_torch.install_backward)],
         # the model-call clock and the compute spans of TensorFlow's eager training loops
-        "keras.src.models.model": [("keras-model-call", hooks_model.install_keras_model)],
+        "keras.src.models.model": [(clocks.KERAS_MODEL_CALL, hooks_model.install_keras_model)],
         "tensorflow.python.eager.polymorphic_function.polymorphic_function": [
-            ("tf-function-call", hooks_model.install_tf_function)
+            (clocks.TF_FUNCTION_CALL, hooks_model.install_tf_function)
         ],
-        "tensorflow.python.eager.backprop": [("tf-function-call", hooks_model.install_tf_tape)],
+        "tensorflow.python.eager.backprop": [
+            (clocks.TF_FUNCTION_CALL, hooks_model.install_tf_tape)
+        ],
         "keras.src.optimizers.base_optimizer": [
-            ("keras-model-call", hooks_model.install_keras_optimizer)
+            (clocks.KERAS_MODEL_CALL, hooks_model.install_keras_optimizer)
         ],
         # what the advice needs to know of the model and thread pools (agent-model events)
         "torch.nn.modules.module": [
-            ("torch-model-call", hooks_model.install_torch_module),
+            (clocks.TORCH_MODEL_CALL, hooks_model.install_torch_module),
             ("model-probe", probes.install_torch_model),
         ],
         "tensorflow": [("model-probe", probes.install_tf)],

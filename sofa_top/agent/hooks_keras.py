@@ -42,7 +42,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from sofa_top.agent import hooks_tf, keras_timer
+from sofa_top.agent import clocks, hooks_tf, keras_timer
 from sofa_top.agent.core import Agent, HookSkipped
 from sofa_top.agent.keras_timer import ExecutionTimer
 
@@ -56,9 +56,9 @@ def _status(agent: Agent, reason: str | None) -> None:
         return
     _State.reason = reason
     if reason is None:
-        agent.hook_applied("keras-fit")
+        agent.hook_applied(clocks.KERAS_FIT)
     else:
-        agent.hook_skipped("keras-fit", reason)
+        agent.hook_skipped(clocks.KERAS_FIT, reason)
 
 
 def _closure_cell(fn: Callable[..., Any], name: str) -> Any:
@@ -91,7 +91,7 @@ def install_keras(agent: Agent, module: ModuleType) -> None:
     orig_make = getattr(cls, "make_train_function", None)
     if cls is None or orig_make is None:
         raise HookSkipped("keras TensorFlowTrainer.make_train_function not found")
-    clock = agent.clock("keras-fit")
+    clock = agent.clock(clocks.KERAS_FIT)
     clock.resolve_batch_size = hooks_tf.resolve_batch_size
     perf = time.perf_counter
 
@@ -156,7 +156,7 @@ def install_keras(agent: Agent, module: ModuleType) -> None:
             agent.patches.on_detach("keras one_step_on_data", timer.restore)
             if spe != 1:
                 agent.note_steps(
-                    "keras-fit",
+                    clocks.KERAS_FIT,
                     f"steps_per_execution={spe}: each execution's time and input wait, "
                     "divided by its steps",
                 )
@@ -203,7 +203,7 @@ def install_keras(agent: Agent, module: ModuleType) -> None:
     agent.patches.set(cls, "make_train_function", make_train_function)
     if hooks_tf.owned_cls() is None:
         _State.reason = "tf.data iterator hook (tf-eager) did not apply"
-        agent.hook_skipped("keras-fit", _State.reason)
+        agent.hook_skipped(clocks.KERAS_FIT, _State.reason)
     else:
         _status(agent, None)
 
@@ -216,7 +216,7 @@ def install_keras_epochs(agent: Agent, module: ModuleType) -> None:
     end = getattr(cls, "on_epoch_end", None)
     if cls is None or begin is None or end is None:
         return  # steps then span epoch ends and wait for the next read; still counted
-    clock = agent.clock("keras-fit")
+    clock = agent.clock(clocks.KERAS_FIT)
 
     def flush() -> None:
         try:

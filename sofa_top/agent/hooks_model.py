@@ -36,7 +36,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from sofa_top.agent import hooks_torch, model_loop
+from sofa_top.agent import clocks, hooks_torch, model_loop
 from sofa_top.agent.core import Agent, HookSkipped
 from sofa_top.agent.spans import AUTOGRAD, BACKWARD, EVAL, FORWARD, OPTIMIZER, TORCH, TRAIN
 
@@ -140,7 +140,7 @@ def install_torch_module(agent: Agent, module: ModuleType) -> None:
                 return compiled(*args, **kwargs)
             return self._call_impl(*args, **kwargs)
 
-        outer = _counted(agent, "torch-model-call", impl, flags_of)
+        outer = _counted(agent, clocks.TORCH_MODEL_CALL, impl, flags_of)
 
         def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
             if tls.depth or not agent.enabled:
@@ -152,7 +152,7 @@ def install_torch_module(agent: Agent, module: ModuleType) -> None:
 
     else:
         wrapped = orig
-        outer = _counted(agent, "torch-model-call", wrapped, flags_of)
+        outer = _counted(agent, clocks.TORCH_MODEL_CALL, wrapped, flags_of)
 
         def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
             if tls.depth or not agent.enabled:
@@ -164,7 +164,7 @@ def install_torch_module(agent: Agent, module: ModuleType) -> None:
     agent.patches.set(cls, "__call__", __call__)
     if callable(getattr(cls, "zero_grad", None)):
         hooks_torch.time_zero_grad(agent, cls)  # model.zero_grad(): optimizer work
-    agent.hook_applied("torch-model-call")
+    agent.hook_applied(clocks.TORCH_MODEL_CALL)
 
 
 def _wrap_call(
@@ -217,8 +217,8 @@ def install_keras_model(agent: Agent, module: ModuleType) -> None:
     def flags_of(_model: Any, kwargs: dict[str, Any]) -> tuple[int, int]:
         return (TRAIN if kwargs.get("training") is True else EVAL), FORWARD
 
-    _wrap_call(agent, cls, "__call__", "keras-model-call", flags_of)
-    agent.hook_applied("keras-model-call")
+    _wrap_call(agent, cls, "__call__", clocks.KERAS_MODEL_CALL, flags_of)
+    agent.hook_applied(clocks.KERAS_MODEL_CALL)
 
 
 def _constant(
@@ -237,7 +237,7 @@ def install_keras_trainer(agent: Agent, module: ModuleType) -> None:
         raise HookSkipped("keras TensorFlowTrainer not found")
     for name, kinds in _KERAS_CALLS.items():
         if callable(getattr(cls, name, None)):
-            _wrap_call(agent, cls, name, "keras-model-call", _constant(kinds))
+            _wrap_call(agent, cls, name, clocks.KERAS_MODEL_CALL, _constant(kinds))
     if callable(getattr(cls, "fit", None)):
         _nesting(agent, cls, "fit")
 
@@ -247,8 +247,8 @@ def install_tf_function(agent: Agent, module: ModuleType) -> None:
     cls = getattr(module, "Function", None)
     if not isinstance(cls, type) or "__call__" not in vars(cls):
         raise HookSkipped("tf.function's Function class not found")
-    _wrap_call(agent, cls, "__call__", "tf-function-call", _constant((0, OPAQUE_KIND)))
-    agent.hook_applied("tf-function-call")
+    _wrap_call(agent, cls, "__call__", clocks.TF_FUNCTION_CALL, _constant((0, OPAQUE_KIND)))
+    agent.hook_applied(clocks.TF_FUNCTION_CALL)
 
 
 def _span(agent: Agent, owner: type, name: str, kind: int) -> None:
@@ -297,7 +297,7 @@ def install_keras_test_batches(agent: Agent, module: ModuleType) -> None:
     batch_end = getattr(cls, "on_test_batch_end", None)
     if not isinstance(cls, type) or begin is None or batch_end is None:
         return
-    clock = agent.clock("keras-evaluate")
+    clock = agent.clock(clocks.KERAS_EVALUATE)
     clock.feeds = False  # it sees no input: the model-call clock keeps a loop it marks
     spans = agent.spans
     perf = time.perf_counter
@@ -320,4 +320,4 @@ def install_keras_test_batches(agent: Agent, module: ModuleType) -> None:
     on_test_batch_end.__wrapped__ = batch_end  # type: ignore[attr-defined]
     agent.patches.set(cls, "on_test_begin", on_test_begin)
     agent.patches.set(cls, "on_test_batch_end", on_test_batch_end)
-    agent.hook_applied("keras-evaluate")
+    agent.hook_applied(clocks.KERAS_EVALUATE)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from sofa_top.agent import clocks
 from sofa_top.agent.core import Agent, HookSkipped, timed_next
 
 _MAX_STAGES = 64
@@ -104,17 +105,17 @@ def install_eager(agent: Agent, module: ModuleType) -> None:
     if cls is None or not hasattr(cls, "__next__"):
         raise HookSkipped("tf.data OwnedIterator not found in this TensorFlow")
     orig: Callable[[Any], Any] = cls.__next__
-    clock = agent.clock("tf-eager")
+    clock = agent.clock(clocks.TF_EAGER)
     clock.resolve_batch_size = _resolve_bs
 
     def after_fetch(it: Any, _new: bool, t1: float) -> None:
         if t1 >= _State.stats_due:
             _maybe_pull_stats(agent, it, t1)
 
-    agent.patches.set(cls, "__next__", timed_next(agent, "tf-eager", orig, clock, after_fetch))
+    agent.patches.set(cls, "__next__", timed_next(agent, clocks.TF_EAGER, orig, clock, after_fetch))
     _State.owned_cls = cls
     _State.orig_next = orig
-    agent.hook_applied("tf-eager")
+    agent.hook_applied(clocks.TF_EAGER)
 
 
 # -- pipeline ----------------------------------------------------------------------------------

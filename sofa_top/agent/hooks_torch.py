@@ -34,7 +34,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from sofa_top.agent import model_loop
+from sofa_top.agent import clocks, model_loop
 from sofa_top.agent.core import Agent, HookSkipped, timed_next
 from sofa_top.agent.loops import TorchLoop
 from sofa_top.agent.spans import BACKWARD, OPTIMIZER, TRAIN
@@ -134,7 +134,7 @@ def install_dataloader(agent: Agent, module: ModuleType) -> None:
     if cls is None or not hasattr(cls, "__next__"):
         raise HookSkipped("torch _BaseDataLoaderIter not found in this torch")
     orig: Callable[[Any], Any] = cls.__next__
-    clock = agent.clock("torch-dataloader")
+    clock = agent.clock(clocks.TORCH_DATALOADER)
     clock.resolve_batch_size = _batch_size
     loop = _loop(agent)
 
@@ -144,9 +144,9 @@ def install_dataloader(agent: Agent, module: ModuleType) -> None:
             _new_iterator(agent, it)
 
     agent.patches.set(
-        cls, "__next__", timed_next(agent, "torch-dataloader", orig, clock, after_fetch)
+        cls, "__next__", timed_next(agent, clocks.TORCH_DATALOADER, orig, clock, after_fetch)
     )
-    agent.hook_applied("torch-dataloader")
+    agent.hook_applied(clocks.TORCH_DATALOADER)
 
 
 def install_optimizer(agent: Agent, module: ModuleType) -> None:
@@ -189,7 +189,7 @@ def install_optimizer(agent: Agent, module: ModuleType) -> None:
     cls = getattr(module, "Optimizer", None)
     if isinstance(cls, type) and callable(getattr(cls, "zero_grad", None)):
         time_zero_grad(agent, cls)
-    agent.hook_applied("torch-optimizer")
+    agent.hook_applied(clocks.TORCH_OPTIMIZER)
 
 
 def time_zero_grad(agent: Agent, owner: type) -> None:
@@ -244,4 +244,4 @@ def install_backward(agent: Agent, module: ModuleType) -> None:
         return result
 
     agent.patches.set(module, "backward", backward)
-    agent.hook_applied("torch-backward")
+    agent.hook_applied(clocks.TORCH_BACKWARD)

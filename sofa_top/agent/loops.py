@@ -34,6 +34,8 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from sofa_top.agent import clocks
+
 if TYPE_CHECKING:
     from sofa_top.agent.core import Agent
 
@@ -55,8 +57,8 @@ class TorchLoop:
     """The state the torch hooks share to decide which clock marks the steps."""
 
     def __init__(self, agent: Agent, model: _ModelClock | None = None) -> None:
-        self._opt = agent.clock("torch-optimizer")
-        self._bw = agent.clock("torch-backward")
+        self._opt = agent.clock(clocks.TORCH_OPTIMIZER)
+        self._bw = agent.clock(clocks.TORCH_BACKWARD)
         self._opt.feeds = self._bw.feeds = False  # they see compute only, never input
         self.model = model
         self.lead_steps = 0  # steps of the lead optimizer (the model-call clock reads these)

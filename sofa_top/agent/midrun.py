@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from types import FrameType
 
-from sofa_top.agent import hooks_tf
+from sofa_top.agent import clocks, hooks_tf
 from sofa_top.agent.core import Agent
 
 _MAX_DEPTH = 200  # frames walked per thread
@@ -23,7 +23,7 @@ _MAX_DEPTH = 200  # frames walked per thread
 def adopt(agent: Agent) -> None:
     """Hook what is already running (see the module docstring); failures are reported."""
     try:
-        for source in ("tf-eager", "keras-fit"):
+        for source in (clocks.TF_EAGER, clocks.KERAS_FIT):
             clock = agent.clock(source)
             clock.resolve_batch_size = _adopting(agent, clock.resolve_batch_size)
         trainers = running_keras_trainers()
@@ -31,12 +31,12 @@ def adopt(agent: Agent) -> None:
             make = getattr(type(trainer), "make_train_function", None)
             if make is not None and hasattr(make, "__wrapped__"):
                 make(trainer)  # already built: returns it, and our wrapper wraps it
-        if trainers and "keras-fit" not in agent._applied:
+        if trainers and clocks.KERAS_FIT not in agent._applied:
             agent.event(
                 "agent-error",
                 "a running Keras fit could not be hooked mid-run: "
-                + dict(agent._skipped).get("keras-fit", "unknown reason"),
-                {"hook": "keras-fit"},
+                + dict(agent._skipped).get(clocks.KERAS_FIT, "unknown reason"),
+                {"hook": clocks.KERAS_FIT},
             )
     except Exception as e:
         agent.event("agent-error", f"mid-run hooks failed: {e!r}; stacks-based verdict stays")

@@ -49,6 +49,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from sofa_top.agent import clocks
 from sofa_top.agent.loops import TorchLoop
 from sofa_top.agent.spans import EVAL
 from sofa_top.agent.step_record import StepRecord
@@ -56,7 +57,7 @@ from sofa_top.agent.step_record import StepRecord
 if TYPE_CHECKING:
     from sofa_top.agent.core import Agent
 
-MODEL_SOURCES = ("torch-model-call", "keras-model-call", "tf-function-call")
+MODEL_SOURCES = (clocks.TORCH_MODEL_CALL, clocks.KERAS_MODEL_CALL, clocks.TF_FUNCTION_CALL)
 _SWITCHES_MAX = 6  # caller changes without a long run of one thread: several threads
 _LONG_RUN = 4  # calls of one thread in a row that forgive two earlier switches
 _HANDOFF = 3  # calls in a row of a new thread: the loop moved there
@@ -164,9 +165,9 @@ class ModelLoop:
         ident = threading.get_ident()
         if not self._caller(ident):
             return None
-        if source == "torch-model-call":
+        if source == clocks.TORCH_MODEL_CALL:
             self._torch_seen = True
-        elif source == "tf-function-call" and self._torch_seen:
+        elif source == clocks.TF_FUNCTION_CALL and self._torch_seen:
             return None  # TensorFlow preprocessing for a torch model: input work
         torch = self.torch
         lead = not (torch is not None and torch.in_step) and self._leads(model, source)

@@ -6,25 +6,26 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from sofa_top.agent import clocks
 from sofa_top.agent.toggles import OptimizeSpec
 
 ENV_SOCKET = "SOFA_TOP_SOCKET"
 ENV_SETTINGS = "SOFA_TOP_AGENT_SETTINGS"
 
 HOOK_NAMES = (
-    "tf-eager",
+    clocks.TF_EAGER,
     "tf-data-pipeline",
-    "keras-fit",
-    "torch-dataloader",
-    "torch-optimizer",
+    clocks.KERAS_FIT,
+    clocks.TORCH_DATALOADER,
+    clocks.TORCH_OPTIMIZER,
     "torch-collectives",
     "torch-ddp",
     "torch-cuda",
-    "torch-backward",
-    "torch-model-call",
-    "keras-model-call",
-    "tf-function-call",
-    "keras-evaluate",
+    clocks.TORCH_BACKWARD,
+    clocks.TORCH_MODEL_CALL,
+    clocks.KERAS_MODEL_CALL,
+    clocks.TF_FUNCTION_CALL,
+    clocks.KERAS_EVALUATE,
 )
 
 

@@ -64,10 +64,10 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from sofa_top.analysis.sources import OUTPUT_LINE, SYNC_LINE, source_line
+from sofa_top.analysis.sources import ABSOLUTE_ONLY, OUTPUT_LINE, SYNC_LINE, Lines
 from sofa_top.datamodel.samples import Frame, StackClass, StackCount
 
 # (path fragment, function names or None for any function in that file/folder).
@@ -345,16 +345,6 @@ def is_input_frame(frame: Frame) -> bool:
     return bool(_flags(frame) & _INPUT)
 
 
-def is_compute_frame(frame: Frame) -> bool:
-    """True for a frame of framework execution (torch modules/autograd/optim, TF eager/ops...)."""
-    return bool(_flags(frame) & _COMPUTE)
-
-
-def is_idle_leaf(frame: Frame) -> bool:
-    """True when ``frame``, as the innermost frame, means the thread is blocked waiting."""
-    return bool(_flags(frame) & _IDLE_LEAF)
-
-
 def is_worker_loop_frame(frame: Frame) -> bool:
     """True for the main loop of a pipeline worker (DataLoader worker, pin-memory, pool worker)."""
     return bool(_flags(frame) & _WORKER)
@@ -503,7 +493,10 @@ def reconcile_activity(
 
 
 def reconcile_gil(
-    stacks: Sequence[StackCount], gil_fraction: float | None, model_context: bool = False
+    stacks: Sequence[StackCount],
+    gil_fraction: float | None,
+    model_context: bool = False,
+    lines: Lines = ABSOLUTE_ONLY,
 ) -> tuple[StackCount, ...]:
     """Turn ``python`` samples of one thread that cannot have been running Python into
     ``compute``: native code (a framework's kernel) that user code called.
@@ -529,30 +522,25 @@ def reconcile_gil(
     others = [s for s in stacks if s.klass != "python" or _seen(s.frames) & _KEEP_PYTHON]
     if not model_context:
         return tuple(others + _reclass(python, "compute", excess))
-    return tuple(others + _reclass(python, _native_class, excess))
+    return tuple(others + _reclass(python, lambda s: _native_class(s, lines), excess))
 
 
-def _native_class(stack: StackCount) -> StackClass:
+def _native_class(stack: StackCount, lines: Lines) -> StackClass:
     if model_side(stack.frames):
         return "compute"
     leaf = stack.frames[-1] if stack.frames else None
-    line = source_line(leaf.filename, leaf.line) if leaf is not None else ""
+    line = lines.line(leaf.filename, leaf.line) if leaf is not None else ""
     if OUTPUT_LINE.search(line) or SYNC_LINE.search(line):
         return "python"  # sampling from the output, copying it out: host work, not input
     return "input"
 
 
-def in_model_context(stack: StackCount) -> StackCount:
+def in_model_context(stack: StackCount, lines: Lines = ABSOLUTE_ONLY) -> StackCount:
     """``stack`` as classified in its thread's model-call context: for a window sampled before
     the thread's first model call was seen (its warm-up batches, or a model call too short for
     a slow sampler to catch yet), framework ops and native calls outside the model are input."""
     if stack.klass != "compute":
         return stack
     by_frames = _classify(stack.frames) == "compute"  # else native work the GIL showed
-    klass = _classify(stack.frames, True) if by_frames else _native_class(stack)
+    klass = _classify(stack.frames, True) if by_frames else _native_class(stack, lines)
     return stack if klass == "compute" else replace(stack, klass=klass)
-
-
-def has_model_calls(stacks: Iterable[StackCount]) -> bool:
-    """Whether any of a thread's stacks is inside a model call (its model-call context)."""
-    return any(in_model_call(s.frames) for s in stacks)

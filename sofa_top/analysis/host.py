@@ -40,7 +40,7 @@ from sofa_top.analysis.classify import (
     model_side,
     writes_result,
 )
-from sofa_top.analysis.sources import OUTPUT_LINE, SYNC_LINE, source_line
+from sofa_top.analysis.sources import ABSOLUTE_ONLY, OUTPUT_LINE, SYNC_LINE, Lines
 from sofa_top.datamodel.samples import Frame, StackCount
 
 HOST_CLASSES = ("input", "python", "sync", "output", "compute")
@@ -81,14 +81,18 @@ def loop_frame(frames: tuple[Frame, ...]) -> tuple[str, str] | None:
 
 
 def host_class(
-    frames: tuple[Frame, ...], klass: str = "input", loops: frozenset[tuple[str, str]] = frozenset()
+    frames: tuple[Frame, ...],
+    klass: str = "input",
+    loops: frozenset[tuple[str, str]] = frozenset(),
+    lines: Lines = ABSOLUTE_ONLY,
 ) -> str | None:
     """The host class of one stack of the loop's thread; None inside the step's compute.
-    ``klass``: the stack's class; ``loops``: the functions that call the model."""
+    ``klass``: the stack's class; ``loops``: the functions that call the model; ``lines``:
+    the session's source lines."""
     if not frames:
         return None  # no Python frame to tell what the thread did: left out
     leaf = frames[-1]
-    text = source_line(leaf.filename, leaf.line)
+    text = lines.line(leaf.filename, leaf.line)
     cuda_sync = leaf.function.endswith("synchronize") and "/cuda/" in leaf.filename
     if SYNC_LINE.search(text) or cuda_sync:
         return "sync"
@@ -105,7 +109,7 @@ def host_class(
     return "input"
 
 
-def host_counts(stacks: Iterable[StackCount]) -> Counter[str]:
+def host_counts(stacks: Iterable[StackCount], lines: Lines = ABSOLUTE_ONLY) -> Counter[str]:
     """Samples per host class over ``stacks`` (one thread's)."""
     stacks = list(stacks)
     loops = frozenset(
@@ -113,7 +117,7 @@ def host_counts(stacks: Iterable[StackCount]) -> Counter[str]:
     )
     counts: Counter[str] = Counter()
     for s in stacks:
-        klass = host_class(s.frames, s.klass, loops)
+        klass = host_class(s.frames, s.klass, loops, lines)
         if klass is not None:
             counts[klass] += s.count
     return counts

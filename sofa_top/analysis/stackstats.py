@@ -33,6 +33,7 @@ from dataclasses import replace
 
 from sofa_top.analysis.classify import in_model_call, in_model_context, is_worker_loop_frame
 from sofa_top.analysis.host import HOST_CLASSES, host_counts, model_samples, setup_samples
+from sofa_top.analysis.sources import ABSOLUTE_ONLY, Lines
 from sofa_top.datamodel.samples import STACK_CLASSES, Frame, StackClass, StackCount, StackWindow
 from sofa_top.datamodel.snapshot import FunctionStat, StackSummary, ThreadStat
 
@@ -119,7 +120,9 @@ def merged(stacks: Iterable[StackCount]) -> list[StackCount]:
     return [s if s.count == n else replace(s, count=n) for s, n in zip(out, counts, strict=True)]
 
 
-def _stacks(windows: Iterable[StackWindow], tid: int | None) -> tuple[list[StackCount], int]:
+def _stacks(
+    windows: Iterable[StackWindow], tid: int | None, sources: Lines
+) -> tuple[list[StackCount], int]:
     """The user's stacks (agent frames dropped) and the agent's running samples."""
     out: list[StackCount] = []
     agent = 0
@@ -135,7 +138,7 @@ def _stacks(windows: Iterable[StackWindow], tid: int | None) -> tuple[list[Stack
     # A thread's context is known once one of its samples is inside a model call; its windows
     # before that were classified without it (the collector cannot see ahead).
     callers = {(s.pid, s.tid) for s in out if in_model_call(s.frames)}
-    out = [in_model_context(s) if (s.pid, s.tid) in callers else s for s in out]
+    out = [in_model_context(s, sources) if (s.pid, s.tid) in callers else s for s in out]
     return out, agent
 
 
@@ -162,9 +165,11 @@ def _threads(stacks: Iterable[StackCount]) -> tuple[ThreadStat, ...]:
     return tuple(stats)
 
 
-def list_threads(windows: Sequence[StackWindow]) -> tuple[ThreadStat, ...]:
+def list_threads(
+    windows: Sequence[StackWindow], sources: Lines = ABSOLUTE_ONLY
+) -> tuple[ThreadStat, ...]:
     """Every (pid, tid) seen in ``windows`` but the agent's, busiest (most non-idle) first."""
-    return _threads(_stacks(windows, None)[0])
+    return _threads(_stacks(windows, None, sources)[0])
 
 
 def _weighted_mean(pairs: Iterable[tuple[float, float | None]]) -> float | None:
@@ -177,16 +182,21 @@ def _weighted_mean(pairs: Iterable[tuple[float, float | None]]) -> float | None:
 
 
 def summarize(
-    windows: Sequence[StackWindow], tid: int | None = None, *, top: int = DEFAULT_TOP
+    windows: Sequence[StackWindow],
+    tid: int | None = None,
+    *,
+    top: int = DEFAULT_TOP,
+    sources: Lines = ABSOLUTE_ONLY,
 ) -> StackSummary | None:
     """Aggregate ``windows`` (all threads, or only thread ``tid``); None when nothing was sampled.
 
     Functions are keyed by (function, file): ``line`` is the line seen most as the innermost frame
     (or anywhere, for a function that is never innermost). ``top`` caps the function table.
+    ``sources``: the session's source lines (``analysis.sources``).
     """
     if not windows:
         return None
-    every, agent_samples = _stacks(windows, tid)
+    every, agent_samples = _stacks(windows, tid, sources)
     threads = _threads(every)
     helpers = {(t.pid, t.tid) for t in threads if t.split["idle"] >= IDLE_THREAD}
     if len(helpers) == len(threads):
@@ -195,7 +205,7 @@ def summarize(
     total = sum(s.count for s in stacks)
     if total <= 0:
         return None
-    host, host_n, setup = _host_split(windows, stacks)
+    host, host_n, setup = _host_split(windows, stacks, sources)
 
     own: Counter[tuple[str, str]] = Counter()
     anywhere: Counter[tuple[str, str]] = Counter()
@@ -267,7 +277,7 @@ def summarize(
 
 
 def _host_split(
-    windows: Sequence[StackWindow], stacks: list[StackCount]
+    windows: Sequence[StackWindow], stacks: list[StackCount], sources: Lines
 ) -> tuple[dict[str, float] | None, int, float | None]:
     """The host split of the thread with the most samples inside model calls (the loop's),
     over the windows in which it called its model (not its imports, nor its setup before the
@@ -302,7 +312,7 @@ def _host_split(
         if calls:
             looping += mine
     looping = merged(looping)
-    counts = host_counts(looping)
+    counts = host_counts(looping, sources)
     n = sum(counts.values())
     setup = setup_samples(looping) / max(1, model_samples(looping))
     if n == 0:
@@ -311,10 +321,10 @@ def _host_split(
 
 
 def summarize_by_thread(
-    windows: list[StackWindow],
+    windows: list[StackWindow], sources: Lines = ABSOLUTE_ONLY
 ) -> tuple[StackSummary | None, dict[int, StackSummary]]:
     """The summary of ``windows`` and one per thread (tid), for the live hub and replay."""
-    summary = summarize(windows) if windows else None
+    summary = summarize(windows, sources=sources) if windows else None
     by_thread: dict[int, StackSummary] = {}
     if summary is None:
         return None, by_thread
@@ -327,7 +337,7 @@ def summarize_by_thread(
         for tid, counts in groups.items():
             per_tid.setdefault(tid, []).append(replace(w, stacks=tuple(counts)))
     for tid, ws in per_tid.items():
-        s = summarize(ws)
+        s = summarize(ws, sources=sources)
         if s is not None:
             by_thread[tid] = s
     return summary, by_thread

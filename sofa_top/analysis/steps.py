@@ -15,57 +15,62 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from sofa_top.agent import clocks
+from sofa_top.agent.clocks import Clock
+from sofa_top.agent.toggles import Framework
 from sofa_top.datamodel.samples import AgentInfo, AgentState, StepSample, agent_state
 from sofa_top.datamodel.snapshot import Mode
 
-# Clocks that see step boundaries but not the fetch of a batch: their input wait is not
-# measured (None, never 0).
-UNTIMED_SOURCES = frozenset({"torch-optimizer", "torch-backward", "keras-evaluate"})
-# The model-call clocks: a step's input wait is its host time (outside the model call, the
-# backward and the optimizer step), which the stacks split into input, python and syncs.
-MODEL_CALL_SOURCES = frozenset({"torch-model-call", "keras-model-call", "tf-function-call"})
-# Clocks that only ever mark training steps.
-TRAINING_SOURCES = frozenset({"keras-fit", "torch-optimizer", "torch-backward"})
 # host-time stack samples that can split it (fewer: all of it is input). Ten give a share within
 # about +-0.3 (95%), closer than "all of it" whenever the host time is mostly not input: a short
 # run beside busy neighbours, whose sampler's CPU budget buys 5-10 Hz, has 10-20 of them
 MIN_HOST_SAMPLES = 10
-
-# How each clock is described to people.
-SOURCE_TEXT = {
-    "tf-eager": "tf.data iterator fetches",
-    "keras-fit": "Keras fit's train function",
-    "torch-dataloader": "DataLoader fetches",
-    "torch-optimizer": "optimizer.step() calls",
-    "torch-backward": "backward() calls",
-    "torch-model-call": "the model's calls (nn.Module)",
-    "keras-model-call": "the Keras model's calls",
-    "tf-function-call": "tf.function calls",
-    "keras-evaluate": "Keras evaluation batches",
-}
-
-# The framework each of the agent's own clocks belongs to (``api.iterate``/``mark_step`` clocks
-# are named by the user and say nothing of it).
-SOURCE_FRAMEWORK = {
-    "tf-eager": "tensorflow",
-    "keras-fit": "tensorflow",
-    "torch-dataloader": "torch",
-    "torch-optimizer": "torch",
-    "torch-backward": "torch",
-    "torch-model-call": "torch",
-    "keras-model-call": "tensorflow",
-    "tf-function-call": "tensorflow",
-    "keras-evaluate": "tensorflow",
-}
 
 # What the agent can time, for the reason a launched loop showed no step.
 HOOKED = (
     "a model call (nn.Module, Keras model, tf.function), a DataLoader, a tf.data iterator, "
     "Keras fit, optimizer.step() or backward()"
 )
-# The agent's hooks that mark steps: only their reasons explain a session without steps (a
-# CUDA or collectives hook that did not apply says nothing of a CPU loop's steps).
-STEP_HOOKS = frozenset(SOURCE_FRAMEWORK)
+
+
+# What each clock is, read from its row of the clock table (``agent.clocks.TABLE``) when asked:
+# a clock of the user's (``api.iterate(source="...")``), or none, has no row.
+def model_call(source: str | None) -> bool:
+    """Whether ``source``'s steps run between model calls (their wait is host time)."""
+    row = clocks.row_of(source) if source is not None else None
+    return row is not None and row.model_call
+
+
+def trains(source: str) -> bool:
+    """Whether ``source`` only ever marks training steps."""
+    row = clocks.row_of(source)
+    return row is not None and row.trains
+
+
+def framework_of(source: str | None) -> Framework | None:
+    """The framework whose hook marks ``source`` (None: the user's clock, or none)."""
+    row = clocks.row_of(source) if source is not None else None
+    return None if row is None else row.framework
+
+
+def clock_text(source: str | None) -> str | None:
+    """How people read ``source``: "steps from {text}" (None: no row)."""
+    row = clocks.row_of(source) if source is not None else None
+    return None if row is None else row.text
+
+
+def keras_clock(source: str) -> bool:
+    """Whether ``source`` is a Keras clock (the workload itself uses Keras)."""
+    row = clocks.row_of(source)
+    return row is not None and row.keras
+
+
+def step_hook(hook: str) -> bool:
+    """Whether the agent's hook ``hook`` marks steps: only their reasons explain a session
+    without steps (a CUDA or collectives hook that did not apply says nothing of them)."""
+    row = clocks.row_of(hook)
+    return row is not None and row.hooked
+
 
 Phase = Literal["train", "eval", "inference"]
 PHASES: tuple[Phase, ...] = ("train", "eval", "inference")
@@ -107,36 +112,53 @@ def valid_steps(steps: Sequence[StepSample], agent: AgentInfo | None) -> list[St
     stopped = {
         hook
         for hook, reason in (agent.hooks_skipped if agent is not None else ())
-        if hook in MODEL_CALL_SOURCES and reason.startswith("the model is called")
+        if model_call(hook) and reason.startswith("the model is called")
     }
     return [s for s in steps if s.source not in stopped] if stopped else list(steps)
 
 
+def label(step: StepSample) -> str:
+    """The name a step's clock goes by: the user's for an ``api`` loop, else the clock's."""
+    return step.name or step.source
+
+
 def step_sources(steps: Iterable[StepSample]) -> dict[str, int]:
-    """Steps per source, most first."""
-    return dict(Counter(s.source for s in steps).most_common())
+    """Steps per clock (by ``label``), most first."""
+    return dict(Counter(label(s) for s in steps).most_common())
 
 
-def main_source(steps: Sequence[StepSample]) -> str | None:
-    """The source with the most steps (the loop's clock), None without steps."""
-    counts = step_sources(steps)
-    return next(iter(counts), None)
+def _main(steps: Iterable[StepSample]) -> tuple[Clock, str] | None:
+    counts = Counter((s.source, s.name) for s in steps)
+    return next((key for key, _n in counts.most_common(1)), None)
+
+
+def main_source(steps: Sequence[StepSample]) -> Clock | None:
+    """The clock with the most steps (the loop's), None without steps."""
+    main = _main(steps)
+    return None if main is None else main[0]
+
+
+def main_label(steps: Sequence[StepSample]) -> str | None:
+    """``label`` of the loop's clock (``main_source``), None without steps."""
+    main = _main(steps)
+    return None if main is None else main[1] or main[0]
 
 
 def wait_measured(source: str | None) -> bool:
     """Whether the steps of ``source`` time the input wait (not 0 by construction)."""
-    return source is not None and source not in UNTIMED_SOURCES
+    row = clocks.row_of(source) if source is not None else None
+    return row is not None and row.sees_input
 
 
 def trained(steps: Iterable[StepSample]) -> bool:
     """Whether any step shows training (a backward, an optimizer step, Keras fit)."""
-    return any(s.phase_hint == "train" or s.source in TRAINING_SOURCES for s in steps)
+    return any(s.phase_hint == "train" or trains(s.source) for s in steps)
 
 
 def _infers(step: StepSample) -> bool:
     """A model ran in the step, and it did not train."""
     return step.phase_hint == "eval" or (
-        step.phase_hint == "" and (step.autograd is not None or step.source in MODEL_CALL_SOURCES)
+        step.phase_hint == "" and (step.autograd is not None or model_call(step.source))
     )
 
 
@@ -145,7 +167,7 @@ def phase_of(step: StepSample, training: bool, inferring: bool = False) -> Phase
     evaluation; ``inferring``: the session runs a model without training (then a step with
     no evidence is inference too). With nothing known at all (a ``tf.function`` step over
     tf.data, whose graph may train) a step stays what a step always was: training."""
-    if step.phase_hint == "train" or step.source in TRAINING_SOURCES:
+    if step.phase_hint == "train" or trains(step.source):
         return "train"
     if training:
         return "eval" if step.phase_hint == "eval" else "train"
@@ -194,7 +216,7 @@ def input_fraction(
     if total <= 0 or not wait_measured(main_source(steps)):
         return None
     share = input_share(host_split, host_samples)
-    wait = sum(s.input_wait_s * (share if s.source in MODEL_CALL_SOURCES else 1.0) for s in steps)
+    wait = sum(s.input_wait_s * (share if model_call(s.source) else 1.0) for s in steps)
     return min(1.0, wait / total)
 
 
@@ -208,7 +230,7 @@ def output_fraction(
     total = sum(s.duration_s for s in steps)
     if total <= 0 or host_split is None or host_samples < MIN_HOST_SAMPLES:
         return None
-    host = sum(s.input_wait_s for s in steps if s.source in MODEL_CALL_SOURCES)
+    host = sum(s.input_wait_s for s in steps if model_call(s.source))
     return min(1.0, host / total) * float(host_split.get("output", 0.0))
 
 
@@ -294,12 +316,12 @@ def no_steps_reason(facts: RunFacts) -> str:
     skipped = [
         f"{hook}: {reason}"
         for hook, reason in agent.hooks_skipped
-        if hook in STEP_HOOKS
+        if step_hook(hook)
         and reason not in ("not imported by the workload", "disabled in settings")
     ]
     if skipped:
         return "no step measured: " + "; ".join(skipped)
-    called = [source for source, _note in agent.step_notes if source in MODEL_CALL_SOURCES]
+    called = [source for source, _note in agent.step_notes if model_call(source)]
     if called:
         return (
             f"no step measured: the model was called once ({called[0]}); a step runs from one "

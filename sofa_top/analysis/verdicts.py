@@ -74,6 +74,7 @@ from sofa_top.analysis import gpu as gpu_loop
 from sofa_top.analysis import steps as step_facts
 from sofa_top.analysis.classify import writes_output
 from sofa_top.analysis.evidence import Evidence as Evidence  # re-exported: judge's input
+from sofa_top.analysis.framework import model_framework
 from sofa_top.analysis.inputs import (
     cause_evidence,
     input_advice,
@@ -185,45 +186,14 @@ def _oversubscribed(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict |
 
 
 def _keras(ev: Evidence) -> bool:
-    keras = ("keras-fit", "keras-model-call", "keras-evaluate")
-    return any(s.source in keras for s in ev.steps[-50:]) or bool(
+    return any(step_facts.keras_clock(s.source) for s in ev.steps[-50:]) or bool(
         ev.model is not None and ev.model.keras_model
     )
 
 
-_TORCH_MODULE = "torch/nn/modules/module.py"  # nn.Module.__call__: a torch model ran
-
-
 def _framework(ev: Evidence) -> str:
-    """The framework of the workload's *model* (a torch model fed by TensorFlow's image ops
-    is torch): the model-call clock's, the agent's model report, then the pipeline's..."""
-    source = step_facts.main_source(ev.steps)
-    if source in step_facts.MODEL_CALL_SOURCES:
-        return step_facts.SOURCE_FRAMEWORK[source]
-    if ev.model is not None and ev.model.module:
-        return ev.model.framework
-    if ev.pipeline is not None:
-        return "tensorflow" if ev.pipeline.framework == "tf.data" else "torch"
-    for fw in ev.frameworks:
-        if fw in ("tensorflow", "torch"):
-            return fw
-    # a step's hook names its framework: known from the first step, before the agent's status
-    # or enough stack samples arrive (the first verdict's fix would otherwise be generic)
-    for s in reversed(ev.steps[-50:]):
-        if s.source in step_facts.SOURCE_FRAMEWORK:
-            return step_facts.SOURCE_FRAMEWORK[s.source]
-    if ev.stacks is not None:
-        # a torch model's calls, whatever decodes its input: looked for in every function, as
-        # they run little of their own (the hot functions can all be the input's: TensorFlow's
-        # image ops decoding for a torch model rank them below 30th)
-        if any(_TORCH_MODULE in f.filename for f in ev.stacks.functions):
-            return "torch"
-        files = " ".join(f.filename for f in ev.stacks.functions[:30])
-        if "tensorflow" in files or "keras" in files:
-            return "tensorflow"
-        if "torch" in files:
-            return "torch"
-    return ""
+    """The framework of the workload's model (``analysis.framework``)."""
+    return model_framework(ev.steps, ev.model, ev.pipeline, ev.frameworks, ev.stacks)
 
 
 def _bottleneck(p: PipelineSample | None) -> str | None:
@@ -357,10 +327,11 @@ def _next_step(ev: Evidence) -> tuple[Recommendation, ...]:
 def _step_evidence(ev: Evidence) -> dict[str, object]:
     """Which clock the steps came from, and whether it timed the input wait."""
     source = step_facts.main_source(ev.steps)
+    name = step_facts.main_label(ev.steps)
     agent = ev.facts.agent
-    note = dict(agent.step_notes).get(source or "") if agent is not None else None
+    note = dict(agent.step_notes).get(name or "") if agent is not None else None
     return {
-        "step_source": source,
+        "step_source": name,
         "step_sources": step_facts.step_sources(ev.steps),
         "input_wait_measured": step_facts.wait_measured(source),
         "step_note": note,
@@ -390,7 +361,7 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "t
     }
     conf = min(0.95, 0.5 + 0.05 * len(ev.steps))
     noun = {"train": "step", "eval": "evaluation step"}.get(phase, "inference step")
-    in_body = evidence["step_source"] in step_facts.MODEL_CALL_SOURCES
+    in_body = step_facts.model_call(step_facts.main_source(ev.steps))
     if measured is None:
         return _judge_unmeasured(ev, fw, evidence, conf)
     # a little host time the stacks could not split may be the loop's own Python: only a
@@ -649,7 +620,7 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
 def _judge_unmeasured(ev: Evidence, fw: str, evidence: dict[str, object], conf: float) -> Verdict:
     """Steps from a clock that cannot time the input: the loop thread's stacks decide, or the
     verdict abstains (what is missing, how to mark the steps)."""
-    source = step_facts.SOURCE_TEXT.get(str(evidence["step_source"]), "its clock")
+    source = step_facts.clock_text(step_facts.main_source(ev.steps)) or "its clock"
     why = f"steps from {source}; no fetch or model call marks the loop: input wait not measured"
     s = ev.stacks
     n, split = _loop_thread(s) if s is not None else (0, {})

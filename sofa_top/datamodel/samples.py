@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from sofa_top.agent.clocks import Clock
 from sofa_top.datamodel.literals import one_of
 from sofa_top.datamodel.ranks import RankId
 from sofa_top.datamodel.units import Bytes, Celsius, Hertz, MHz, Percent, Pid, Timestamp, Watts
@@ -313,7 +314,7 @@ class StepSample:
     start: Timestamp
     duration_s: float  # step time: end of previous step (or first fetch) to end of this one
     input_wait_s: float  # time the loop waited for the next batch within this step
-    source: str  # "tf-eager", "keras-fit", "torch-dataloader", "torch-optimizer", ...
+    source: Clock  # the clock that marked it (``agent.clocks.TABLE``)
     batch_size: int | None = None
     pid: Pid = 0
     # CPU seconds the process used (all its threads) while the loop waited: input work done in
@@ -346,6 +347,8 @@ class StepSample:
     phase_hint: PhaseHint = ""
     # a torch model call of the step ran with autograd on (None: no torch model call seen)
     autograd: bool | None = None
+    # the user's name of an ``api`` loop's clock (``api.iterate(source="...")``; "": the clock's)
+    name: str = ""
 
     @property
     def gpu_busy_fraction(self) -> float | None:

@@ -25,7 +25,7 @@ from sofa_top import __version__
 from sofa_top.analysis import steps as step_facts
 from sofa_top.analysis.causes import Neighbours, neighbours_of, sched_means
 from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats
-from sofa_top.analysis.sources import add_source_dirs
+from sofa_top.analysis.sources import SourceReader, workload_dirs
 from sofa_top.analysis.stackstats import STACK_SUMMARY_S, summarize, summarize_by_thread
 from sofa_top.analysis.steps import RunFacts
 from sofa_top.analysis.verdicts import MIN_STEPS, WINDOW_S, Evidence, judge
@@ -91,10 +91,9 @@ class Session:
         extra_meta: dict[str, Any] | None = None,
     ) -> None:
         self.target = target
-        try:  # the workload's files, for the lines its host time ran (``analysis.host``)
-            add_source_dirs(target.cmdline, os.readlink(f"/proc/{target.pid}/cwd"))
-        except OSError:
-            add_source_dirs(target.cmdline)
+        # the workload's files, for the lines its host time ran (``analysis.host``): this
+        # session's, and every line read is recorded (meta ``source_lines``) for its replay
+        self._sources = SourceReader(workload_dirs(target.pid, target.cmdline))
         self.mode = mode
         self.collectors = list(collectors)
         self.store = store
@@ -165,6 +164,8 @@ class Session:
             cpu_count=self.cores,
             machine_cpu_count=os.cpu_count() or 1,
             launched=target.launched,
+            source_dirs=list(self._sources.dirs.dirs),
+            source_lines=[],
             **(extra_meta or {}),
         )
         store.commit()
@@ -376,6 +377,7 @@ class Session:
             self._gpu = s
         elif isinstance(s, StackWindow):
             self._windows.append(s)
+            self._sources.read_leaves(s)
         elif isinstance(s, StepSample):
             self._steps.append(s)
             self._training = self._training or step_facts.trained((s,))
@@ -403,6 +405,13 @@ class Session:
         elif isinstance(s, CudaSample):
             self._cuda.append(s)
 
+    def _record_sources(self) -> None:
+        """Record the source lines read so far, when there are new ones (meta
+        ``source_lines``: a replay and ``record --json`` read these, not the disk)."""
+        lines = self._sources.unwritten()
+        if lines is not None:
+            self.store.set_meta(source_lines=lines)
+
     _finalized = False
 
     def _finalize(self) -> None:
@@ -418,6 +427,8 @@ class Session:
             meta["stopped_job"] = self.job_stopped
         if self.dropped:
             meta["dropped_samples"] = self.dropped
+        with contextlib.suppress(Exception):  # before the final verdict reads them back
+            self._record_sources()
         with contextlib.suppress(Exception):  # first, and committed: the verdict may be cut
             self.store.set_meta(**meta)
             self.store.commit()
@@ -487,9 +498,10 @@ class Session:
         recent = [w for w in self._windows if w.ts_end > now - STACK_SUMMARY_S] or list(
             self._windows
         )[-1:]
-        summary, by_thread = summarize_by_thread(recent)
+        summary, by_thread = summarize_by_thread(recent, self._sources)
         verdict = self._judge(now, summary, by_thread)
         self._judge_ranks(now)
+        self._record_sources()
         return summary, by_thread, verdict
 
     def _judge_ranks(self, now: float) -> None:
@@ -558,7 +570,7 @@ class Session:
         verdict = judge(
             Evidence(
                 steps=steps,
-                stacks=summarize(windows) if windows else summary,
+                stacks=summarize(windows, sources=self._sources) if windows else summary,
                 tree_cpu=tree_cpu,
                 child_cpu=child_cpu,
                 cpu_count=self.cores,

@@ -12,6 +12,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from sofa_top.agent.clocks import clock_of
 from sofa_top.analysis.stackstats import AGENT_THREADS
 from sofa_top.datamodel.errors import UserError
 from sofa_top.datamodel.samples import (
@@ -555,17 +556,22 @@ def _pipeline(data: str | None) -> PipelineSample | None:
 _BUSY_SOURCE = STEP_COLUMNS.index("gpu_busy_source")
 _PHASE_HINT = STEP_COLUMNS.index("phase_hint")
 _AUTOGRAD = STEP_COLUMNS.index("autograd")
-# StepSample's fields, by their column: positional arguments (a long session has ~100 k steps)
-_FIELD_COLUMNS = tuple(STEP_COLUMNS.index(f.name) for f in fields(StepSample))
+_SOURCE = STEP_COLUMNS.index("source")
+# StepSample's fields, by their column: positional arguments (a long session has ~100 k steps);
+# ``name`` (an api loop's own name) shares the ``source`` column and comes last, by keyword
+_FIELD_COLUMNS = tuple(STEP_COLUMNS.index(f.name) for f in fields(StepSample) if f.name != "name")
 
 
 def _step(row: tuple[Any, ...]) -> StepSample:
     values = list(row)
     values[_BUSY_SOURCE] = gpu_busy_source(values[_BUSY_SOURCE])
+    values[_SOURCE], name = clock_of(values[_SOURCE])  # other names: api loops
     values[_PHASE_HINT] = phase_hint(values[_PHASE_HINT])
     autograd = values[_AUTOGRAD]
     values[_AUTOGRAD] = None if autograd is None else bool(autograd)
-    return StepSample(*[values[i] for i in _FIELD_COLUMNS])
+    args = [values[i] for i in _FIELD_COLUMNS]
+    args.append(name)  # the last field
+    return StepSample(*args)
 
 
 def _event(ts: float, kind: str, message: str | None, data: str | None) -> Event:

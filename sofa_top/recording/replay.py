@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sofa_top.analysis.ranks import cross_rank_verdict, rank_stats
+from sofa_top.analysis.sources import session_lines
 from sofa_top.analysis.stackstats import STACK_SUMMARY_S, summarize_by_thread
 from sofa_top.analysis.verdicts import WINDOW_S, Evidence
 from sofa_top.collectors.cores import recorded_cores
@@ -232,7 +233,7 @@ class ReplaySource:
             agent = r.agent_info(target.pid, ts)
             pipeline = r.last_pipeline(ts)
             model = r.model_report(ts)
-        summary, by_thread = summarize_by_thread(windows)
+        summary, by_thread = summarize_by_thread(windows, session_lines(meta))
         exit_code = _exit_code(exit_ev)
         started = meta.get("started")
         return Snapshot(

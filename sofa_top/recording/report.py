@@ -55,7 +55,7 @@ from sofa_top.analysis.ranks import (
     rank_stats,
     straggler_json,
 )
-from sofa_top.analysis.sources import add_source_dirs
+from sofa_top.analysis.sources import ABSOLUTE_ONLY, Lines, session_lines
 from sofa_top.analysis.stackstats import summarize
 from sofa_top.analysis.steps import RunFacts
 from sofa_top.analysis.verdicts import Evidence, judge
@@ -115,6 +115,7 @@ class _Read:
     runnable: tuple[float, ...] = ()  # its runnable threads, counted while the loop ran
     neighbours: Neighbours | None = None  # the last scan of the other processes
     measured: tuple[Measured, ...] = ()  # what comparisons of this workload measured
+    sources: Lines = ABSOLUTE_ONLY  # the source lines the session read (``analysis.sources``)
 
 
 def _ranks(reader: SessionReader, steps: list[StepSample], cpu_count: int) -> tuple[RankStat, ...]:
@@ -165,8 +166,6 @@ def _read(path: Path, verdict_only: bool = False) -> _Read:
     try:
         meta = reader.meta()
         target_pid = (meta.get("target") or {}).get("pid")
-        # the stacks read the workload's own source lines: its folders, from its command line
-        add_source_dirs((meta.get("target") or {}).get("cmdline") or ())
         agent = reader.agent_info(target_pid)
         steps = step_facts.valid_steps(reader.steps(), agent)
         names = [
@@ -203,6 +202,7 @@ def _read(path: Path, verdict_only: bool = False) -> _Read:
             measured=tuple(
                 m for e in reader.events("measured") if (m := Measured.from_json(e.data))
             ),
+            sources=session_lines(meta),
         )
     finally:
         reader.close()
@@ -274,11 +274,11 @@ def _steps_json(
     busy = [s for s in steps if s.gpu_busy_s is not None]
     spans = [s.gpu_span_s for s in steps if s.gpu_span_s is not None]
     busy_time = sum(s.duration_s for s in busy)
-    main = step_facts.main_source(steps)
+    main = step_facts.main_label(steps)
     notes = dict(facts.agent.step_notes) if facts.agent is not None else {}
     host = (
         summary.host_split
-        if summary is not None and main in step_facts.MODEL_CALL_SOURCES
+        if summary is not None and step_facts.model_call(step_facts.main_source(steps))
         else None
     )
     return {
@@ -326,9 +326,9 @@ def _judge_read(r: _Read, facts: RunFacts, summary: StackSummary | None) -> Verd
     meta, pts = r.meta, r.points
     tree_mean, _ = _stats(pts.get("tree.cpu", []))
     target_mean, _ = _stats(r.target_cpu)
-    stacks = _during_steps(r.windows, r.steps)
+    stacks = _during_steps(r.windows, r.steps, r.sources)
     if stacks is None:
-        stacks = summary or (summarize(r.windows) if r.windows else None)
+        stacks = summary or (summarize(r.windows, sources=r.sources) if r.windows else None)
     return judge(
         Evidence(
             steps=r.steps,
@@ -371,7 +371,7 @@ def _summary(path: str | Path) -> dict[str, Any]:
     started, ended = meta.get("started"), meta.get("ended")
     tree_mean, tree_max = _stats(pts.get("tree.cpu", []))
     sys_mean, _ = _stats(pts.get("sys.cpu", []))
-    summary = summarize(r.windows) if r.windows else None
+    summary = summarize(r.windows, sources=r.sources) if r.windows else None
     facts = _facts(r)
     # measurements a comparison appended after the session ended are judged with it
     final = r.final_verdict if not r.measured else None
@@ -410,14 +410,16 @@ def _summary(path: str | Path) -> dict[str, Any]:
     }
 
 
-def _during_steps(windows: list[StackWindow], steps: list[StepSample]) -> StackSummary | None:
+def _during_steps(
+    windows: list[StackWindow], steps: list[StepSample], sources: Lines
+) -> StackSummary | None:
     """The stacks of the windows the steps ran in (the verdict judges the loop, not the
     imports before it); None without steps or such windows."""
     if not steps:
         return None
     first, last = min(s.start for s in steps), max(s.ts for s in steps)
     during = [w for w in windows if w.ts_end >= first and w.ts_start <= last]
-    return summarize(during) if during else None
+    return summarize(during, sources=sources) if during else None
 
 
 def _agent_dropped(reader: SessionReader) -> int:

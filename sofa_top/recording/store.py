@@ -251,7 +251,7 @@ class SessionStore:
                     s.start,
                     s.duration_s,
                     s.input_wait_s,
-                    s.source,
+                    s.name or s.source,  # an api loop's name as it came (``clocks.clock_of``)
                     s.batch_size,
                     s.pid,
                     s.wait_cpu_s,

@@ -137,7 +137,7 @@ class AgentRun:
         return [
             s
             for s in self.samples
-            if isinstance(s, StepSample) and (source is None or s.source == source)
+            if isinstance(s, StepSample) and (source is None or (s.name or s.source) == source)
         ]
 
     def events(self, *kinds: str) -> list[Event]:

@@ -191,7 +191,7 @@ def test_broken_peer_is_dropped_and_others_served(
     assert reason in err.message
     other.sendall(encode({"type": "steps", "source": "early", "data": [7, 1, 2, 0, None, None]}))
     assert live.wait_for(
-        lambda ss: any(isinstance(x, StepSample) and x.source == "early" for x in ss), 60
+        lambda ss: any(isinstance(x, StepSample) and x.name == "early" for x in ss), 60
     )
     other.close()
     assert good_peer_is_served(live)

@@ -44,13 +44,3 @@ def make_importable(package_dir: str) -> bool:
     pkg.__package__ = "sofa_top"
     sys.modules["sofa_top"] = pkg
     return True
-
-
-def load_by_path(name: str, path: str) -> types.ModuleType:
-    """Execute the module at ``path`` under ``name`` without registering it in sys.modules."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
