@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from sofa_top.agent.toggles import OptimizeSpec
+from sofa_top.collectors import children
 from sofa_top.collectors.discovery import JobCopy
 from sofa_top.datamodel.errors import UserError
 from sofa_top.datamodel.samples import Event
@@ -82,6 +83,9 @@ def record_one(
         )
     )
     session = run.session
+    job = run.popen
+    if job is not None:
+        children.guard(job.pid)  # compare's own run: never past compare, even a killed one
     reason = "interrupted"
     try:
         session.start()
@@ -97,6 +101,8 @@ def record_one(
         )
         finisher.start()
         finisher.join(60.0)
+        if job is not None and job.returncode is not None:
+            children.release(job.pid)  # reaped (one still running stays guarded)
     return memory.peak
 
 
