@@ -36,6 +36,7 @@ from pathlib import Path
 WATCHDOG = str(Path(__file__).with_name("watchdog.py"))
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 LIFELINE_POLL_S = 0.5
+SEND_TIMEOUT_S = 2.0
 
 
 class _Watchdog:
@@ -49,8 +50,6 @@ class _Watchdog:
         self.guarded: set[int] = set()
 
     def _start(self) -> socket.socket | None:
-        if self.proc is not None:
-            self.proc.poll()  # reap a watchdog that died (someone killed it)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
@@ -65,6 +64,9 @@ class _Watchdog:
             return None
         finally:
             theirs.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(SEND_TIMEOUT_S)  # it forked: the watchdog goes on in its child
+        ours.settimeout(SEND_TIMEOUT_S)
         self.sock, self.owner = ours, os.getpid()
         for pid in self.guarded:
             self._send(ours, b"+%d" % pid)
@@ -72,8 +74,12 @@ class _Watchdog:
 
     @staticmethod
     def _send(sock: socket.socket, message: bytes) -> bool:
+        """Whether the watchdog is there (a stuck one loses this message, and is kept: closing
+        this end would stop everything it guards)."""
         try:
             sock.send(message)
+            return True
+        except TimeoutError:
             return True
         except OSError:
             return False
@@ -100,6 +106,15 @@ class _Watchdog:
 
 
 _WATCHDOG = _Watchdog()
+
+
+def prepare() -> None:
+    """Start this process's watchdog now (the first ``guard`` would): call it before starting
+    a child, so that the guard right after the start is a message, not a process start."""
+    with _WATCHDOG.lock:
+        if _WATCHDOG.owner != os.getpid() or _WATCHDOG.sock is None:
+            _WATCHDOG.sock, _WATCHDOG.proc, _WATCHDOG.guarded = None, None, set()
+            _WATCHDOG._start()
 
 
 def guard(pid: int) -> None:

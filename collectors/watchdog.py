@@ -6,7 +6,8 @@ Its stdin is one end of a ``SOCK_SEQPACKET`` pair whose other end only the paren
 message is ``+PID`` (guard this process and the group it leads) or ``-PID`` (it was reaped:
 forget it). The end of the stream is the parent's death, whatever killed it: then every guarded
 group gets SIGTERM, and SIGKILL what is left after ``GRACE_S``, and the watchdog exits.
-PARENT_PID is only there for ``ps`` (and the tests) to tell whose watchdog this is.
+PARENT_PID is only there for ``ps`` (and the tests) to tell whose watchdog this is. It forks
+once at the start (the parent reaps the first process): the watchdog is nobody's child.
 """
 
 from __future__ import annotations
@@ -91,6 +92,10 @@ def main() -> int:
     """Wait for the parent's end, then stop what it left."""
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_IGN)  # the terminal's signals are the parent's to handle
+    if os.fork() > 0:
+        # Not a child of the parent's: whoever counts a sofa-top's children (its own clean-up
+        # of a page's processes, a test's) finds only what sofa-top started for its work.
+        os._exit(0)
     sock = socket.socket(fileno=sys.stdin.fileno())
     left = [pid for pid in _read(sock) if _signal(pid, signal.SIGTERM)]
     deadline = time.monotonic() + GRACE_S

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from procs import read_line, wait_for, wait_until
+from procs import read_line, read_now, wait_for, wait_until
 
 # A parent that starts a sleeping child in a session of its own (as sofa-top starts py-spy and
 # workloads), guards it (and releases it with "release"), and says the child's PID.
@@ -177,6 +177,12 @@ def test_compares_run_ends_with_a_killed_compare(tmp_path: Path, cleanup: list[i
 
     run = wait_for(job, 60, "compare's run of the workload")
     cleanup.append(run.pid)
+    # the run's session records (it started after the run was guarded)
+    wait_for(
+        lambda: any(read_now(f, lambda r: r.series_names(), []) for f in tmp_path.glob("*.sofa")),
+        60,
+        "the run's session to record",
+    )
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
     wait_for(lambda: not running(run.pid), 10, "compare's run to be stopped")

@@ -68,6 +68,7 @@ def record_one(
     ``seconds`` past the warm-up, or its exit, or ``timeout_s``). Returns the tree's peak PSS.
     ``like``: run in that job's working directory with its environment (``compare --like``).
     ``group``: the comparison this run belongs to (the session lists show it as one entry)."""
+    children.prepare()  # the run is guarded the moment it is started
     run = open_launch(
         LaunchRequest(
             cmd=tuple(cmd),
