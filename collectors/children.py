@@ -112,8 +112,9 @@ def prepare() -> None:
     """Start this process's watchdog now (the first ``guard`` would): call it before starting
     a child, so that the guard right after the start is a message, not a process start."""
     with _WATCHDOG.lock:
-        if _WATCHDOG.owner != os.getpid() or _WATCHDOG.sock is None:
+        if _WATCHDOG.owner != os.getpid():  # forked: the parent's watchdog is not ours
             _WATCHDOG.sock, _WATCHDOG.proc, _WATCHDOG.guarded = None, None, set()
+        if _WATCHDOG.sock is None:
             _WATCHDOG._start()
 
 
@@ -126,12 +127,6 @@ def guard(pid: int) -> None:
 def release(pid: int) -> None:
     """``pid`` was reaped (or is handed on, meant to outlive this process): stop guarding it."""
     _WATCHDOG.tell(pid, guard=False)
-
-
-def guarded() -> frozenset[int]:
-    """The PIDs this process guards now."""
-    with _WATCHDOG.lock:
-        return frozenset(_WATCHDOG.guarded)
 
 
 def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> bool:
