@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sofa_top.collectors import children
 from sofa_top.collectors.pyspy_raw import parse_raw
 from sofa_top.datamodel.samples import StackCount
 from sofa_top.datamodel.units import Pid
@@ -79,6 +80,8 @@ class GilRun:
                 env=env,
                 start_new_session=True,
             )
+        if self.proc is not None:
+            children.guard(self.proc.pid)  # killed with sofa-top, even by SIGKILL
 
     def finish(self, default_pid: Pid, grace_s: float = FINISH_GRACE_S) -> GilShares | None:
         """Wait for the run (killing it past ``grace_s``) and read it; None when it failed."""
@@ -98,6 +101,7 @@ class GilRun:
                 break
             time.sleep(0.01)
         proc.returncode = os.waitstatus_to_exitcode(status)
+        children.release(proc.pid)
         cpu = usage.ru_utime + usage.ru_stime
         if proc.returncode != 0:
             return None
@@ -125,6 +129,7 @@ class GilRun:
             self.kill()
             with contextlib.suppress(ChildProcessError):
                 self.proc.wait()
+            children.release(self.proc.pid)
 
 
 def suspects(stacks: tuple[StackCount, ...]) -> bool:

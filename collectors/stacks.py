@@ -56,6 +56,7 @@ from sofa_top.analysis.classify import (
     reconcile_gil,
 )
 from sofa_top.analysis.sources import ABSOLUTE_ONLY, Lines, SourceReader, workload_dirs
+from sofa_top.collectors import children
 from sofa_top.collectors.base import Emit
 from sofa_top.collectors.gil import GilPlanner, GilRun, GilShares, suspects
 from sofa_top.collectors.pyspy_raw import RawStack, parse_raw
@@ -549,7 +550,7 @@ class StackCollector:
         """Run py-spy to completion; (exit code, its CPU seconds), or None if ``stop`` was set.
 
         The child gets its own session so it can be killed with anything it started, and is
-        always reaped: no py-spy outlives a stop.
+        always reaped: no py-spy outlives a stop (nor sofa-top: ``children.guard``).
         """
         env = {**os.environ, "RUST_BACKTRACE": "0"}
         env.pop("RUST_LOG", None)
@@ -566,6 +567,7 @@ class StackCollector:
         except OSError as exc:
             log.write_text(f"Error: cannot run {cmd[0]}: {exc}\n")
             return 127, 0.0
+        children.guard(proc.pid)  # killed with sofa-top, even by SIGKILL
         deadline = time.monotonic() + timeout
         pidfd = _pidfd(proc.pid)
         try:
@@ -596,6 +598,7 @@ class StackCollector:
                 with contextlib.suppress(ChildProcessError):
                     _, status, _ = os.wait4(proc.pid, 0)
                     proc.returncode = os.waitstatus_to_exitcode(status)
+            children.release(proc.pid)
 
 
 def _scan_cost_per_s() -> float:

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from sofa_top.agent.toggles import OptimizeSpec
+from sofa_top.collectors import children
 from sofa_top.collectors.discovery import JobCopy
 from sofa_top.datamodel.errors import UserError
 from sofa_top.datamodel.samples import Event
@@ -68,6 +69,7 @@ def record_one(
     ``like``: run in that job's working directory with its environment (``compare --like``).
     ``group``: the comparison this run belongs to (the session lists show it as one entry).
     Raises ``SessionCut`` when the session's end passed its bound."""
+    children.prepare()  # the run is guarded the moment it is started
     run = open_launch(
         LaunchRequest(
             cmd=tuple(cmd),
@@ -83,6 +85,9 @@ def record_one(
         )
     )
     session = run.session
+    job = run.popen
+    if job is not None:
+        children.guard(job.pid)  # compare's own run: never past compare, even a killed one
     reason = "interrupted"
     try:
         session.start()
@@ -100,6 +105,8 @@ def record_one(
         )
         finisher.start()
         finisher.join()
+        if job is not None and job.returncode is not None:
+            children.release(job.pid)  # reaped (one still running stays guarded)
     if run.cut is not None:
         raise SessionCut(run.cut)
     return memory.peak

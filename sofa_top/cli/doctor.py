@@ -31,6 +31,7 @@ from typing import Literal
 
 import psutil
 
+from sofa_top.collectors import children
 from sofa_top.collectors.gpu import probe_gpus
 from sofa_top.collectors.process import ProcessCollector
 from sofa_top.collectors.stacks import find_pyspy
@@ -76,6 +77,7 @@ def _start_probe(timeout: float) -> subprocess.Popen[bytes] | None:
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
+    children.guard(p.pid)  # it sleeps 60 s: not past doctor, even a killed one
     assert p.stdout is not None
     # Wait until the interpreter is up: py-spy fails on a process that has not mapped it yet.
     ready, _, _ = select.select([p.stdout], [], [], timeout)
@@ -88,6 +90,7 @@ def _start_probe(timeout: float) -> subprocess.Popen[bytes] | None:
 def _stop_probe(p: subprocess.Popen[bytes]) -> None:
     p.kill()
     p.wait()
+    children.release(p.pid)
     if p.stdout is not None:
         p.stdout.close()
 
@@ -290,7 +293,7 @@ print(json.dumps(info))
 
 def _start_import(module: str) -> subprocess.Popen[str]:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.Popen(
+    p = subprocess.Popen(
         [sys.executable, "-c", _IMPORT_CODE, module],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -298,6 +301,8 @@ def _start_import(module: str) -> subprocess.Popen[str]:
         text=True,
         env=env,
     )
+    children.guard(p.pid)
+    return p
 
 
 def _finish_import(module: str, p: subprocess.Popen[str], deadline: float, limit: float) -> Check:
@@ -306,9 +311,11 @@ def _finish_import(module: str, p: subprocess.Popen[str], deadline: float, limit
     except subprocess.TimeoutExpired:
         p.kill()
         p.communicate()
+        children.release(p.pid)
         return Check(
             module, "warn", f"`import {module}` did not finish within {limit:g}s; not checked"
         )
+    children.release(p.pid)
     if p.returncode != 0:
         last = next((ln for ln in reversed(err.splitlines()) if ln.strip()), "no output")
         return Check(

@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from sofa_top.cli.watch import finished, launch_request, opened_attach
+from sofa_top.collectors import children
 from sofa_top.datamodel.errors import UserError
 from sofa_top.launch import AttachRequest, LaunchRequest, Run, Sampling, open_launch
 
@@ -90,6 +91,7 @@ def serve(args: argparse.Namespace) -> int:
         return run
 
     sock, token, url = _listen(args)
+    children.prepare()  # a page's run is guarded the moment the owner adds it
     owner = Owner(f"/{token}/", opener)
     server = TokenServer(sock, token, owner.view_command, "sofa-top")
     asyncio.run(_serve(owner, server, url, single=False))
@@ -118,6 +120,7 @@ def launch_web(args: argparse.Namespace) -> int:
 
     req = launch_request(args)
     sock, token, url = _listen(args)  # a port in use stops us before the workload starts
+    children.prepare()  # the owner guards the workload the moment it is added
     try:
         run = open_launch(req)
     except BaseException:

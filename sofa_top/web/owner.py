@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from sofa_top.collectors import children
 from sofa_top.datamodel.errors import UserError
 from sofa_top.datamodel.snapshot import Snapshot
 from sofa_top.launch import Run
@@ -99,6 +100,8 @@ class Owner:
         owned = OwnedRun(rid, run)
         self.runs[rid] = owned
         self.views[rid] = View("run", rid)
+        if run.popen is not None and not run.keep_running:
+            children.guard(run.popen.pid)  # stopped even when this owner is killed
         run.start(lambda snap: self._publish(owned, snap))
         return rid
 
@@ -127,6 +130,9 @@ class Owner:
                 print(f"sofa-top: {owned.error}", file=sys.stderr, flush=True)
         except Exception as exc:  # said to the viewers and on exit; the path is still worth having
             owned.error = f"{type(exc).__name__}: {exc}"
+        popen = owned.run.popen
+        if popen is not None and popen.returncode is not None:
+            children.release(popen.pid)  # reaped: its PID is free for others
         owned.ended = True
         frame = message(
             {"event": "ended", "error": owned.error, "session_path": owned.run.session_path}
@@ -208,7 +214,13 @@ class Owner:
     ) -> dict[str, Any] | None:
         op = req.get("op")
         if op == "hello":
-            return {"ok": True, "home": self.base_path, "serve": self.opener is not None}
+            # the pid: a viewer ends when its owner does (``viewer._lifeline``)
+            return {
+                "ok": True,
+                "home": self.base_path,
+                "serve": self.opener is not None,
+                "pid": os.getpid(),
+            }
         if op == "watch":
             owned = self.runs.get(str(req.get("run")))
             if owned is None:

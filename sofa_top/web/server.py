@@ -9,6 +9,7 @@ Pages: ``/TOKEN/`` (the owner's default view) and ``/TOKEN/view/ID/``; each page
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 import secrets
@@ -23,6 +24,7 @@ from aiohttp import web
 from textual_serve.app_service import AppService
 from textual_serve.server import Server, to_int
 
+from sofa_top.collectors import children
 from sofa_top.datamodel.errors import UserError
 
 DEFAULT_WEB_HOST = "127.0.0.1"
@@ -67,14 +69,20 @@ def page_url(sock: socket.socket, host: str, token: str) -> str:
 
 async def _stop(service: AppService) -> None:
     """Ask the page's viewer to quit and wait for it; kill it when it does not (it holds no
-    workload: the owner does)."""
+    workload: the owner does), whatever interrupts the wait (the server's own shutdown
+    cancels it)."""
     try:
         await asyncio.wait_for(service.stop(), VIEWER_QUIT_S)
     except (TimeoutError, ConnectionError):
+        pass
+    finally:
         process = service._process  # textual-serve keeps no public handle on it
-        if process is not None and process.returncode is None:
-            process.kill()
-            await process.wait()
+        if process is not None:
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await asyncio.shield(process.wait())
+            children.release(process.pid)
 
 
 class TokenServer(Server):
@@ -156,6 +164,8 @@ class TokenServer(Server):
                 download_manager=self.download_manager,
             )
             await service.start(width, height)
+            if service._process is not None:
+                children.guard(service._process.pid)  # ended even when this server is killed
             await self._process_messages(websocket, service)
         except asyncio.CancelledError:
             await websocket.close()

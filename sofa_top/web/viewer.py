@@ -3,6 +3,10 @@
 run's dashboard gets its snapshots from the owner (``RemoteSource``), the home screen hands the
 user's choice to the owner, a replay reads its session file. Closing the page ends this process
 and nothing else.
+
+It ends when what it serves is gone, however that went (``collectors.children.Lifeline``): its
+page (textual-serve's pipe to its stdin closes), its server (the parent: ``PR_SET_PDEATHSIG``
+and a poll of the parent's PID, the owner's PID), or its channel (the owner removed it).
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from typing import Any
 import psutil
 from rich.text import Text
 from textual import work
+from textual.app import App
 
+from sofa_top.collectors.children import Lifeline, die_with_parent
 from sofa_top.datamodel.snapshot import Snapshot, TargetInfo
 from sofa_top.datamodel.source import OnSnapshot, SnapshotSource
 from sofa_top.tui import app as dashboard_module
@@ -30,6 +36,7 @@ from sofa_top.tui.home import HomeApp, HomeChoice
 from sofa_top.web.channel import ChannelClosed, connect, message, recv_frame
 
 STOP_WAIT_S = 120.0  # finalizing a session stops the workload first (a grace of 5 s) and flushes
+GONE_EXIT_S = 5.0  # what it serves is gone: the most a clean exit may take before a hard one
 
 
 def ask(channel: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -185,19 +192,46 @@ def stop_own_children(grace_s: float = 5.0) -> None:
             os.killpg(child.pid, signal.SIGKILL)
 
 
-def run_view(channel: str, kind: str, arg: str) -> int:
-    """Draw one view until the page closes or the user leaves it."""
+def _lifeline(app: App[Any], channel: str, parent: int, owner: int | None) -> None:
+    """End ``app`` when its page, its server or its channel is gone (and the process, if the
+    app does not end within ``GONE_EXIT_S``)."""
+
+    def leave(_reason: str) -> None:
+        if isinstance(app, WebDashboard):
+            app.home_url = None  # no page to send home
+        app.call_from_thread(app.exit)
+
+    Lifeline(
+        leave,
+        parent=parent,
+        pids=() if owner is None else (owner,),
+        paths=(channel,),
+        stdin=True,
+        exit_after_s=GONE_EXIT_S,
+    ).start()
+
+
+def run_view(channel: str, kind: str, arg: str, parent: int | None = None) -> int:
+    """Draw one view until the page closes or the user leaves it (or the page's server or
+    channel is gone: ``parent``, the PID that started this viewer, and the owner are watched)."""
+    parent = os.getppid() if parent is None else parent
     hello = ask(channel, {"op": "hello"})
     home_url = str(hello["home"]) if hello.get("serve") else None
+    owner = hello.get("pid")
+    owner_pid = owner if isinstance(owner, int) else None
     if kind == "home":
-        WebHome(channel).run()
+        home = WebHome(channel)
+        _lifeline(home, channel, parent, owner_pid)
+        home.run()
         return 0
     if kind == "replay":
         from sofa_top.recording.replay import ReplaySource
 
         replay = ReplaySource(Path(arg))
         try:
-            WebDashboard(replay, home_url).run()
+            view = WebDashboard(replay, home_url)
+            _lifeline(view, channel, parent, owner_pid)
+            view.run()
         finally:
             replay.stop()
         return 0
@@ -210,6 +244,7 @@ def run_view(channel: str, kind: str, arg: str) -> int:
         app.call_from_thread(app.exit, source.session_path, 0, note)
 
     source.on_end = ended
+    _lifeline(app, channel, parent, owner_pid)
     try:
         app.run()
     finally:
@@ -219,12 +254,14 @@ def run_view(channel: str, kind: str, arg: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m sofa_top.web.viewer CHANNEL KIND ARG``."""
+    parent = os.getppid()  # before anything else: the server that started this page's process
+    die_with_parent()
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 3 or args[1] not in ("run", "replay", "home"):
         print("usage: python -m sofa_top.web.viewer CHANNEL run|replay|home ARG", file=sys.stderr)
         return 2
     try:
-        code = run_view(*args)
+        code = run_view(args[0], args[1], args[2], parent)
     except ChannelClosed as exc:
         print(f"sofa-top: {exc}", file=sys.stderr)
         code = 1
