@@ -104,6 +104,21 @@ def test_the_steps_come_from_the_loops_clock(name: str) -> None:
         assert abs(sum(split.values()) - 1.0) < 0.01 or sum(split.values()) == 0.0, split
 
 
+@pytest.mark.parametrize("name", each([n for n in SESSIONS if "phases" in truth(n)]))
+def test_evaluation_is_a_phase_of_its_own(name: str) -> None:
+    """A loop built with training and evaluation batches: each a phase, the top-level numbers
+    training's; the evaluation's fraction against the loop's own where it measured one."""
+    want, steps = truth(name), judged(name).report["steps"]
+    phases = {p["phase"]: p for p in steps["phases"]}
+    assert sorted(phases) == sorted(want["phases"]), steps["phases"]
+    assert steps["phase"] == "train" and steps["count"] == phases["train"]["count"], steps
+    if "sources" in want:  # the batches it was built with, each a step of its clock
+        assert steps["sources"] == want["sources"], steps["sources"]
+    own = want["measured"].get("eval_input_fraction")
+    if own is not None:
+        assert abs(phases["eval"]["input_wait_fraction"] - own) <= TOLERANCE, (phases, own)
+
+
 @pytest.mark.parametrize("name", each([n for n in SESSIONS if truth(n)["framework"]]))
 def test_the_advice_is_for_the_models_framework(name: str) -> None:
     framework, verdict = truth(name)["framework"], judged(name).report["verdict"]
