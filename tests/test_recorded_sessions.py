@@ -125,6 +125,9 @@ def test_the_advice_is_for_the_models_framework(name: str) -> None:
     recs = " | ".join(verdict["recommendations"])
     other = TF_ONLY if framework == "torch" else TORCH_ONLY
     assert not other.search(recs), recs
+    if verdict["kind"] == "input-bound":  # its own input API: a DataLoader, tf.data, a PyDataset
+        own = r"DataLoader\(" if framework == "torch" else r"tf\.data|PyDataset"
+        assert re.search(own, recs), recs
 
 
 @pytest.mark.parametrize("name", each(SESSIONS))
