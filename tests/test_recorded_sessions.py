@@ -16,7 +16,7 @@ import re
 import pytest
 from session_corpus import judged, names, truth
 
-from sofa_top.analysis.steps import MODEL_CALL_SOURCES
+from sofa_top.analysis.steps import model_call
 from sofa_top.datamodel.verdict import RANK_VERDICT_KINDS, VERDICT_KINDS
 
 TOLERANCE = 0.10  # the live tests' bound on an input fraction against the workload's own
@@ -96,7 +96,7 @@ def test_the_steps_come_from_the_loops_clock(name: str) -> None:
         assert steps["count"] == 0 and steps["reason"], steps
         return
     assert steps["sources"].get(want["clock"], 0) > 0, steps
-    if want["clock"] in MODEL_CALL_SOURCES:
+    if model_call(want["clock"]):
         split = steps["host_split"]
         assert split is not None, steps
         # its shares of the loop's host samples (all 0: none outside the model's calls)
