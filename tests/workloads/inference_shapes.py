@@ -107,8 +107,11 @@ def jpegs(n: int = 16) -> list[bytes]:
     return out
 
 
-def pil_batch(files: list[bytes], start: int, n: int = BATCH) -> np.ndarray:
-    """Decode, resize, flip and normalise ``n`` images with PIL and NumPy (NCHW, float32)."""
+def pil_batch(
+    files: list[bytes], start: int, n: int = BATCH, channels_last: bool = False
+) -> np.ndarray:
+    """Decode, resize, flip and normalise ``n`` images with PIL and NumPy (float32; NCHW, or
+    NHWC for Keras: TensorFlow's CPU Conv2D runs NHWC only)."""
     from PIL import Image
 
     out = []
@@ -119,7 +122,7 @@ def pil_batch(files: list[bytes], start: int, n: int = BATCH) -> np.ndarray:
         if (start + k) % 2:
             a = a[:, ::-1]
         a = (a - a.mean(axis=(0, 1))) / (a.std(axis=(0, 1)) + 1e-6)
-        out.append(a.transpose(2, 0, 1))
+        out.append(a if channels_last else a.transpose(2, 0, 1))
     return np.ascontiguousarray(np.stack(out))
 
 
@@ -144,11 +147,13 @@ def torch_cnn(width: int) -> Any:
     )  # fmt: skip
 
 
-def keras_cnn(width: int, channels_first: bool = False) -> Any:
+def keras_cnn(width: int) -> Any:
+    """A small NHWC CNN (TensorFlow's CPU Conv2D runs NHWC only: keras 3.15 / TF 2.21 fail
+    on NCHW, "Conv2D op currently only supports the NHWC tensor format on the CPU")."""
     import keras
 
-    shape = (3, SIZE, SIZE) if channels_first else (SIZE, SIZE, 3)
-    fmt = "channels_first" if channels_first else "channels_last"
+    shape = (SIZE, SIZE, 3)
+    fmt = "channels_last"
     model = keras.Sequential(
         [
             keras.Input(shape),
@@ -227,11 +232,11 @@ def run_torch(truth: Truth, files: list[bytes], shape: str) -> None:
 
 
 def run_keras(truth: Truth, files: list[bytes], shape: str) -> None:
-    model = keras_cnn(16, channels_first=True)
+    model = keras_cnn(16)
     labels = np.arange(BATCH) % 10
 
     def step(i: int) -> float:
-        x = pil_batch(files, i * BATCH)
+        x = pil_batch(files, i * BATCH, channels_last=True)
         t = time.perf_counter()
         if shape == "keras-predict":
             model.predict_on_batch(x)
