@@ -72,10 +72,27 @@ def make_app(source: FakeSource, refresh_s: float = 0.0) -> DashboardApp:
 
 
 async def deliver(pilot: Pilot[str], source: FakeSource, snapshot: Snapshot | None = None) -> None:
-    """Push a snapshot through the source's thread and let the app handle the message."""
-    source.push(snapshot)
-    await pilot.pause()
-    await pilot.pause()
+    """Push a snapshot through the source's thread and wait until the app has it on screen
+    (unless paused): a burst is drawn after the app's draw interval, which a busy machine can
+    stretch past any fixed number of pauses."""
+    snap = source.push(snapshot)
+    await drawn(pilot, snap)
+
+
+async def drawn(pilot: Pilot[str], snap: Snapshot, timeout: float = 30.0) -> None:
+    """Wait until the dashboard received ``snap`` and, unless paused, drew it."""
+    app = pilot.app
+    deadline = time.monotonic() + timeout
+    while True:
+        await pilot.pause()
+        if not isinstance(app, DashboardApp):
+            return
+        if app.latest is not snap and app.latest is not None and app.shown is app.latest:
+            return  # a later snapshot already replaced it (the source's own)
+        if app.latest is snap and (app.paused or app.shown is snap or app.replay):
+            await pilot.pause()
+            return
+        assert time.monotonic() < deadline, "the snapshot was never drawn"
 
 
 async def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:

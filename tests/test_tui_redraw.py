@@ -17,6 +17,7 @@ import pytest
 from rich.console import Console, RenderableType
 from rich.style import Style
 from rich.text import Text
+from test_tui_pilot import drawn as snapshot_drawn
 from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.strip import Strip
@@ -43,9 +44,7 @@ def run_async(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., N
 
 
 async def deliver(pilot: Pilot[str], source: FakeSource, snapshot: Snapshot) -> None:
-    source.push(snapshot)
-    await pilot.pause()
-    await pilot.pause()
+    await snapshot_drawn(pilot, source.push(snapshot))
 
 
 def drawn(widget: Widget) -> list[Strip]:
@@ -185,7 +184,8 @@ async def test_the_clock_ticks_only_between_snapshots() -> None:
         await deliver(pilot, source, make_snapshot(now[0]))
         assert app.header.now == T0 + 75
         now[0] = T0 + 75.5
-        app._tick()  # a snapshot was drawn a moment ago: its clock stands
+        app._last_draw = time.monotonic()  # a snapshot was drawn a moment ago (however busy
+        app._tick()  # the machine): its clock stands
         assert app.header.now == T0 + 75
         app._last_draw = time.monotonic() - 10  # snapshots stopped coming
         app._tick()
