@@ -27,6 +27,7 @@ from tui_fakes import (
     make_snapshot,
 )
 
+from sofa_top.datamodel.evidence_json import evidence_json, parse_evidence
 from sofa_top.datamodel.samples import Event, StepSample
 from sofa_top.datamodel.snapshot import LOG_LINES
 from sofa_top.datamodel.verdict import Verdict
@@ -101,7 +102,8 @@ async def test_verdict_panel_is_fuller_at_160x48() -> None:
         # GPU utilisation from the evidence when the verdict has it, else the live reading.
         assert "GPU 87%" in lines[1]  # the fake verdict has gpu_util_percent=None
         verdict = input_bound_verdict()
-        with_gpu = replace(verdict, evidence={**verdict.evidence, "gpu_util_percent": 35.0})
+        gpu = {**evidence_json(verdict.evidence), "gpu_util_percent": 35.0}
+        with_gpu = replace(verdict, evidence=parse_evidence(verdict.kind, gpu))
         await deliver(pilot, source, launch_snapshot(gpus=1, verdict=with_gpu))
         lines = verdict_text(app).split("\n")
         assert "GPU 35%" in lines[1]
@@ -514,9 +516,9 @@ async def test_views_keep_updating_while_hidden() -> None:
 
 def test_verdict_evidence_names_the_input_cause() -> None:
     verdict = input_bound_verdict()
-    caused = replace(
-        verdict, evidence={**verdict.evidence, "input_cause": "latency", "input_cpu_cores": 0.14}
-    )
+    cause = {"input_cause": "latency", "input_cpu_cores": 0.14}
+    evidence = parse_evidence(verdict.kind, {**evidence_json(verdict.evidence), **cause})
+    caused = replace(verdict, evidence=evidence)
     lines = verdict_lines(caused, launch_snapshot(), 160, roomy=True)
     assert "input latency (0.1 cores busy)" in lines[1].plain
     # no cause measured: nothing said about it
