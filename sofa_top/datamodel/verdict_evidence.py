@@ -276,42 +276,50 @@ class ProcessEvidence:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InputBoundEvidence(ProcessEvidence):
-    pass
+    """The loop waits for its input (steps, CUDA steps or stacks; ``input_cause``: why)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ComputeBoundEvidence(ProcessEvidence):
+    """The model's compute dominates the step (or the loop thread's samples)."""
+
     device: Device | None = None  # the busy device (from steps), None from stacks alone
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PythonOverheadEvidence(ProcessEvidence):
-    pass
+    """The loop thread runs plain Python (stacks)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuUnderutilizedEvidence(ProcessEvidence):
+    """A GPU idles while the loop computes on the host or launches kernels."""
+
     gpu_idle: GpuIdle | None = None  # a CUDA loop's; None: NVML read the GPU below the bar
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MemoryPressureEvidence(ProcessEvidence):
+    """RAM is nearly full."""
+
     memory_used_fraction: float | None = None  # used / total RAM (None: an older file's)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OversubscribedEvidence(ProcessEvidence):
+    """The tree's threads want more cores than it gets."""
+
     oversubscription: Oversubscription | None = None  # None: an older file's
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class IdleEvidence(ProcessEvidence):
-    pass
+    """The tree does nearly nothing (``load`` only)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UnknownEvidence(ProcessEvidence):
-    pass
+    """Nothing decided: ``steps_reason`` says what is missing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +335,8 @@ class JobFigures:
 
 @dataclass(frozen=True, slots=True)
 class BalancedEvidence:
+    """A job's ranks within ``STRAGGLER_GAP`` of each other."""
+
     job: JobFigures
     spread_fraction: float  # slowest less fastest rank's own time, over the step
 
@@ -341,6 +351,8 @@ class JobVerdict:
 
 @dataclass(frozen=True, slots=True)
 class StragglerEvidence:
+    """One rank holds the others back: who, its own verdict and what it costs the job."""
+
     job: JobFigures
     rank: int
     local_rank: int | None
