@@ -1,7 +1,8 @@
 """Verdicts of every kind, by every rule that reaches one, built from evidence made here (pure
 functions): ``test_evidence_json`` checks their JSON against what the string-keyed evidence
 wrote (``tests/data/verdict_evidence_judged.json``, written by ``python tests/evidence_cases.py``
-before evidence was typed)."""
+before evidence was typed; write it again only for a change of the JSON that is meant, and
+additions only)."""
 
 from __future__ import annotations
 
