@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
 from sofa_top.datamodel.literals import one_of
+from sofa_top.datamodel.verdict_evidence import ProcessEvidence
 from sofa_top.optimizers.measures import RunOutcome, Throughput, Unit, median
 
 Bound = Literal["compute", "cores", "latency", "serial-source"]
@@ -101,6 +102,10 @@ def _cause(value: object) -> InputCauseName | None:
     return one_of(value, get_args(InputCauseName))
 
 
+def _float(v: float | None) -> float | None:
+    return None if v is None else float(v)
+
+
 def diagnose(baseline: Sequence[RunOutcome], cores: int) -> Diagnosis | None:
     """The input bottleneck of the baseline runs: the first run's cause (what the search went
     by), the medians of their numbers."""
@@ -108,16 +113,16 @@ def diagnose(baseline: Sequence[RunOutcome], cores: int) -> Diagnosis | None:
     if not ok:
         return None
     ev = ok[0].evidence
-    cause = _cause(ev.get("input_cause")) if ok[0].verdict == "input-bound" else None
-    p0 = ev.get("input_parallelism")
-    p0 = p0 if isinstance(p0, int) and not isinstance(p0, bool) and p0 > 0 else None
+    found = ev if isinstance(ev, ProcessEvidence) else None
+    figures = found.input_cause if found is not None else None
+    cause = None
+    if figures is not None and ok[0].verdict == "input-bound":
+        cause = _cause(figures.cause)
+    p0 = figures.parallelism if figures is not None else None
+    p0 = p0 if p0 is not None and p0 > 0 else None
     stats = [o.input for o in ok if o.input is not None]
     wait = statistics.median(x.input_s for x in stats)
     step = statistics.median(x.step_s for x in stats)
-
-    def num(key: str) -> float | None:
-        v = ev.get(key)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
     def med(vals: Sequence[float | int | None]) -> float | None:
         return median([float(v) for v in vals if v is not None])
@@ -128,8 +133,8 @@ def diagnose(baseline: Sequence[RunOutcome], cores: int) -> Diagnosis | None:
     serial_s = med([o.serial_s_per_step for o in ok]) or (wait if serial else None)
     return Diagnosis(
         cause=cause,
-        input_fraction=num("input_fraction"),
-        input_cpu_cores=num("input_cpu_cores"),
+        input_fraction=_float(found.input_fraction if found is not None else None),
+        input_cpu_cores=_float(figures.cpu_cores if figures is not None else None),
         input_parallelism=p0,
         cores=cores,
         compute_s=statistics.median(x.compute_s for x in stats),

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from sofa_top.agent.toggles import Toggle
 from sofa_top.datamodel.samples import StepSample
+from sofa_top.datamodel.verdict_evidence import NO_EVIDENCE, VerdictEvidence
 
 Unit = Literal["samples/s", "steps/s"]
 Points = list[tuple[float, float | None, str | None]]  # (ts, value, error), as the store reads
@@ -68,7 +69,7 @@ class RunOutcome:
     rss: int | None = None  # peak of the stored ``tree.rss`` series (sum of RSS)
     batch_size: float | None = None  # median over the measured steps
     input: InputStats | None = None
-    evidence: Mapping[str, object] = field(default_factory=dict)  # the verdict's
+    evidence: VerdictEvidence = NO_EVIDENCE  # the verdict's
     loss: float | None = None  # the loss the workload logged last (median of its last 5)
     data: DataStream | None = None  # the batches' fingerprints (None: none were seen)
     blocked: tuple[tuple[Toggle, str], ...] = ()  # (toggle, obstacle kind) the agent reported

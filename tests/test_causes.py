@@ -21,6 +21,7 @@ from sofa_top.analysis.causes import (
 )
 from sofa_top.analysis.measured import apply_measured
 from sofa_top.analysis.verdicts import Evidence, judge
+from sofa_top.datamodel.evidence_json import parse_evidence
 from sofa_top.datamodel.samples import (
     Neighbour,
     PipelineSample,
@@ -70,7 +71,7 @@ def _loop_steps(run: float, queue: float, n: int = 20, wait: float = 0.08) -> li
 def _cause(run: float, queue: float, nb: Neighbours | None = QUIET) -> str:
     v = judge(Evidence(steps=_loop_steps(run, queue), pipeline=LOADER0, cpu_count=2, neighbours=nb))
     assert v.kind == "input-bound"
-    return str(v.evidence["input_cause"])
+    return str(v.as_json()["evidence"]["input_cause"])
 
 
 def test_the_loop_threads_split_decides_on_both_sides_of_each_threshold() -> None:
@@ -96,7 +97,7 @@ def test_the_loop_threads_split_decides_on_both_sides_of_each_threshold() -> Non
 
 def test_the_split_is_in_the_evidence_and_the_headline_names_the_neighbours() -> None:
     v = judge(Evidence(steps=_loop_steps(0.02, 0.2), pipeline=LOADER0, cpu_count=2, neighbours=HOG))
-    ev = v.evidence
+    ev = v.as_json()["evidence"]
     assert ev["input_cause_source"] == "schedstat" and ev["input_producers"] == "the loop's thread"
     assert ev["input_time_split"] == {"on_cpu": 0.02, "cpu_wait": 0.2, "blocked": 0.78}
     assert ev["input_contention"] is True and ev["others_cores"] == 1.0
@@ -107,7 +108,7 @@ def test_the_split_is_in_the_evidence_and_the_headline_names_the_neighbours() ->
     assert "renice -n 10 -p 4242" in texts
     # contention: named in the headline, the cores first in the advice
     c = judge(replace(Evidence(steps=_loop_steps(0.3, 0.6)), pipeline=LOADER0, neighbours=HOG))
-    assert c.evidence["input_cause"] == "contention"
+    assert c.as_json()["evidence"]["input_cause"] == "contention"
     assert "waits for a CPU that other processes hold" in c.headline
     assert c.recommendations[0].toggle is None and "python 4242" in c.recommendations[0].text
 
@@ -173,17 +174,20 @@ def _pool_evidence(runnable: float, nb: Neighbours | None) -> Evidence:
 
 def test_oversubscription_tells_its_own_pools_from_the_neighbours() -> None:
     own = _pool(8.0, QUIET)
-    assert own.kind == "cpu-oversubscribed" and own.evidence["oversubscribed_by"] == "own-pool"
-    assert own.evidence["threads_waiting"] == 0.9  # measured, not runnable - busy
+    assert (
+        own.kind == "cpu-oversubscribed"
+        and own.as_json()["evidence"]["oversubscribed_by"] == "own-pool"
+    )
+    assert own.as_json()["evidence"]["threads_waiting"] == 0.9  # measured, not runnable - busy
     assert own.recommendations[0].toggle == "threads"
     assert "not measured" not in own.recommendations[0].text
     theirs = _pool(2.0, HOG)
-    assert theirs.evidence["oversubscribed_by"] == "neighbours"
+    assert theirs.as_json()["evidence"]["oversubscribed_by"] == "neighbours"
     assert "python 4242" in theirs.headline and theirs.recommendations[0].toggle is None
     cap = next(r for r in theirs.recommendations if r.toggle == "threads")
     assert "not measured here" in cap.text
-    assert _pool(8.0, HOG).evidence["oversubscribed_by"] == "both"
-    assert _pool(2.0, None).evidence["oversubscribed_by"] == "unknown"
+    assert _pool(8.0, HOG).as_json()["evidence"]["oversubscribed_by"] == "both"
+    assert _pool(2.0, None).as_json()["evidence"]["oversubscribed_by"] == "unknown"
     # with the pool's size known, the runnable count does not decide: a 2-thread pool that
     # waits 0.9 cores is oversubscribed at 1.4 runnable threads (seen: LBFGS on a busy machine)
     wide = ModelReport("torch", "Net", "__main__", 100, 0, "", intra_op_threads=2)
@@ -193,9 +197,10 @@ def test_oversubscription_tells_its_own_pools_from_the_neighbours() -> None:
     # whose threads: a pool as wide as the 2 cores is not the workload's own doing, whatever
     # the runnable count (tf.data and inter-op threads wake around each op); a wider one is
     as_wide = judge(replace(_pool_evidence(3.0, HOG), model=wide))
-    assert as_wide.evidence["oversubscribed_by"] == "neighbours", as_wide.evidence
+    wide_ev = as_wide.as_json()["evidence"]
+    assert wide_ev["oversubscribed_by"] == "neighbours", wide_ev
     wider = judge(replace(_pool_evidence(3.0, HOG), model=replace(wide, intra_op_threads=4)))
-    assert wider.evidence["oversubscribed_by"] == "both", wider.evidence
+    assert wider.as_json()["evidence"]["oversubscribed_by"] == "both", wider.as_json()["evidence"]
     # a pool no wider than the cores it gets: no thread cap lowers it (neighbours starve it)
     sized = replace(wide, intra_op_threads=1)
     assert judge(replace(_pool_evidence(2.0, HOG), model=sized)).kind != "cpu-oversubscribed"
@@ -220,7 +225,7 @@ def _input_verdict() -> Verdict:
         "input-bound",
         0.9,
         "input-bound: 80% of each step waits for input",
-        {"input_cause": "cpu"},
+        parse_evidence("input-bound", {"input_cause": "cpu"}),
         (
             Recommendation(
                 "preprocessing keeps its producers on the 2 cores: ... more parallelism than "
@@ -246,7 +251,8 @@ def test_a_measured_win_is_quoted_and_what_it_contradicts_withdrawn() -> None:
         texts[-1].startswith("measured: threads x0.55 at 1 thread") and "not advised" in texts[-1]
     )
     assert v.headline.endswith("; measured: prefetch x3.63 at parallelism 16 (3.10-4.00)")
-    assert [m["toggle"] for m in v.evidence["measured"]] == ["threads", "prefetch"]  # type: ignore[index]
+    ev = v.as_json()["evidence"]
+    assert [m["toggle"] for m in ev["measured"]] == ["threads", "prefetch"]  # type: ignore[index]
     # the last measurement of a toggle counts; nothing measured changes nothing
     again = apply_measured(_input_verdict(), [won, replace(won, effect="unclear", speedup=1.02)])
     assert "no clear difference" in again.recommendations[-1].text

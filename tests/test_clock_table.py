@@ -95,7 +95,7 @@ def test_a_new_row_reaches_the_verdict_the_phases_and_the_reasons() -> None:
     assert set(step_facts.by_phase(tick)) == {"train"}
     assert step_facts.input_fraction(tick) is None
     v = judge(Evidence(steps=tick, tree_cpu=50.0))
-    assert v.evidence["input_wait_measured"] is False
+    assert v.as_json()["evidence"]["input_wait_measured"] is False
     assert v.kind == "unknown" and v.headline.startswith("unknown: steps from toy ticks; ")
     assert step_facts.keras_clock(TOY_TICK) and not step_facts.keras_clock(TOY_CALL)
     # its hook's reason explains a session without steps

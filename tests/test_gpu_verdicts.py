@@ -94,7 +94,10 @@ def toggles(v: Verdict) -> list[str | None]:
 def test_compute_bound_needs_the_gpu_busy_80_percent(busy: float, kind: str) -> None:
     v = verdict(busy, window(busy_s=busy * 5 * STEP))
     assert v.kind == kind
-    assert v.evidence["device"] == "gpu" and v.evidence["gpu_busy_fraction"] == busy
+    assert (
+        v.as_json()["evidence"]["device"] == "gpu"
+        and v.as_json()["evidence"]["gpu_busy_fraction"] == busy
+    )
 
 
 def test_gpu_compute_bound_recommends_bf16_and_channels_last_for_convolutions() -> None:
@@ -133,7 +136,7 @@ def test_input_bound_on_gpu_recommends_pinned_copies_unless_pinned() -> None:
         1.0, "torch", (PipelineStage("ImageFolder", "source", 1, None, None, True),)
     )
     v = verdict(0.2, window(busy_s=0.01), wait=0.5, pipeline=loader)
-    assert v.kind == "input-bound" and v.evidence["device"] == "gpu"
+    assert v.kind == "input-bound" and v.as_json()["evidence"]["device"] == "gpu"
     assert toggles(v)[0] == "prefetch" and toggles(v)[-1] == "pin-memory"
     pinned = replace(
         loader, stages=(*loader.stages, PipelineStage("pin_memory", "other", 1, None, None))
@@ -145,7 +148,7 @@ def test_input_bound_on_gpu_recommends_pinned_copies_unless_pinned() -> None:
 def test_copy_bound_takes_15_percent_of_the_time_in_copies(h2d: float, cause: str) -> None:
     w = window(busy_s=0.01, h2d_s=h2d * 5 * STEP, pageable_h2d=5, long_gap_s=0.02)
     v = verdict(0.2, w)
-    assert v.kind == "gpu-underutilized" and v.evidence["cause"] == cause
+    assert v.kind == "gpu-underutilized" and v.as_json()["evidence"]["cause"] == cause
     if cause == "copy":
         assert toggles(v)[0] == "pin-memory"
 
@@ -165,11 +168,11 @@ def test_launch_bound_idles_in_short_gaps_between_kernels(
     w = window(busy_s=0.01, kernels=5000, short_gaps=4990, short_gap_s=short, long_gaps=5,
                long_gap_s=long_, input_wait_s=wait)  # fmt: skip
     v = verdict(0.2, w)
-    assert v.kind == "gpu-underutilized" and v.evidence["cause"] == cause
+    assert v.kind == "gpu-underutilized" and v.as_json()["evidence"]["cause"] == cause
     if cause == "launch":
         assert toggles(v)[0] == "compile-mode"
         assert "reduce-overhead" in v.recommendations[0].text
-        assert v.evidence["kernels_per_step"] == 1000.0
+        assert v.as_json()["evidence"]["kernels_per_step"] == 1000.0
 
 
 @pytest.mark.parametrize(
@@ -181,9 +184,9 @@ def test_memory_pressure_is_the_allocator_near_the_card_or_retrying(
 ) -> None:
     w = window(busy_s=0.01, short_gap_s=0.03)
     v = verdict(0.2, w, reserved=reserved, retries=retries)
-    assert v.evidence["cause"] == cause
+    assert v.as_json()["evidence"]["cause"] == cause
     if cause == "memory-pressure":
-        assert v.evidence["alloc_retries"] == retries[1] - retries[0]
+        assert v.as_json()["evidence"]["alloc_retries"] == retries[1] - retries[0]
         assert "expandable_segments" in " ".join(r.text for r in v.recommendations)
 
 
@@ -195,19 +198,19 @@ def test_before_any_window_nvml_stands_in_at_low_confidence() -> None:
     load = g.gpu_load(plain, cuda(None), gpu)
     assert load is not None and (load.source, load.busy_fraction) == ("nvml", 0.25)
     v = judge(Evidence(steps=plain, cuda=cuda(None), gpu=gpu, frameworks=("torch",)))
-    assert v.kind == "gpu-underutilized" and v.evidence["cause"] == "cpu"
+    assert v.kind == "gpu-underutilized" and v.as_json()["evidence"]["cause"] == "cpu"
     assert v.confidence < 0.7
-    assert v.evidence["gpu_busy_source"] == "nvml"
+    assert v.as_json()["evidence"]["gpu_busy_source"] == "nvml"
 
 
 def test_a_cpu_loop_is_judged_as_before() -> None:
     plain = [replace(s, gpu_busy_s=None, gpu_span_s=None, gpu_busy_source=None) for s in steps(0)]
     assert g.gpu_load(plain, (), None) is None
     v = judge(Evidence(steps=plain))
-    assert v.kind == "compute-bound" and v.evidence["device"] == "cpu"
+    assert v.kind == "compute-bound" and v.as_json()["evidence"]["device"] == "cpu"
     # NVML alone says the GPU is the busy device
     busy_gpu = GpuSample(1.0, "ok", (GpuDevice(0, "H200", 97.0, 1, 2, 600.0, 60.0, 1980.0, 1),))
-    assert judge(Evidence(steps=plain, gpu=busy_gpu)).evidence["device"] == "gpu"
+    assert judge(Evidence(steps=plain, gpu=busy_gpu)).as_json()["evidence"]["device"] == "gpu"
 
 
 def test_measured_steps_say_profiler() -> None:

@@ -33,7 +33,10 @@ def test_steps_longer_than_the_window_still_judge_the_live_verdict(tmp_path: Pat
     s._record(list(_steps(now - 5.0, 3, 1.5 * WINDOW_S)))
     v = s.snapshot().verdict
     assert v is not None and v.kind == "compute-bound", v
-    assert v.evidence["step_source"] == "torch-dataloader" and v.evidence["steps"] == 3
+    assert (
+        v.as_json()["evidence"]["step_source"] == "torch-dataloader"
+        and v.as_json()["evidence"]["steps"] == 3
+    )
     s.stop()
 
 
@@ -41,5 +44,9 @@ def test_steps_of_a_loop_that_ended_long_ago_do_not(tmp_path: Path) -> None:
     s = _session(tmp_path)
     s._record(list(_steps(time.time() - 120.0, 3, 0.1)))  # short steps, two minutes ago
     v = s.snapshot().verdict
-    assert v is not None and "steps_reason" in v.evidence and "step_source" not in v.evidence
+    assert (
+        v is not None
+        and "steps_reason" in v.as_json()["evidence"]
+        and "step_source" not in v.as_json()["evidence"]
+    )
     s.stop()

@@ -79,7 +79,8 @@ async def test_a_panel_comparison_is_carried_into_the_live_verdict(tmp_path: Pat
             assert first.toggle == "prefetch" and first.text.endswith(
                 "(measured: prefetch x1.64 (1.60-1.66))"
             )
-            assert [m["toggle"] for m in v.evidence["measured"]] == ["prefetch"]  # type: ignore[index]
+            ev = v.as_json()["evidence"]
+            assert [m["toggle"] for m in ev["measured"]] == ["prefetch"]  # type: ignore[index]
     finally:
         run.finish("user quit")
     # ... and the session keeps it: its summary's verdict quotes it too

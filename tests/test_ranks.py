@@ -159,7 +159,7 @@ def test_straggler_names_the_rank_its_cause_the_others_wait_and_the_cost() -> No
     ranks = [_rank(0, 0.01, 0.96), _rank(1, 0.01, 0.96), _rank(2, 0.77, 0.2), _rank(3, 0.01, 0.96)]
     v = cross_rank_verdict(ranks)
     assert v is not None and v.kind == "straggler"
-    ev = v.evidence
+    ev = v.as_json()["evidence"]
     assert (ev["rank"], ev["verdict"], ev["cause"]) == (2, "input-bound", "latency")
     assert ev["others_collective_wait_fraction"] == pytest.approx(0.96)
     # matching the median rank's own time (0.04 * 0.04 s) the step loses the gap
@@ -183,7 +183,7 @@ def test_a_straggler_leads_the_jobs_headline_and_balanced_ranks_do_not() -> None
     top = headline_verdict(job, straggler)
     assert top is not None and top.kind == "straggler"
     assert top.recommendations == straggler.recommendations
-    assert top.evidence["job_verdict"] == {"kind": job.kind, "headline": job.headline}
+    assert top.as_json()["evidence"]["job_verdict"] == {"kind": job.kind, "headline": job.headline}
     balanced = cross_rank_verdict([_rank(0, 0.01, 0.1), _rank(1, 0.01, 0.1)])
     assert balanced is not None and balanced.kind == "balanced"
     assert headline_verdict(job, balanced) is job and headline_verdict(job, None) is job
@@ -199,7 +199,7 @@ def test_the_straggler_gap_threshold(gap: float, kind: str) -> None:
     v = cross_rank_verdict(ranks)
     assert v is not None and v.kind == kind
     if kind == "straggler":
-        assert v.evidence["rank"] == 1
+        assert v.as_json()["evidence"]["rank"] == 1
 
 
 def test_one_rank_or_ranks_without_steps_give_no_cross_rank_verdict() -> None:
@@ -211,9 +211,9 @@ def test_one_rank_or_ranks_without_steps_give_no_cross_rank_verdict() -> None:
 def test_without_collective_wait_ranks_differ_by_step_time() -> None:
     ranks = [_rank(0, 0.0, None, 0.04), _rank(1, 0.0, None, 0.04), _rank(2, 0.5, None, 0.08)]
     v = cross_rank_verdict(ranks)
-    assert v is not None and v.kind == "straggler" and v.evidence["rank"] == 2
-    assert v.evidence["collective_wait_measured"] is False
-    assert v.evidence["others_collective_wait_fraction"] is None
+    assert v is not None and v.kind == "straggler" and v.as_json()["evidence"]["rank"] == 2
+    assert v.as_json()["evidence"]["collective_wait_measured"] is False
+    assert v.as_json()["evidence"]["others_collective_wait_fraction"] is None
 
 
 @pytest.mark.parametrize("world", [64, 512])
@@ -225,7 +225,7 @@ def test_the_cluster_verdict_stays_correct_at_scale(world: int) -> None:
     ]
     v = cross_rank_verdict(ranks)
     assert v is not None and v.kind == "straggler"
-    assert (v.evidence["rank"], v.evidence["ranks"]) == (straggler, world)
+    assert (v.as_json()["evidence"]["rank"], v.as_json()["evidence"]["ranks"]) == (straggler, world)
 
 
 def test_steps_frames_carry_collective_wait_and_old_frames_still_read() -> None:

@@ -17,7 +17,7 @@ import pytest
 from session_corpus import judged, names, truth
 
 from sofa_top.analysis.steps import model_call
-from sofa_top.datamodel.verdict import RANK_VERDICT_KINDS, VERDICT_KINDS
+from sofa_top.datamodel.verdict import RANK_VERDICT_KINDS, VERDICT_KINDS, Verdict
 
 TOLERANCE = 0.10  # the live tests' bound on an input fraction against the workload's own
 # the advice of one framework that must never reach a model of the other
@@ -30,6 +30,13 @@ def each(sessions: list[str]) -> list[object]:
     """One parameter per session, each session's tests on one xdist worker (``--dist
     loadgroup``): a session is decompressed and judged once per worker that reads it."""
     return [pytest.param(n, id=n, marks=pytest.mark.xdist_group(f"corpus.{n}")) for n in sessions]
+
+
+def _evidence(verdict: Verdict) -> dict[str, object]:
+    """A verdict's evidence as its JSON has it (the one serializer's keys)."""
+    ev = verdict.as_json()["evidence"]
+    assert isinstance(ev, dict)
+    return ev
 
 
 def test_the_corpus_covers_what_it_must() -> None:
@@ -71,7 +78,7 @@ def test_the_verdict_is_the_kind_the_workload_was_built_with(name: str) -> None:
         assert got.report["exit_code"] == want["exit_code"], got.report["workload_error"]
     if "error" in want:
         assert want["error"] in (got.report["workload_error"] or ""), got.report
-    evidence = got.rejudged.evidence
+    evidence = _evidence(got.rejudged)  # as record --json writes it
     for key in ("device", "cause"):
         if key in want:
             assert evidence.get(key) == want[key], evidence
@@ -149,8 +156,8 @@ def test_replay_report_and_the_live_hub_end_on_one_verdict(name: str) -> None:
     if ranks is None and got.stored_ranks is None and got.replay_ranks is None:
         return
     one_rank = {
-        "stored": None if (v := got.stored_ranks) is None else (v.kind, v.evidence.get("rank")),
-        "replay": None if (v := got.replay_ranks) is None else (v.kind, v.evidence.get("rank")),
+        "stored": None if (v := got.stored_ranks) is None else (v.kind, _evidence(v).get("rank")),
+        "replay": None if (v := got.replay_ranks) is None else (v.kind, _evidence(v).get("rank")),
         "report": None if ranks is None else (ranks["kind"], ranks["evidence"].get("rank")),
     }
     assert len(set(one_rank.values())) == 1, one_rank

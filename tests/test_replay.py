@@ -48,7 +48,7 @@ def test_snapshot_at_a_cursor(replay: ReplaySource) -> None:
         "moderate",
         "input-bound (moderate)",
     )
-    assert s.verdict.confidence == 0.8 and s.verdict.evidence == {"input_fraction": 0.2}
+    assert s.verdict.confidence == 0.8 and s.verdict.evidence.input_fraction == 0.2  # type: ignore[union-attr]
     assert [r.text for r in s.verdict.recommendations] == [
         "add .prefetch(tf.data.AUTOTUNE) after batch()"
     ]

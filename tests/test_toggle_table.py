@@ -96,7 +96,10 @@ OTHER_MEANINGS = {
     ("sofa_top/cli/doctor.py", "bf16"),  # whether the GPU has bf16
     ("sofa_top/datamodel/samples.py", "threads"),  # the scheduler's thread group
     ("sofa_top/datamodel/samples.py", "prefetch"),  # the stage kind
-    ("sofa_top/datamodel/verdict.py", "threads"),  # Measured.threads: the thread count it ran at
+    (
+        "sofa_top/datamodel/verdict_evidence.py",
+        "threads",
+    ),  # Measured.threads: the thread count it ran at
     ("sofa_top/recording/series.py", "threads"),  # the scheduler's thread group's series
     ("collectors/sched.py", "threads"),  # the scheduler's thread group
     ("optimizers/__init__.py", "depth_first"),  # the transform's module

@@ -27,6 +27,7 @@ from tui_fakes import (
     make_snapshot,
 )
 
+from sofa_top.datamodel.evidence_json import evidence_json, parse_evidence
 from sofa_top.datamodel.samples import Event, StepSample
 from sofa_top.datamodel.snapshot import LOG_LINES
 from sofa_top.datamodel.verdict import Verdict
@@ -98,10 +99,11 @@ async def test_verdict_panel_is_fuller_at_160x48() -> None:
         await deliver(pilot, source, launch_snapshot(gpus=1))
         lines = verdict_text(app).split("\n")
         assert "confidence 95%" in lines[0]
-        # GPU utilisation from the evidence when the verdict has it, else the live reading.
-        assert "GPU 87%" in lines[1]  # the fake verdict has gpu_util_percent=None
+        # GPU utilisation from the evidence: judged from this snapshot's reading (87%)
+        assert "GPU 87%" in lines[1]
         verdict = input_bound_verdict()
-        with_gpu = replace(verdict, evidence={**verdict.evidence, "gpu_util_percent": 35.0})
+        gpu = {**evidence_json(verdict.evidence), "gpu_util_percent": 35.0}
+        with_gpu = replace(verdict, evidence=parse_evidence(verdict.kind, gpu))
         await deliver(pilot, source, launch_snapshot(gpus=1, verdict=with_gpu))
         lines = verdict_text(app).split("\n")
         assert "GPU 35%" in lines[1]
@@ -512,11 +514,25 @@ async def test_views_keep_updating_while_hidden() -> None:
         assert "COMPUTE-BOUND" in verdict_text(app)
 
 
+def test_a_number_the_verdict_lacks_is_not_shown() -> None:
+    """The panel shows the verdict's numbers only: one its evidence lacks (a verdict read back
+    from an older file) is missing, never re-derived from the live snapshot."""
+    snapshot = launch_snapshot(gpus=1)
+    judged = snapshot.verdict
+    assert judged is not None
+    shown = verdict_lines(judged, snapshot, 160, roomy=True)[1].plain
+    assert "CPU saturation 39%" in shown and "GPU 87%" in shown
+    bare = parse_evidence("input-bound", {"input_fraction": 0.6})
+    lacking = verdict_lines(replace(judged, evidence=bare), snapshot, 160, roomy=True)[1].plain
+    assert "input wait 60% of step" in lacking
+    assert "CPU saturation" not in lacking and "GPU 87%" not in lacking
+
+
 def test_verdict_evidence_names_the_input_cause() -> None:
     verdict = input_bound_verdict()
-    caused = replace(
-        verdict, evidence={**verdict.evidence, "input_cause": "latency", "input_cpu_cores": 0.14}
-    )
+    cause = {"input_cause": "latency", "input_cpu_cores": 0.14}
+    evidence = parse_evidence(verdict.kind, {**evidence_json(verdict.evidence), **cause})
+    caused = replace(verdict, evidence=evidence)
     lines = verdict_lines(caused, launch_snapshot(), 160, roomy=True)
     assert "input latency (0.1 cores busy)" in lines[1].plain
     # no cause measured: nothing said about it

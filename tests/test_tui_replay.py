@@ -10,6 +10,7 @@ import pytest
 from test_tui_pilot import run_async, table_rows, wait_for
 from textual.pilot import Pilot
 
+from sofa_top.datamodel.evidence_json import parse_evidence
 from sofa_top.datamodel.samples import (
     Event,
     Frame,
@@ -37,12 +38,15 @@ INPUT_VERDICT = Verdict(
     "input-bound",
     0.9,
     "input-bound: 70% of each step waits for input",
-    {"input_fraction": 0.7},
+    parse_evidence("input-bound", {"input_fraction": 0.7}),
     (Recommendation("DataLoader(num_workers=2, persistent_workers=True)", "prefetch"),),
     severity="high",
 )
 COMPUTE_VERDICT = Verdict(
-    "compute-bound", 0.9, "compute-bound: only 3% of each step waits", {"input_fraction": 0.03}
+    "compute-bound",
+    0.9,
+    "compute-bound: only 3% of each step waits",
+    parse_evidence("compute-bound", {"input_fraction": 0.03}),
 )
 
 

@@ -68,7 +68,7 @@ SERIAL_TF = PipelineSample(
 def test_step_thresholds(fraction: float, kind: str, severity: str | None) -> None:
     v = judge(Evidence(steps=_steps(20, fraction), tree_cpu=100.0, cpu_count=2))
     assert (v.kind, v.severity) == (kind, severity)
-    assert v.evidence["input_fraction"] == pytest.approx(fraction, abs=1e-3)
+    assert v.as_json()["evidence"]["input_fraction"] == pytest.approx(fraction, abs=1e-3)
 
 
 @pytest.mark.parametrize("fraction", [0.63496, 0.11496])
@@ -77,7 +77,7 @@ def test_the_headline_and_the_evidence_say_one_percent(fraction: float) -> None:
     once, where it is derived: the headline and the evidence line, which prints the kept
     number, read the same percent."""
     v = judge(Evidence(steps=_steps(20, fraction), tree_cpu=100.0, cpu_count=2))
-    kept = v.evidence["input_fraction"]
+    kept = v.as_json()["evidence"]["input_fraction"]
     assert isinstance(kept, float)
     assert f"{kept:.0%} of each step" in v.headline, (kept, v.headline)
 
@@ -89,7 +89,7 @@ def test_a_moderate_input_wait_is_a_line_of_the_compute_verdict() -> None:
     v = judge(Evidence(steps=_steps(20, 0.10), pipeline=SERIAL_TF, cpu_count=2))
     assert v.kind == "compute-bound"
     assert "an input lever gains at most 1.11x" in v.headline
-    assert v.evidence["input_speedup_bound"] == pytest.approx(1 / 0.9, abs=1e-3)
+    assert v.as_json()["evidence"]["input_speedup_bound"] == pytest.approx(1 / 0.9, abs=1e-3)
     assert judge(Evidence(steps=_steps(20, 0.18), cpu_count=2)).kind == "compute-bound"
     toggles = [r.toggle for r in v.recommendations]
     assert "prefetch" in toggles and toggles[0] != "prefetch"
@@ -98,7 +98,7 @@ def test_a_moderate_input_wait_is_a_line_of_the_compute_verdict() -> None:
     assert "prefetch" not in toggles_off("tensorflow", v.kind, None, set(toggles))
     # below XProf's moderate bar the input is not mentioned
     low = judge(Evidence(steps=_steps(20, 0.03), pipeline=SERIAL_TF, cpu_count=2))
-    assert "input_speedup_bound" not in low.evidence
+    assert "input_speedup_bound" not in low.as_json()["evidence"]
     assert "prefetch" not in [r.toggle for r in low.recommendations]
 
 
@@ -142,7 +142,7 @@ def test_few_steps_fall_back_to_stacks() -> None:
             cpu_count=2,
         )
     )
-    assert v.kind == "compute-bound" and v.evidence["source"] == "stacks"
+    assert v.kind == "compute-bound" and v.as_json()["evidence"]["source"] == "stacks"
 
 
 @pytest.mark.parametrize(
@@ -193,7 +193,7 @@ def test_stacks_alone_name_the_models_framework_not_its_inputs() -> None:
     )
     stacks = replace(_stacks(input=0.8, compute=0.2), functions=(*tf_ops, model))
     v = judge(Evidence(stacks=stacks, tree_cpu=100.0, cpu_count=4))
-    assert v.kind == "input-bound" and v.evidence["source"] == "stacks"
+    assert v.kind == "input-bound" and v.as_json()["evidence"]["source"] == "stacks"
     recs = " | ".join(r.text for r in v.recommendations)
     assert "tf.data" not in recs and "DataLoader" in recs, recs
 
@@ -249,10 +249,10 @@ def test_input_cause(
         )
     )
     assert v.kind == "input-bound"
-    assert v.evidence["input_cause"] == cause
-    assert v.evidence["input_cause_source"] == "agent"
+    assert v.as_json()["evidence"]["input_cause"] == cause
+    assert v.as_json()["evidence"]["input_cause_source"] == "agent"
     expected = busy + (child_cpu or 0.0) / 100
-    assert v.evidence["input_cpu_cores"] == pytest.approx(expected, abs=1e-3)
+    assert v.as_json()["evidence"]["input_cpu_cores"] == pytest.approx(expected, abs=1e-3)
     words = {"cpu": "CPU-bound preprocessing", "latency": "waits on I/O", "mixed": "partly"}
     assert words[cause] in v.headline
 
@@ -262,7 +262,7 @@ def test_input_cause_thresholds_on_both_sides() -> None:
 
     def cause(busy: float) -> object:
         v = judge(Evidence(steps=_waited(20, 0.8, busy), pipeline=SERIAL_TF, cpu_count=2))
-        return v.evidence["input_cause"]
+        return v.as_json()["evidence"]["input_cause"]
 
     assert cause(INPUT_CPU_BUSY + 0.005) == "cpu"
     assert cause(INPUT_CPU_BUSY - 0.02) == "mixed"
@@ -286,7 +286,7 @@ def test_cpu_cause_on_all_cores_names_cheaper_work_and_rules_nothing_out() -> No
         0.0, "tf.data", (PipelineStage("ParallelMap", "map", 2, None, None),)
     )
     v = judge(Evidence(steps=_waited(20, 0.8, 1.9), pipeline=autotuned, cpu_count=2))
-    assert v.evidence["input_cause"] == "cpu"
+    assert v.as_json()["evidence"]["input_cause"] == "cpu"
     texts = " | ".join(r.text for r in v.recommendations)
     assert "keeps its producers on the 2 cores" in texts and "cannot help" not in texts
     assert "cache()" in texts and "tf.data service" in texts
@@ -301,16 +301,22 @@ def test_input_cause_without_the_agent_uses_the_tree() -> None:
     for tree_cpu, cause in ((12.0, "latency"), (105.0, "cpu")):
         v = judge(Evidence(stacks=_stacks(input=0.7, compute=0.3), tree_cpu=tree_cpu, cpu_count=2))
         assert v.kind == "input-bound"
-        assert (v.evidence["input_cause"], v.evidence["input_cause_source"]) == (cause, "tree")
+        assert (
+            v.as_json()["evidence"]["input_cause"],
+            v.as_json()["evidence"]["input_cause_source"],
+        ) == (cause, "tree")
     # steps without the agent's CPU measure and no tree CPU: no cause, no guess
     v = judge(Evidence(steps=_steps(20, 0.8)))
-    assert "input_cause" not in v.evidence
+    assert "input_cause" not in v.as_json()["evidence"]
 
 
 def test_input_cause_carries_iowait() -> None:
     system = SystemSample(0.0, (5.0, 5.0), 5.0, 12.0, 1 << 30, 8 << 30, 0, 0)
     v = judge(Evidence(steps=_waited(20, 0.8, 0.02), pipeline=SERIAL_TF, system=system))
-    assert v.evidence["input_cause"] == "latency" and v.evidence["iowait_percent"] == 12.0
+    assert (
+        v.as_json()["evidence"]["input_cause"] == "latency"
+        and v.as_json()["evidence"]["iowait_percent"] == 12.0
+    )
 
 
 def test_without_the_schedulers_accounting_the_cause_is_the_stages_cpu() -> None:
@@ -319,10 +325,13 @@ def test_without_the_schedulers_accounting_the_cause_is_the_stages_cpu() -> None
     read a starved, sleeping stage as CPU-bound: the demo's own input under one CPU hog)."""
     for busy, cause in ((0.95, "cpu"), (0.5, "mixed"), (0.03, "latency")):
         v = judge(Evidence(steps=_waited(20, 0.8, busy), pipeline=SERIAL_TF, cpu_count=2))
-        assert (v.evidence["input_cause"], v.evidence["input_cause_source"]) == (cause, "agent")
-        assert v.evidence["input_time_split"] is None
+        assert (
+            v.as_json()["evidence"]["input_cause"],
+            v.as_json()["evidence"]["input_cause_source"],
+        ) == (cause, "agent")
+        assert v.as_json()["evidence"]["input_time_split"] is None
         busy_around = replace_ev(v, busy)
-        assert busy_around.evidence["input_cause"] == cause
+        assert busy_around.as_json()["evidence"]["input_cause"] == cause
 
 
 def replace_ev(v: object, busy: float) -> object:
@@ -343,12 +352,15 @@ def test_the_verdict_names_its_step_source() -> None:
     facts = RunFacts(mode="launch", launched=True)
     v = judge(Evidence(steps=steps, stacks=_stacks(compute=0.9, python=0.1), facts=facts))
     assert v.kind == "compute-bound"
-    assert v.evidence["step_source"] == "torch-backward"
-    assert v.evidence["step_sources"] == {"torch-backward": 20}
-    assert v.evidence["input_wait_measured"] is False and "not measured" in v.headline
-    assert v.evidence["input_fraction"] is None  # not measured is not zero
+    assert v.as_json()["evidence"]["step_source"] == "torch-backward"
+    assert v.as_json()["evidence"]["step_sources"] == {"torch-backward": 20}
+    assert v.as_json()["evidence"]["input_wait_measured"] is False and "not measured" in v.headline
+    assert v.as_json()["evidence"]["input_fraction"] is None  # not measured is not zero
     timed = judge(Evidence(steps=_steps(20, 0.0)))
-    assert timed.evidence["input_wait_measured"] is True and "not measured" not in timed.headline
+    assert (
+        timed.as_json()["evidence"]["input_wait_measured"] is True
+        and "not measured" not in timed.headline
+    )
 
 
 @pytest.mark.parametrize(
@@ -368,7 +380,7 @@ def test_a_clock_blind_to_input_abstains_unless_the_stacks_tell(
     steps = [replace(s, source="torch-optimizer") for s in _steps(20, 0.0)]
     v = judge(Evidence(steps=steps, stacks=stacks, facts=RunFacts("launch", True)))
     assert v.kind == kind, v.headline
-    assert v.evidence["input_fraction"] is None and "not measured" in v.headline
+    assert v.as_json()["evidence"]["input_fraction"] is None and "not measured" in v.headline
     if kind == "unknown":
         assert any("api.iterate" in r.text for r in v.recommendations), v.recommendations
 
@@ -376,7 +388,7 @@ def test_a_clock_blind_to_input_abstains_unless_the_stacks_tell(
 def test_a_step_note_is_carried_into_the_evidence() -> None:
     agent = AgentInfo(0.0, 1, "3.11", (), ("keras-fit",), (), 0, (("tf-eager", "per execution"),))
     v = judge(Evidence(steps=_steps(20, 0.0), facts=RunFacts("launch", True, agent)))
-    assert v.evidence["step_note"] == "per execution"
+    assert v.as_json()["evidence"]["step_note"] == "per execution"
 
 
 @pytest.mark.parametrize(
@@ -406,7 +418,7 @@ def test_unknown_says_why_and_a_next_step_this_mode_allows(
 ) -> None:
     v = judge(Evidence(facts=facts))
     assert v.kind == "unknown"
-    assert reason in v.headline and reason in str(v.evidence["steps_reason"])
+    assert reason in v.headline and reason in str(v.as_json()["evidence"]["steps_reason"])
     assert next_step in v.recommendations[0].text
 
 
@@ -419,9 +431,9 @@ def test_a_workload_that_failed_before_a_verdict_heads_with_its_error(steps: int
     assert (
         v.headline == "unknown: the workload failed (exit code 2): python: can't open file 'x.py'"
     )
-    assert v.evidence["workload_error"] == "python: can't open file 'x.py'"
+    assert v.as_json()["evidence"]["workload_error"] == "python: can't open file 'x.py'"
     if not steps:
-        assert "exited with code 2 before any step" in str(v.evidence["steps_reason"])
+        assert "exited with code 2 before any step" in str(v.as_json()["evidence"]["steps_reason"])
     assert "fix the workload's error" in v.recommendations[0].text
     stopped = judge(Evidence(facts=replace(facts, exit_code=-2, stopped=True)))
     assert "failed" not in stopped.headline  # sofa-top's own SIGINT is no failure
@@ -436,7 +448,7 @@ def test_a_failure_after_some_steps_is_in_the_headline() -> None:
     assert v.headline.endswith(
         "(then the workload failed with exit code 1: IndexError: list index out of range)"
     )
-    assert v.evidence["workload_error"] == "IndexError: list index out of range"
+    assert v.as_json()["evidence"]["workload_error"] == "IndexError: list index out of range"
 
 
 # -- physically possible numbers ------------------------------------------------------------------
@@ -450,7 +462,10 @@ def _core_counts(*texts: str) -> list[tuple[float, int]]:
 def test_busy_cores_never_exceed_the_stage_or_the_cores() -> None:
     # a serial stage whose waits saw 2.0 cores busy: idle OpenMP threads spinning meanwhile
     v = judge(Evidence(steps=_waited(20, 0.8, 2.0), pipeline=SERIAL_TF, cpu_count=2))
-    assert v.evidence["input_cpu_cores"] == 1.0 and v.evidence["wait_cpu_cores"] == 2.0
+    assert (
+        v.as_json()["evidence"]["input_cpu_cores"] == 1.0
+        and v.as_json()["evidence"]["wait_cpu_cores"] == 2.0
+    )
     assert "1.0 of 2 cores busy, serial stage" in v.headline
     # one core count for the headline and the advice, X <= N everywhere
     counts = _core_counts(v.headline, *(r.text for r in v.recommendations))
@@ -471,7 +486,7 @@ def test_oversubscription_on_both_sides_of_its_thresholds() -> None:
 
     # 2 OpenMP threads that other processes leave 0.4 of 2 cores (measured: 1.86 runnable)
     v = judge(_pool(1.86, 40.0))
-    assert v.kind == "cpu-oversubscribed" and v.evidence["threads_waiting"] == 1.46
+    assert v.kind == "cpu-oversubscribed" and v.as_json()["evidence"]["threads_waiting"] == 1.46
     assert "0.4 of 2 cores" in v.headline
     assert v.recommendations[0].toggle == "threads"
     assert all(x <= n for x, n in _core_counts(v.headline))

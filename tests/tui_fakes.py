@@ -9,8 +9,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from sofa_top.analysis.load import machine_load
 from sofa_top.analysis.verdicts import Evidence, judge
 from sofa_top.collectors.gpu import GpuCollector, RecordedNvmlBackend
+from sofa_top.datamodel.evidence_json import parse_evidence
 from sofa_top.datamodel.samples import (
     AgentInfo,
     CudaSample,
@@ -37,6 +39,7 @@ from sofa_top.datamodel.snapshot import (
 )
 from sofa_top.datamodel.source import OnSnapshot
 from sofa_top.datamodel.verdict import Recommendation, Verdict
+from sofa_top.datamodel.verdict_evidence import ProcessEvidence
 
 T0 = 1_700_000_000.0  # session start (a fixed instant keeps SVG snapshots stable)
 SESSION_PATH = "/home/ml/.local/share/sofa-top/sessions/2023-11-14T22-13-20-pid4242.sofa"
@@ -311,7 +314,7 @@ def make_snapshot(
     else:
         all_stacks, by_thread = stacks(now)
         window = StackWindow(now - 1, now, 100.0, 100, sampler_cpu=2.4)
-    return Snapshot(
+    snapshot = Snapshot(
         ts=now,
         started=T0,
         target=TargetInfo(TARGET_PID, "python", CMDLINE, launched=launched),
@@ -334,6 +337,26 @@ def make_snapshot(
         logs=logs,
         logs_dropped=logs_dropped,
     )
+    return dataclasses.replace(snapshot, verdict=as_judged(verdict, snapshot))
+
+
+def as_judged(verdict: Verdict | None, snapshot: Snapshot) -> Verdict | None:
+    """``verdict`` with the load the hub's judge reads from the same snapshot, where it has
+    none of its own (a verdict made here, or judged from steps alone)."""
+    ev = verdict.evidence if verdict is not None else None
+    if verdict is None or not isinstance(ev, ProcessEvidence):
+        return verdict
+    tree = snapshot.process.tree_cpu_percent if snapshot.process is not None else None
+    seen = machine_load(tree, snapshot.cpu_count, snapshot.gpu, None)
+    mine = ev.load or seen
+    load = dataclasses.replace(
+        mine,
+        cpu_saturation=seen.cpu_saturation if mine.cpu_saturation is None else mine.cpu_saturation,
+        gpu_util_percent=seen.gpu_util_percent
+        if mine.gpu_util_percent is None
+        else mine.gpu_util_percent,
+    )
+    return dataclasses.replace(verdict, evidence=dataclasses.replace(ev, load=load))
 
 
 # -- launch mode: verdict, steps, pipeline, agent, output ---------------------------------------
@@ -384,14 +407,17 @@ def input_bound_verdict(severity: str = "high") -> Verdict:
         kind="input-bound",
         confidence=0.95 if severity == "high" else 0.76,
         headline=f"input-bound: 60% of each step waits for input in stage {BOTTLENECK_STAGE}",
-        evidence={
-            "cpu_saturation": 0.39,
-            "gpu_util_percent": None,
-            "input_fraction": 0.6,
-            "steps": 40,
-            "median_step_s": STEP_S,
-            "bottleneck_stage": BOTTLENECK_STAGE,
-        },
+        evidence=parse_evidence(
+            "input-bound",
+            {
+                "cpu_saturation": 0.39,
+                "gpu_util_percent": None,
+                "input_fraction": 0.6,
+                "steps": 40,
+                "median_step_s": STEP_S,
+                "bottleneck_stage": BOTTLENECK_STAGE,
+            },
+        ),
         recommendations=(
             Recommendation(FIRST_REC, "prefetch"),
             Recommendation("add .prefetch(tf.data.AUTOTUNE) after batch()", "prefetch"),
@@ -406,7 +432,10 @@ def compute_bound_verdict() -> Verdict:
         kind="compute-bound",
         confidence=0.9,
         headline="compute-bound: only 2% of each step waits for input",
-        evidence={"cpu_saturation": 0.12, "gpu_util_percent": 97.0, "input_fraction": 0.02},
+        evidence=parse_evidence(
+            "compute-bound",
+            {"cpu_saturation": 0.12, "gpu_util_percent": 97.0, "input_fraction": 0.02},
+        ),
         recommendations=(
             Recommendation(
                 "compile the step with XLA: model.compile(jit_compile=True) or "

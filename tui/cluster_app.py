@@ -18,6 +18,7 @@ from textual.widgets import Footer, Static
 from sofa_top.datamodel.errors import UserError
 from sofa_top.datamodel.ranks import RankStat
 from sofa_top.datamodel.verdict import Verdict
+from sofa_top.datamodel.verdict_evidence import StragglerEvidence
 from sofa_top.metrics.cluster import ClusterRun
 from sofa_top.tui.ranks_panel import RanksPane
 from sofa_top.tui.verdict_panel import badge, headline
@@ -53,12 +54,12 @@ def worst(runs: list[ClusterRun]) -> Verdict | None:
     best: tuple[float, Verdict] | None = None
     for r in runs:
         v = r.verdict
-        if v is None or v.kind != "straggler":
+        if v is None or not isinstance(v.evidence, StragglerEvidence):
             continue
-        speedup = v.evidence.get("speedup_if_matched")
-        cost = float(speedup) if isinstance(speedup, int | float) else 0.0
+        cost = v.evidence.speedup_if_matched
         if best is None or cost > best[0]:
-            best = (cost, dataclasses.replace(v, evidence={**v.evidence, "run": r.run}))
+            tagged = dataclasses.replace(v.evidence, run=r.run)
+            best = (cost, dataclasses.replace(v, evidence=tagged))
     return None if best is None else best[1]
 
 

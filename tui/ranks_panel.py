@@ -15,6 +15,7 @@ from textual.geometry import Size
 
 from sofa_top.datamodel.ranks import RankStat
 from sofa_top.datamodel.verdict import Verdict
+from sofa_top.datamodel.verdict_evidence import StragglerEvidence
 from sofa_top.tui.line_cache import LineCachedWidget, QuietTitles
 from sofa_top.tui.steps_panel import human_seconds
 
@@ -31,10 +32,10 @@ def _pct(v: float | None) -> str:
 
 def straggler_key(verdict: Verdict | None) -> tuple[object, object, object] | None:
     """(run, rank, node) of the straggler the verdict names (None: no straggler)."""
-    if verdict is None or verdict.kind != "straggler":
+    if verdict is None or not isinstance(verdict.evidence, StragglerEvidence):
         return None
     ev = verdict.evidence
-    return ev.get("run"), ev.get("rank"), ev.get("node")
+    return ev.run, ev.rank, ev.node
 
 
 WAITS_FOR = 0.30  # a rank waiting this share of its step in collectives waits for the straggler

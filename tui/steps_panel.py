@@ -18,6 +18,7 @@ from textual.geometry import Size
 from sofa_top.analysis import steps as step_facts
 from sofa_top.datamodel.samples import StepSample, agent_state
 from sofa_top.datamodel.snapshot import Snapshot
+from sofa_top.datamodel.verdict_evidence import ProcessEvidence
 from sofa_top.tui.line_cache import LineCachedWidget, QuietTitles
 from sofa_top.tui.sparkline import append_runs
 from sofa_top.tui.split_bar import CLASS_COLORS
@@ -138,10 +139,10 @@ def _verdict_share(snapshot: Snapshot) -> tuple[str, float] | None:
     """The verdict's phase and input share, when it was judged from steps: the screen says
     that one fact with one number (the verdict's window; at a session's end, the session)."""
     verdict = snapshot.verdict
-    judged = verdict.evidence.get("input_fraction") if verdict is not None else None
-    if verdict is None or not isinstance(judged, int | float) or isinstance(judged, bool):
+    ev = verdict.evidence if verdict is not None else None
+    if not isinstance(ev, ProcessEvidence) or ev.input_fraction is None:
         return None
-    return str(verdict.evidence.get("phase", "train")), float(judged)
+    return ev.phase or "train", float(ev.input_fraction)
 
 
 def shown_stats(snapshot: Snapshot) -> StepStats | None:

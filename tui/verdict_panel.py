@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from rich.console import Console
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 
 from sofa_top.agent.toggles import toggle_name
+from sofa_top.analysis.load import machine_load
 from sofa_top.analysis.ranks import headline_verdict
 from sofa_top.datamodel.snapshot import Snapshot
 from sofa_top.datamodel.verdict import Verdict
+from sofa_top.datamodel.verdict_evidence import (
+    GpuUnderutilizedEvidence,
+    ProcessEvidence,
+    StragglerEvidence,
+)
 from sofa_top.tui.line_cache import LineCachedWidget
 from sofa_top.tui.steps_panel import human_rate, human_seconds, shown_stats
 
@@ -74,12 +78,6 @@ def headline(verdict: Verdict) -> str:
     return text or verdict.kind
 
 
-def _fraction(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
 def shown_verdict(snapshot: Snapshot | None) -> Verdict | None:
     """The verdict the panel leads with: a straggler, when the job has one, says more about a
     distributed job than its processes' averaged verdict."""
@@ -88,81 +86,74 @@ def shown_verdict(snapshot: Snapshot | None) -> Verdict | None:
     return headline_verdict(snapshot.verdict, snapshot.rank_verdict)
 
 
-def straggler_parts(verdict: Verdict) -> list[Text]:
+def straggler_parts(ev: StragglerEvidence) -> list[Text]:
     """The straggler's numbers: its own bottleneck, what the others wait, what it costs."""
-    ev = verdict.evidence
     parts: list[Text] = []
-    own, cause = ev.get("verdict"), ev.get("cause")
+    own, cause = ev.verdict, ev.cause
     what = f"{own} ({cause})" if cause and cause != own else str(own or "slow")
-    parts.append(Text.assemble("rank ", (str(ev.get("rank")), BOLD), f" {what}"))
-    wait = _fraction(ev.get("others_collective_wait_fraction"))
+    parts.append(Text.assemble("rank ", (str(ev.rank), BOLD), f" {what}"))
+    wait = ev.job.others_collective_wait_fraction
     if wait is not None:
         parts.append(Text.assemble("others wait ", (f"{wait:.0%}", BOLD), " in collectives"))
-    rate, matched = _fraction(ev.get("steps_per_s")), _fraction(ev.get("steps_per_s_if_matched"))
-    if rate is not None and matched is not None:
-        parts.append(
-            Text.assemble(
-                (human_rate(rate, "steps/s"), BOLD),
-                " → ",
-                (human_rate(matched, "steps/s"), BOLD),
-                " at the median rank's pace",
-            )
+    parts.append(
+        Text.assemble(
+            (human_rate(ev.job.steps_per_s, "steps/s"), BOLD),
+            " → ",
+            (human_rate(ev.steps_per_s_if_matched, "steps/s"), BOLD),
+            " at the median rank's pace",
         )
-    parts.append(Text(f"{ev.get('ranks')} ranks", DIM))
+    )
+    parts.append(Text(f"{ev.job.ranks} ranks", DIM))
     return parts
 
 
 def evidence_parts(verdict: Verdict | None, snapshot: Snapshot) -> list[Text]:
-    """The key numbers: input share, bottleneck stage, CPU saturation, GPU use, throughput."""
-    if verdict is not None and verdict.kind == "straggler":
-        return straggler_parts(verdict)
-    ev: Mapping[str, object] = verdict.evidence if verdict is not None else {}
+    """The key numbers: input share, bottleneck stage, CPU saturation, GPU use, throughput.
+    Each is the verdict's (a number its evidence lacks is not shown; before the first verdict,
+    the load as ``analysis.load`` makes it); the throughput is the steps pane's."""
+    evidence = verdict.evidence if verdict is not None else None
+    if isinstance(evidence, StragglerEvidence):
+        return straggler_parts(evidence)
+    ev = evidence if isinstance(evidence, ProcessEvidence) else None
     parts: list[Text] = []
     stats = shown_stats(snapshot)
     input_fraction = stats.input_fraction if stats is not None else None
-    if input_fraction is None:
-        input_fraction = _fraction(ev.get("input_fraction"))
+    if input_fraction is None and ev is not None:
+        input_fraction = ev.input_fraction
     if input_fraction is not None:
         parts.append(Text.assemble("input wait ", (f"{input_fraction:.0%}", BOLD), " of step"))
-    else:
-        share = _fraction(ev.get("input_share"))
-        if share is not None:
-            parts.append(Text.assemble("input ", (f"{share:.0%}", BOLD), " of samples"))
-        compute = _fraction(ev.get("compute_share"))
-        if compute:
-            parts.append(Text.assemble("compute ", (f"{compute:.0%}", BOLD)))
-    gpu_busy = _fraction(ev.get("gpu_busy_fraction"))
-    if gpu_busy is not None:  # a CUDA loop: how busy the GPU is, and why it idles
-        parts.append(Text.assemble("GPU busy ", (f"{gpu_busy:.0%}", BOLD)))
-        gpu_cause = ev.get("cause")
-        if isinstance(gpu_cause, str):
-            parts.append(Text.assemble("cause ", (gpu_cause, BOLD)))
-    stage = ev.get("bottleneck_stage")
+    elif ev is not None and ev.stacks is not None:
+        share = ev.stacks.input_share
+        parts.append(Text.assemble("input ", (f"{share:.0%}", BOLD), " of samples"))
+        if ev.stacks.compute_share:
+            parts.append(Text.assemble("compute ", (f"{ev.stacks.compute_share:.0%}", BOLD)))
+    if ev is not None and ev.gpu_steps is not None:
+        # a CUDA loop: how busy the GPU is, and why it idles
+        parts.append(Text.assemble("GPU busy ", (f"{ev.gpu_steps.gpu_busy_fraction:.0%}", BOLD)))
+        if isinstance(ev, GpuUnderutilizedEvidence) and ev.gpu_idle is not None:
+            parts.append(Text.assemble("cause ", (ev.gpu_idle.cause, BOLD)))
+    stage = ev.bottleneck_stage if ev is not None else None
     if stage is None and snapshot.pipeline is not None:
         stage = next((s.name for s in snapshot.pipeline.stages if s.is_bottleneck), None)
     # A pipeline stage is only "the bottleneck" while input is what the job waits for.
     if stage and (verdict is None or verdict.kind == "input-bound"):
         parts.append(Text.assemble("bottleneck ", (str(stage), BOLD)))
-    cause = ev.get("input_cause")
-    busy = _fraction(ev.get("input_cpu_cores"))
-    if isinstance(cause, str) and busy is not None:
+    cause = ev.input_cause if ev is not None else None
+    if cause is not None:
         # why the input is slow: the cores it keeps busy while the loop waits for it
-        parts.append(Text.assemble("input ", (cause, BOLD), f" ({busy:.1f} cores busy)"))
-    saturation = _fraction(ev.get("cpu_saturation"))
-    if saturation is None and snapshot.process is not None:
-        tree = snapshot.process.tree_cpu_percent
-        if tree is not None:
-            saturation = min(1.0, tree / (100.0 * max(1, snapshot.cpu_count)))
-    if saturation is not None:
+        parts.append(
+            Text.assemble("input ", (cause.cause, BOLD), f" ({cause.cpu_cores:.1f} cores busy)")
+        )
+    load = ev.load if ev is not None else None
+    if verdict is None:
+        # no verdict yet: the machine's load as a verdict would carry it (one derivation)
+        tree = snapshot.process.tree_cpu_percent if snapshot.process is not None else None
+        load = machine_load(tree, snapshot.cpu_count, snapshot.gpu, None)
+    if load is not None and load.cpu_saturation is not None:
         # A share of the whole machine (not "% of one core" as the timelines count).
-        parts.append(Text.assemble("CPU saturation ", (f"{saturation:.0%}", BOLD)))
-    gpu = _fraction(ev.get("gpu_util_percent"))
-    if gpu is None and snapshot.gpu is not None and snapshot.gpu.status == "ok":
-        # The verdict had no GPU reading: the live one still answers "is the GPU busy?".
-        utils = [d.util for d in snapshot.gpu.devices if d.util is not None]
-        gpu = max(utils) if utils else None
-    if gpu is not None:
-        parts.append(Text.assemble("GPU ", (f"{gpu:.0f}%", BOLD)))
+        parts.append(Text.assemble("CPU saturation ", (f"{load.cpu_saturation:.0%}", BOLD)))
+    if load is not None and load.gpu_util_percent is not None:
+        parts.append(Text.assemble("GPU ", (f"{load.gpu_util_percent:.0f}%", BOLD)))
     elif snapshot.gpu is not None and snapshot.gpu.status != "ok":
         parts.append(Text("no GPU", DIM))
     if stats is not None:

@@ -12,7 +12,10 @@ from typing import Any
 
 from sofa_top.agent.toggles import OptimizeSpec, Toggle, toggle_of, toggle_of_hook
 from sofa_top.analysis.steps import RAISED
+from sofa_top.datamodel.evidence_json import parse_evidence
 from sofa_top.datamodel.samples import Event, PipelineSample, StepSample
+from sofa_top.datamodel.verdict import verdict_kind
+from sofa_top.datamodel.verdict_evidence import NO_EVIDENCE, VerdictEvidence
 from sofa_top.optimizers.advice import view
 from sofa_top.optimizers.measures import (
     DataStream,
@@ -160,17 +163,17 @@ def _toggles(
     return tuple(applied), tuple(not_applied)
 
 
-def _verdict(path: Path) -> tuple[str | None, dict[str, Any]]:
+def _verdict(path: Path) -> tuple[str | None, VerdictEvidence]:
     from sofa_top.recording.report import session_summary
 
     try:
         v = session_summary(path).get("verdict")
     except Exception:
-        return None, {}
+        return None, NO_EVIDENCE
     if not isinstance(v, dict):
-        return None, {}
+        return None, NO_EVIDENCE
     kind = v.get("kind")
-    return (str(kind) if kind else None), dict(v.get("evidence") or {})
+    return (str(kind) if kind else None), parse_evidence(verdict_kind(kind), v.get("evidence"))
 
 
 def _compile_s(steady: float | None, opt_events: Sequence[Event]) -> float | None:

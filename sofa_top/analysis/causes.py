@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from sofa_top.datamodel.samples import (
     Neighbour,
@@ -43,6 +42,7 @@ from sofa_top.datamodel.samples import (
 )
 from sofa_top.datamodel.verdict import NEIGHBOURS_BUSY as NEIGHBOURS_BUSY  # the bar, one home
 from sofa_top.datamodel.verdict import InputCause, InputCauseKind, TimeSplit
+from sofa_top.datamodel.verdict_kinds import OversubscribedBy as OversubscribedBy  # one table
 from sofa_top.optimizers.advice.stages import view
 
 LATENCY_BLOCKED = 0.60  # producers blocked this share of their time: they wait on I/O
@@ -79,11 +79,9 @@ def names(nb: Neighbours | None) -> tuple[tuple[int, str], ...]:
     return () if nb is None else tuple((n.pid, n.name) for n in nb.top if n.cores >= 0.05)
 
 
-def neighbours_json(nb: Neighbours | None) -> list[dict[str, object]] | None:
+def neighbours_of_evidence(nb: Neighbours | None) -> tuple[Neighbour, ...] | None:
     """``evidence.neighbours``: the busiest other processes and their cores."""
-    if nb is None:
-        return None
-    return [{"pid": n.pid, "name": n.name, "cores": n.cores} for n in nb.top]
+    return None if nb is None else nb.top
 
 
 def neighbours_of(data: Mapping[str, object]) -> Neighbours | None:
@@ -257,9 +255,6 @@ def contended(split: TimeSplit | None, neighbours: Neighbours | None) -> bool:
         and split.cpu_wait >= NOTABLE_WAIT
         and neighbours.others_cores >= NEIGHBOURS_BUSY
     )
-
-
-OversubscribedBy = Literal["own-pool", "neighbours", "both", "unknown"]
 
 
 def oversubscribed_by(

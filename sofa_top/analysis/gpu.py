@@ -26,18 +26,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from sofa_top.datamodel.samples import CudaSample, CudaWindow, GpuSample, StepSample
 from sofa_top.datamodel.verdict import GpuCause
+from sofa_top.datamodel.verdict_evidence import KernelWindow
+from sofa_top.datamodel.verdict_kinds import BusySource as BusySource  # one table
 
 GPU_BUSY_HIGH = 0.80  # the GPU runs kernels >= 80% of the step: it is the bottleneck
 GPU_BUSY_LOW = 0.50  # below half: badly underused (severity high)
 INPUT_IDLE_SHARE = 0.50  # input wait explaining >= half of the GPU's idle time: input-bound
 COPY_FRACTION = 0.15  # host-to-device copies taking >= 15% of the wall time: copy-bound
 GPU_MEMORY_FULL = 0.95  # the allocator reserves >= 95% of the card (or < 5% is free)
-
-BusySource = Literal["profiler", "estimate", "nvml"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,24 +139,22 @@ def gpu_cause(load: GpuLoad) -> GpuCause:
     return "launch" if w.short_gap_s >= host_gaps else "cpu"
 
 
-def window_evidence(w: CudaWindow | None) -> dict[str, object]:
+def window_evidence(w: CudaWindow | None) -> KernelWindow | None:
     """The profiler window's numbers, per step, for a verdict's evidence."""
     if w is None:
-        return {}
+        return None
     n = max(1, w.steps)
-    return {
-        "kernels_per_step": round(w.kernels / n, 1),
-        "median_kernel_us": None
-        if w.median_kernel_s is None
-        else round(w.median_kernel_s * 1e6, 1),
-        "launch_gap_fraction": round(w.short_gap_s / w.wall_s, 3) if w.wall_s > 0 else None,
-        "host_gap_fraction": round(max(0.0, w.long_gap_s - w.input_wait_s) / w.wall_s, 3)
+    return KernelWindow(
+        kernels_per_step=round(w.kernels / n, 1),
+        median_kernel_us=None if w.median_kernel_s is None else round(w.median_kernel_s * 1e6, 1),
+        launch_gap_fraction=round(w.short_gap_s / w.wall_s, 3) if w.wall_s > 0 else None,
+        host_gap_fraction=round(max(0.0, w.long_gap_s - w.input_wait_s) / w.wall_s, 3)
         if w.wall_s > 0
         else None,
-        "h2d_fraction": round(w.h2d_s / w.wall_s, 3) if w.wall_s > 0 else None,
-        "h2d_mib_per_step": round(w.h2d_bytes / n / 2**20, 2),
-        "pageable_copies_per_step": round(w.pageable_h2d / n, 2),
-        "blocking_copies_per_step": round(w.blocking_h2d / n, 2),
-        "syncs_per_step": round(w.syncs / n, 2),
-        "window_steps": w.steps,
-    }
+        h2d_fraction=round(w.h2d_s / w.wall_s, 3) if w.wall_s > 0 else None,
+        h2d_mib_per_step=round(w.h2d_bytes / n / 2**20, 2),
+        pageable_copies_per_step=round(w.pageable_h2d / n, 2),
+        blocking_copies_per_step=round(w.blocking_h2d / n, 2),
+        syncs_per_step=round(w.syncs / n, 2),
+        window_steps=w.steps,
+    )

@@ -10,6 +10,7 @@ from sofa_top.analysis import causes
 from sofa_top.analysis.evidence import Evidence
 from sofa_top.datamodel.samples import PipelineSample
 from sofa_top.datamodel.verdict import InputCause, InputCauseKind, Recommendation
+from sofa_top.datamodel.verdict_evidence import InputCauseFigures
 from sofa_top.optimizers import advice
 
 INPUT_CPU_BUSY = 0.60  # input stage using this share of its usable cores while waited on: cpu
@@ -79,21 +80,23 @@ def wait_cpu_cores(ev: Evidence) -> float | None:
 
 
 def loop_advice(
-    ev: Evidence, fw: str, evidence: dict[str, object], phase: str
-) -> tuple[str, list[Recommendation]]:
-    """A loop body that prepares its input: the cause for the headline and the fix that moves
-    the preparation into the model's framework's input pipeline."""
+    ev: Evidence, fw: str, phase: str
+) -> tuple[str, list[Recommendation], InputCauseFigures | None]:
+    """A loop body that prepares its input: the cause for the headline, the fix that moves
+    the preparation into the model's framework's input pipeline, and the cause's figures."""
     cores = max(1, ev.cpu_count)
     cause = input_cause(ev)
     text = ""
+    figures = None
     if cause is not None:
-        evidence.update(cause_evidence(cause, ev))
+        figures = cause_evidence(cause, ev)
         text = f"; {causes.cause_text(cause, cores, ev.neighbours)}"
     sizes = [s.batch_size for s in ev.steps if s.batch_size is not None]
     batch = max(set(sizes), key=sizes.count) if sizes else None
     grads = [s.autograd for s in ev.steps if s.autograd is not None]
     autograd = any(grads) if grads else None
-    return text, advice.loop_input_recommendations(fw, phase, batch, cores, cause, autograd)
+    recs = advice.loop_input_recommendations(fw, phase, batch, cores, cause, autograd)
+    return text, recs, figures
 
 
 def iowait(ev: Evidence) -> float | None:
@@ -101,39 +104,40 @@ def iowait(ev: Evidence) -> float | None:
 
 
 def input_advice(
-    ev: Evidence, fw: str, evidence: dict[str, object]
-) -> tuple[str, list[Recommendation]]:
-    """The input stage's cause (added to ``evidence``; "" when unknown) for the headline, and
-    the input advice for it."""
+    ev: Evidence, fw: str
+) -> tuple[str, list[Recommendation], InputCauseFigures | None]:
+    """The input stage's cause for the headline ("" when unknown), the input advice for it,
+    and the cause's figures (None when unknown)."""
     cores = max(1, ev.cpu_count)
     cause = input_cause(ev)
     if cause is None:
-        return "", advice.pipeline_recommendations(ev.pipeline, fw, cores)
-    evidence.update(cause_evidence(cause, ev))
+        return "", advice.pipeline_recommendations(ev.pipeline, fw, cores), None
     recs = advice.input_recommendations(
         cause, ev.pipeline, fw, cores, iowait(ev), causes.names(ev.neighbours)
     )
-    return f"; {causes.cause_text(cause, cores, ev.neighbours)}", recs
+    text = f"; {causes.cause_text(cause, cores, ev.neighbours)}"
+    return text, recs, cause_evidence(cause, ev)
 
 
-def cause_evidence(c: InputCause, ev: Evidence) -> dict[str, object]:
+def cause_evidence(c: InputCause, ev: Evidence) -> InputCauseFigures:
+    """The cause's figures, kept as the verdict reports them."""
     total = wait_cpu_cores(ev)
-    return {
-        "input_cause": c.cause,
-        "input_time_split": None if c.split is None else c.split.as_json(),
-        "input_producers": c.producers or None,
-        "input_contention": c.contended,
-        "input_cpu_cores": round(c.cpu_cores, 3),
-        "input_usable_cores": c.usable_cores,
-        "input_parallelism": c.parallelism,
-        "input_cpu_utilization": round(c.utilization, 3),
-        "input_cause_source": c.source,
-        "cores": max(1, ev.cpu_count),
+    return InputCauseFigures(
+        cause=c.cause,
+        time_split=c.split,
+        producers=c.producers or None,
+        contention=c.contended,
+        cpu_cores=round(c.cpu_cores, 3),
+        usable_cores=c.usable_cores,
+        parallelism=c.parallelism,
+        cpu_utilization=round(c.utilization, 3),
+        source=c.source,
+        cores=max(1, ev.cpu_count),
         # measured: the CPU of every process outside the tree (the process collector's scan)
-        "others_cores": None if c.others_cores is None else round(c.others_cores, 3),
-        "neighbours": causes.neighbours_json(ev.neighbours),
-        # all the tree's CPU during the waits: above input_cpu_cores, other threads were busy
-        "wait_cpu_cores": None if total is None else round(total, 3),
+        others_cores=None if c.others_cores is None else round(c.others_cores, 3),
+        neighbours=causes.neighbours_of_evidence(ev.neighbours),
+        # all the tree's CPU during the waits: above cpu_cores, other threads were busy
+        wait_cpu_cores=None if total is None else round(total, 3),
         # high iowait says the waiting is on local storage (not the network or a sleep)
-        "iowait_percent": iowait(ev),
-    }
+        iowait_percent=iowait(ev),
+    )

@@ -19,6 +19,7 @@ from dataclasses import replace
 from sofa_top.agent import toggles as tg
 from sofa_top.agent.toggles import Toggle
 from sofa_top.datamodel.verdict import UNMEASURED, Measured, Recommendation, Verdict
+from sofa_top.datamodel.verdict_evidence import ProcessEvidence
 
 # advice texts that rule a lever out; a measurement that found it winning withdraws them
 RULED_OUT = {tg.PREFETCH: ("cannot help", "more parallelism than the")}
@@ -72,9 +73,9 @@ def apply_measured(verdict: Verdict, measured: Sequence[Measured]) -> Verdict:
     if wins:
         best = max(wins, key=lambda m: m.speedup or 0.0)
         headline += f"; {best.text}"
+    evidence = verdict.evidence
+    if isinstance(evidence, ProcessEvidence):  # a process's verdict quotes what was measured
+        evidence = replace(evidence, measured=found)
     return replace(
-        verdict,
-        headline=headline,
-        evidence={**verdict.evidence, "measured": [m.as_json() for m in found]},
-        recommendations=(*first, *recs, *notes),
+        verdict, headline=headline, evidence=evidence, recommendations=(*first, *recs, *notes)
     )

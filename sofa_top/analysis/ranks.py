@@ -27,6 +27,12 @@ from sofa_top.datamodel.ranks import RankId, RankStat
 from sofa_top.datamodel.samples import PipelineSample, ProcInfo, StepSample
 from sofa_top.datamodel.units import Percent, Pid
 from sofa_top.datamodel.verdict import Verdict
+from sofa_top.datamodel.verdict_evidence import (
+    BalancedEvidence,
+    JobFigures,
+    JobVerdict,
+    StragglerEvidence,
+)
 
 # The straggler's own time (step less collective wait) exceeds the median rank's by at least
 # this share of the job's step: below it, ranks differ by noise (a 2-core machine running 4
@@ -150,13 +156,13 @@ def cross_rank_verdict(stats: Sequence[RankStat]) -> Verdict | None:
     waits = [s.collective_wait_fraction for s in others if s.collective_wait_fraction is not None]
     others_wait = statistics.median(waits) if waits else None
     measured = any(s.collective_wait_fraction is not None for s in active)
-    base: dict[str, object] = {
-        "ranks": len(active),
-        "step_s": round(job_step, 6),
-        "steps_per_s": round(1.0 / job_step, 3),
-        "collective_wait_measured": measured,
-        "others_collective_wait_fraction": _round(others_wait),
-    }
+    job = JobFigures(
+        ranks=len(active),
+        step_s=round(job_step, 6),
+        steps_per_s=round(1.0 / job_step, 3),
+        collective_wait_measured=measured,
+        others_collective_wait_fraction=_round(others_wait),
+    )
     if job_step <= 0 or gap < STRAGGLER_GAP * job_step:
         spread = (max(owns.values()) - min(owns.values())) / job_step if job_step > 0 else 0.0
         waits_all = [
@@ -171,7 +177,7 @@ def cross_rank_verdict(stats: Sequence[RankStat]) -> Verdict | None:
             "balanced",
             min(0.9, 0.5 + 0.1 * len(active)),
             f"balanced: {len(active)} ranks within {spread:.0%} of a step of each other{coll}",
-            {**base, "spread_fraction": round(spread, 3)},
+            BalancedEvidence(job, round(spread, 3)),
         )
     matched = max(job_step - gap, 1e-9)
     own = slowest.verdict
@@ -190,19 +196,19 @@ def cross_rank_verdict(stats: Sequence[RankStat]) -> Verdict | None:
         f"median rank's pace the job would run {1.0 / matched:.1f} instead of "
         f"{1.0 / job_step:.1f} steps/s"
     )
-    evidence: dict[str, object] = {
-        **base,
-        "rank": slowest.rank,
-        "local_rank": slowest.local_rank,
-        "node": slowest.node,
-        "pid": slowest.pid,
-        "verdict": own.kind if own is not None else None,
-        "cause": cause,
-        "rank_headline": own.headline if own is not None else "",
-        "gap_s": round(gap, 6),
-        "steps_per_s_if_matched": round(1.0 / matched, 3),
-        "speedup_if_matched": round(job_step / matched, 3),
-    }
+    evidence = StragglerEvidence(
+        job=job,
+        rank=slowest.rank,
+        local_rank=slowest.local_rank,
+        node=slowest.node,
+        pid=slowest.pid,
+        verdict=own.kind if own is not None else None,
+        cause=cause,
+        rank_headline=own.headline if own is not None else "",
+        gap_s=round(gap, 6),
+        steps_per_s_if_matched=round(1.0 / matched, 3),
+        speedup_if_matched=round(job_step / matched, 3),
+    )
     confidence = min(0.95, 0.5 + 0.1 * len(active) + gap / job_step / 2)
     recs = own.recommendations if own is not None else ()
     return Verdict("straggler", confidence, headline, evidence, recs)
@@ -214,10 +220,12 @@ def headline_verdict(job: Verdict | None, ranks: Verdict | None) -> Verdict | No
     in its evidence as ``job_verdict``); else the job's own."""
     if ranks is None or ranks.kind != "straggler":
         return job
-    if job is None:
+    if job is None or not isinstance(ranks.evidence, StragglerEvidence):
         return ranks
-    kept = {"kind": job.kind, "headline": job.headline}
-    return dataclasses.replace(ranks, evidence={**ranks.evidence, "job_verdict": kept})
+    kept = JobVerdict(job.kind, job.headline)
+    return dataclasses.replace(
+        ranks, evidence=dataclasses.replace(ranks.evidence, job_verdict=kept)
+    )
 
 
 def straggler_json(verdict: Verdict | None) -> dict[str, object] | None:
@@ -225,22 +233,23 @@ def straggler_json(verdict: Verdict | None) -> dict[str, object] | None:
     if verdict is None or verdict.kind != "straggler":
         return None
     ev = verdict.evidence
-    keys = (
-        "rank",
-        "local_rank",
-        "node",
-        "pid",
-        "verdict",
-        "cause",
-        "others_collective_wait_fraction",
-        "step_s",
-        "steps_per_s",
-        "steps_per_s_if_matched",
-        "speedup_if_matched",
-        "gap_s",
-        "ranks",
-    )
-    out: dict[str, object] = {k: ev.get(k) for k in keys}
+    if not isinstance(ev, StragglerEvidence):
+        return None
+    out: dict[str, object] = {
+        "rank": ev.rank,
+        "local_rank": ev.local_rank,
+        "node": ev.node,
+        "pid": ev.pid,
+        "verdict": ev.verdict,
+        "cause": ev.cause,
+        "others_collective_wait_fraction": ev.job.others_collective_wait_fraction,
+        "step_s": ev.job.step_s,
+        "steps_per_s": ev.job.steps_per_s,
+        "steps_per_s_if_matched": ev.steps_per_s_if_matched,
+        "speedup_if_matched": ev.speedup_if_matched,
+        "gap_s": ev.gap_s,
+        "ranks": ev.job.ranks,
+    }
     out["headline"] = verdict.headline
     out["recommendations"] = [r.text for r in verdict.recommendations]
     return out

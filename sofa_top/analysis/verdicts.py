@@ -75,22 +75,14 @@ from sofa_top.analysis import steps as step_facts
 from sofa_top.analysis.classify import writes_output
 from sofa_top.analysis.evidence import Evidence as Evidence  # re-exported: judge's input
 from sofa_top.analysis.framework import model_framework
-from sofa_top.analysis.inputs import (
-    cause_evidence,
-    input_advice,
-    input_cause,
-    iowait,
-    loop_advice,
-)
+from sofa_top.analysis.inputs import cause_evidence, input_advice, input_cause, iowait, loop_advice
+from sofa_top.analysis.load import gpu_util, machine_load
 from sofa_top.analysis.measured import apply_measured
+from sofa_top.datamodel import verdict_evidence as ve
 from sofa_top.datamodel.samples import PipelineSample
 from sofa_top.datamodel.snapshot import StackSummary
-from sofa_top.datamodel.verdict import (
-    UNMEASURED,
-    Recommendation,
-    Verdict,
-    unmeasured,
-)
+from sofa_top.datamodel.verdict import UNMEASURED, Recommendation, Verdict, unmeasured
+from sofa_top.datamodel.verdict_kinds import Device
 from sofa_top.optimizers import advice
 
 HIGH_INPUT_FRACTION = 0.20  # XProf: "highly input-bound"
@@ -142,7 +134,7 @@ def oversubscription(ev: Evidence) -> tuple[float, float, float] | None:
     return None
 
 
-def _oversubscribed(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict | None:
+def _oversubscribed(ev: Evidence, fw: str, draft: ve.ProcessEvidence) -> Verdict | None:
     found = oversubscription(ev)
     if found is None:
         return None
@@ -151,17 +143,16 @@ def _oversubscribed(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict |
     nb = ev.neighbours
     pool = None if ev.model is None else ev.model.intra_op_threads
     source = causes.oversubscribed_by(runnable, cores, nb, pool)
-    evidence = {
-        **base,
-        "runnable_threads": runnable,
-        "cores_busy": busy,
-        "cores": cores,
-        "threads_waiting": waiting,
-        "intra_op_threads": pool,
-        "oversubscribed_by": source,
-        "others_cores": None if nb is None else round(nb.others_cores, 3),
-        "neighbours": causes.neighbours_json(nb),
-    }
+    found_over = ve.Oversubscription(
+        runnable_threads=runnable,
+        cores_busy=busy,
+        cores=cores,
+        threads_waiting=waiting,
+        intra_op_threads=pool,
+        oversubscribed_by=source,
+        others_cores=None if nb is None else round(nb.others_cores, 3),
+        neighbours=causes.neighbours_of_evidence(nb),
+    )
     n = f"{cores} core{'s' if cores > 1 else ''}"
     why = {
         "own-pool": "its own thread pools outnumber the cores",
@@ -174,7 +165,7 @@ def _oversubscribed(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict |
         0.7,
         f"cpu-oversubscribed: {runnable:.1f} threads want a core but the workload gets "
         f"{busy:.1f} of {n}; {why}",
-        evidence,
+        ve.as_kind(ve.OversubscribedEvidence, draft, oversubscription=found_over),
         advice.oversubscribed_recommendations(
             fw or "torch",
             cores,
@@ -203,19 +194,6 @@ def _bottleneck(p: PipelineSample | None) -> str | None:
     return None if stage is None else stage.name
 
 
-def _cpu_saturation(ev: Evidence) -> float | None:
-    if ev.tree_cpu is None:
-        return None
-    return min(1.0, ev.tree_cpu / (100.0 * max(1, ev.cpu_count)))
-
-
-def _gpu_util(ev: Evidence) -> float | None:
-    if ev.gpu is None or ev.gpu.status != "ok":
-        return None
-    utils = [d.util for d in ev.gpu.devices if d.util is not None]
-    return max(utils) if utils else None
-
-
 def judge(ev: Evidence) -> Verdict:
     """The verdict for one window of evidence."""
     facts = ev.facts
@@ -231,18 +209,21 @@ def judge(ev: Evidence) -> Verdict:
             "unknown",
             0.0,
             f"unknown: {step_facts.failure_text(facts)}",
-            {"steps_reason": reason, "workload_error": facts.workload_error},
+            ve.UnknownEvidence(steps_reason=reason, failure=ve.Failure(facts.workload_error)),
             (Recommendation(step_facts.next_step(facts)),),
         )
     verdict = apply_measured(_beside_neighbours(_judge(ev), ev), ev.measured)
     if not step_facts.failed(facts):
         return verdict
     why = f": {facts.workload_error}" if facts.workload_error else ""
+    evidence = verdict.evidence
+    if isinstance(evidence, ve.ProcessEvidence):
+        evidence = replace(evidence, failure=ve.Failure(facts.workload_error))
     return replace(
         verdict,
         headline=f"{verdict.headline} (then the workload failed with exit code "
         f"{facts.exit_code}{why})",
-        evidence={**verdict.evidence, "workload_error": facts.workload_error},
+        evidence=evidence,
     )
 
 
@@ -273,12 +254,9 @@ def _beside_neighbours(v: Verdict, ev: Evidence) -> Verdict:
 
 def _judge(ev: Evidence) -> Verdict:
     fw = _framework(ev)
-    base: dict[str, object] = {
-        "cpu_saturation": _round(_cpu_saturation(ev)),
-        "gpu_util_percent": _gpu_util(ev),
-        # what other processes keep busy (measured), whatever the verdict
-        "others_cores": None if ev.neighbours is None else round(ev.neighbours.others_cores, 3),
-    }
+    # what other processes keep busy (measured), whatever the verdict
+    others = None if ev.neighbours is None else ev.neighbours.others_cores
+    base = ve.ProcessEvidence(load=machine_load(ev.tree_cpu, ev.cpu_count, ev.gpu, others))
     if ev.system is not None and ev.system.mem_total:
         used = _share(ev.system.mem_used / ev.system.mem_total)
         if used >= MEMORY_PRESSURE:
@@ -286,33 +264,35 @@ def _judge(ev: Evidence) -> Verdict:
                 "memory-pressure",
                 0.8,
                 f"memory-pressure: {used:.0%} of RAM in use; swapping slows every step",
-                {**base, "memory_used_fraction": used},
+                ve.as_kind(ve.MemoryPressureEvidence, base, memory_used_fraction=used),
                 advice.memory_pressure_recommendations(),
             )
     if len(ev.steps) >= MIN_STEPS:
         phases = step_facts.by_phase(ev.steps, ev.training)
         phase = step_facts.main_phase(phases, MIN_STEPS) or "train"
         ev = replace(ev, steps=phases.get(phase, ev.steps))
-        base["phase"] = phase
+        base = replace(base, phase=phase)
         return _judge_gpu_steps(ev, fw, base) or _judge_steps(ev, fw, base, phase)
     if (
         ev.tree_cpu is not None
         and ev.tree_cpu < IDLE_CPU_PERCENT
         and (ev.stacks is None or _split(ev.stacks, "idle") >= STACK_DOMINANT)
     ):
-        return Verdict("idle", 0.7, f"idle: the process tree uses {ev.tree_cpu:.0f}% CPU", base)
-    base["steps_reason"] = (
+        idle = ve.as_kind(ve.IdleEvidence, base)
+        return Verdict("idle", 0.7, f"idle: the process tree uses {ev.tree_cpu:.0f}% CPU", idle)
+    reason = (
         f"only {len(ev.steps)} step(s) so far (a verdict from steps needs {MIN_STEPS})"
         if ev.steps
         else step_facts.no_steps_reason(ev.facts)
     )
+    base = replace(base, steps_reason=reason)
     if ev.stacks is not None:
         return _judge_stacks(ev, fw, base)
     return Verdict(
         "unknown",
         0.0,
-        f"unknown: no stack samples yet, and {base['steps_reason']}",
-        base,
+        f"unknown: no stack samples yet, and {reason}",
+        ve.as_kind(ve.UnknownEvidence, base),
         _next_step(ev),
     )
 
@@ -324,41 +304,43 @@ def _next_step(ev: Evidence) -> tuple[Recommendation, ...]:
     return (Recommendation(step_facts.next_step(ev.facts)),)
 
 
-def _step_evidence(ev: Evidence) -> dict[str, object]:
-    """Which clock the steps came from, and whether it timed the input wait."""
+def _step_figures(ev: Evidence, input_fraction: float | None) -> ve.StepFigures:
+    """The judged steps' figures: their input share and spread, which clock they came from,
+    and whether it timed the input wait."""
+    stacks = ev.stacks
+    host = stacks.host_split if stacks is not None else None
+    setup = stacks.call_setup_share if stacks is not None else None
+    durations = [s.duration_s for s in ev.steps]
     source = step_facts.main_source(ev.steps)
     name = step_facts.main_label(ev.steps)
     agent = ev.facts.agent
     note = dict(agent.step_notes).get(name or "") if agent is not None else None
-    return {
-        "step_source": name,
-        "step_sources": step_facts.step_sources(ev.steps),
-        "input_wait_measured": step_facts.wait_measured(source),
-        "step_note": note,
-    }
+    return ve.StepFigures(
+        input_fraction=input_fraction,
+        steps=len(ev.steps),
+        median_step_s=step_facts.percentile(durations, 0.5),
+        p90_step_s=step_facts.percentile(durations, 0.9),
+        p99_step_s=step_facts.percentile(durations, 0.99),
+        bottleneck_stage=_bottleneck(ev.pipeline),
+        compute_split=step_facts.compute_split(ev.steps),
+        host_split=None if host is None else {k: round(v, 3) for k, v in host.items()},
+        call_setup_share=_round(setup),
+        step_source=name,
+        step_sources=step_facts.step_sources(ev.steps),
+        input_wait_measured=step_facts.wait_measured(source),
+        step_note=note,
+    )
 
 
-def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "train") -> Verdict:
+def _judge_steps(ev: Evidence, fw: str, base: ve.ProcessEvidence, phase: str = "train") -> Verdict:
     stacks = ev.stacks
     host = stacks.host_split if stacks is not None else None
     setup = stacks.call_setup_share if stacks is not None else None
     n_host = stacks.host_samples if stacks else 0
     measured = _round(step_facts.input_fraction(ev.steps, host, n_host))
     frac = measured or 0.0
-    durations = [s.duration_s for s in ev.steps]
-    evidence = {
-        **base,
-        "input_fraction": measured,
-        "steps": len(ev.steps),
-        "median_step_s": step_facts.percentile(durations, 0.5),
-        "p90_step_s": step_facts.percentile(durations, 0.9),
-        "p99_step_s": step_facts.percentile(durations, 0.99),
-        "bottleneck_stage": _bottleneck(ev.pipeline),
-        "compute_split": step_facts.compute_split(ev.steps),
-        "host_split": None if host is None else {k: round(v, 3) for k, v in host.items()},
-        "call_setup_share": _round(setup),
-        **_step_evidence(ev),
-    }
+    figures = _step_figures(ev, measured)
+    evidence = replace(base, steps=figures)
     conf = min(0.95, 0.5 + 0.05 * len(ev.steps))
     noun = {"train": "step", "eval": "evaluation step"}.get(phase, "inference step")
     in_body = step_facts.model_call(step_facts.main_source(ev.steps))
@@ -369,49 +351,50 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "t
     unsplit = in_body and (stacks is None or stacks.host_samples < step_facts.MIN_HOST_SAMPLES)
     if frac >= (HIGH_INPUT_FRACTION if unsplit else INPUT_BOUND_FRACTION):
         high = frac >= HIGH_INPUT_FRACTION
-        where = f" in stage {evidence['bottleneck_stage']}" if evidence["bottleneck_stage"] else ""
+        stage = figures.bottleneck_stage
+        where = f" in stage {stage}" if stage else ""
         headline = f"input-bound: {frac:.0%} of each {noun} waits for input{where}"
         if in_body:
             headline = (
                 f"input-bound: {frac:.0%} of each {noun} prepares its input in the loop body, "
                 "outside the model"
             )
-            cause_text, recs = loop_advice(ev, fw, evidence, phase)
+            cause_text, recs, cause = loop_advice(ev, fw, phase)
         else:
-            cause_text, recs = input_advice(ev, fw, evidence)
+            cause_text, recs, cause = input_advice(ev, fw)
         headline += cause_text
         return Verdict(
             "input-bound",
             conf if high else conf * 0.8,
             headline,
-            evidence,
+            ve.as_kind(ve.InputBoundEvidence, evidence, input_cause=cause),
             tuple(recs),
             severity="high" if high else "moderate",
         )
-    minor = _minor_input(ev, fw, evidence, frac)
+    evidence, minor = _minor_input(ev, fw, evidence, frac)
     over = _oversubscribed(ev, fw, evidence)
     if over is not None:
         return minor(over)
-    gpu = _gpu_util(ev)
+    gpu = gpu_util(ev.gpu)
     if gpu is not None and gpu < GPU_UNDERUSED_PERCENT:
         return minor(
             Verdict(
                 "gpu-underutilized",
                 conf * 0.8,
                 f"gpu-underutilized: compute-bound on the host, GPU at {gpu:.0f}%",
-                evidence,
+                ve.as_kind(ve.GpuUnderutilizedEvidence, evidence),
                 advice.gpu_recommendations(),
             )
         )
     # NVML alone (no CUDA readings from the agent): a GPU this busy is the one computing
-    evidence["device"] = "gpu" if gpu is not None and gpu >= 100 * gpu_loop.GPU_BUSY_HIGH else "cpu"
+    device: Device = "gpu" if gpu is not None and gpu >= 100 * gpu_loop.GPU_BUSY_HIGH else "cpu"
     headline = f"compute-bound: only {frac:.0%} of each {noun} waits for input"
     return minor(
         Verdict(
             "compute-bound",
             conf,
             headline,
-            evidence,
+            ve.as_kind(ve.ComputeBoundEvidence, evidence, device=device),
             advice.compute_recommendations(
                 fw, ev.model, _keras(ev), setup, step_facts.output_fraction(ev.steps, host, n_host)
             ),
@@ -420,16 +403,18 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "t
 
 
 def _minor_input(
-    ev: Evidence, fw: str, evidence: dict[str, object], frac: float
-) -> Callable[[Verdict], Verdict]:
-    """For an input wait between XProf's moderate bar and ``INPUT_BOUND_FRACTION``: the input
-    share and the most an input lever can gain, said after the verdict's own headline, and the
-    input lever (with its cause) after its own advice; otherwise the verdict as it is."""
-    if frac < MODERATE_INPUT_FRACTION or not evidence.get("input_wait_measured", True):
-        return lambda v: v
+    ev: Evidence, fw: str, evidence: ve.ProcessEvidence, frac: float
+) -> tuple[ve.ProcessEvidence, Callable[[Verdict], Verdict]]:
+    """For an input wait between XProf's moderate bar and ``INPUT_BOUND_FRACTION``: the
+    evidence with the most an input lever can gain (and the input's cause), and what adds the
+    input share and that bound after the verdict's own headline, and the input lever after its
+    own advice; otherwise the evidence and the verdict as they are."""
+    timed = evidence.steps is None or evidence.steps.input_wait_measured
+    if frac < MODERATE_INPUT_FRACTION or not timed:
+        return evidence, lambda v: v
     bound = 1.0 / (1.0 - frac)
-    evidence["input_speedup_bound"] = round(bound, 3)
-    _, recs = input_advice(ev, fw, evidence)
+    _, recs, cause = input_advice(ev, fw)
+    evidence = replace(evidence, input_speedup_bound=round(bound, 3), input_cause=cause)
     note = f"at most {bound:.2f}x from the input: {frac:.0%} of each step waits for it"
     levers = tuple(
         Recommendation(
@@ -447,7 +432,7 @@ def _minor_input(
             head += f" (an input lever gains at most {bound:.2f}x)"
         return replace(v, headline=head, recommendations=v.recommendations + levers)
 
-    return add
+    return evidence, add
 
 
 def _pinned(p: PipelineSample | None) -> bool:
@@ -455,25 +440,24 @@ def _pinned(p: PipelineSample | None) -> bool:
     return p is not None and any(s.name == "pin_memory" for s in p.stages)
 
 
-def _judge_gpu_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict | None:
+def _judge_gpu_steps(ev: Evidence, fw: str, base: ve.ProcessEvidence) -> Verdict | None:
     """A CUDA loop (the agent read CUDA): the GPU's busy fraction decides (``analysis.gpu``)."""
     load = gpu_loop.gpu_load(ev.steps, ev.cuda, ev.gpu)
     if load is None:
         return None
     b, f = _share(load.busy_fraction), _share(load.input_fraction)
     w, c = load.window, load.cuda
-    evidence: dict[str, object] = {
-        **base,
-        "device": "gpu",
-        "gpu_busy_fraction": b,
-        "gpu_busy_source": load.source,
-        "input_fraction": f,
-        "steps": len(ev.steps),
-        "median_step_s": step_facts.percentile([s.duration_s for s in ev.steps], 0.5),
-        "bottleneck_stage": _bottleneck(ev.pipeline),
-        "gpu_name": c.device_name if c else None,
-        **gpu_loop.window_evidence(w),
-    }
+    figures = ve.GpuStepFigures(
+        gpu_busy_fraction=b,
+        gpu_busy_source=load.source,
+        input_fraction=f,
+        steps=len(ev.steps),
+        median_step_s=step_facts.percentile([s.duration_s for s in ev.steps], 0.5),
+        bottleneck_stage=_bottleneck(ev.pipeline),
+        gpu_name=c.device_name if c else None,
+        window=gpu_loop.window_evidence(w),
+    )
+    evidence = replace(base, gpu_steps=figures)
     conf = min(0.95, 0.5 + 0.05 * len(ev.steps)) * (1.0 if w is not None else 0.6)
     pinned = _pinned(ev.pipeline)
     if gpu_loop.waits_for_input(load, MODERATE_INPUT_FRACTION, HIGH_INPUT_FRACTION):
@@ -482,13 +466,13 @@ def _judge_gpu_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict 
             f"input-bound: the GPU is busy {b:.0%} of each step; the loop waits {f:.0%} "
             "for the next batch"
         )
-        cause_text, recs = input_advice(ev, fw, evidence)
+        cause_text, recs, cause = input_advice(ev, fw)
         headline += cause_text
         return Verdict(
             "input-bound",
             conf if high else conf * 0.8,
             headline,
-            evidence,
+            ve.as_kind(ve.InputBoundEvidence, evidence, input_cause=cause),
             advice.gpu_input_recommendations(recs, pinned),
             severity="high" if high else "moderate",
         )
@@ -499,7 +483,7 @@ def _judge_gpu_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict 
             conf,
             f"compute-bound: the GPU is busy {b:.0%} of each step"
             + (f" ({c.device_name})" if c and c.device_name else ""),
-            evidence,
+            ve.as_kind(ve.ComputeBoundEvidence, evidence, device="gpu"),
             advice.gpu_compute_recommendations(
                 bf16,
                 convs=bool(w and w.conv_kernels),
@@ -507,11 +491,10 @@ def _judge_gpu_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict 
             ),
         )
     why_idle = gpu_loop.gpu_cause(load)
-    evidence["cause"] = why_idle
     held = gpu_loop.memory_pressure(load)
+    idle = ve.GpuIdle(why_idle)
     if held is not None:
-        evidence["gpu_memory_reserved_fraction"] = round(held, 3)
-        evidence["alloc_retries"] = load.alloc_retries
+        idle = ve.GpuIdle(why_idle, round(held, 3), load.alloc_retries)
     why = {
         "launch": "it waits between many small kernels while Python launches the next",
         "copy": "host-to-device copies hold it up",
@@ -522,7 +505,7 @@ def _judge_gpu_steps(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict 
         "gpu-underutilized",
         conf * 0.9,
         f"gpu-underutilized ({why_idle}): the GPU is busy {b:.0%} of each step; {why}",
-        evidence,
+        ve.as_kind(ve.GpuUnderutilizedEvidence, evidence, gpu_idle=idle),
         advice.gpu_underused_recommendations(why_idle, pinned, bf16),
         severity="high" if b < gpu_loop.GPU_BUSY_LOW else "moderate",
     )
@@ -542,7 +525,7 @@ def _loop_thread(s: StackSummary) -> tuple[int, Mapping[str, float]]:
     return (best[1], best[2]) if best else (s.thread_samples, s.split)
 
 
-def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
+def _judge_stacks(ev: Evidence, fw: str, base: ve.ProcessEvidence) -> Verdict:
     s = ev.stacks
     assert s is not None
     n, split = _loop_thread(s)
@@ -552,42 +535,38 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
         return Verdict(
             "unknown",
             0.0,
-            f"unknown: too few stack samples yet, and {base.get('steps_reason')}",
-            base,
+            f"unknown: too few stack samples yet, and {base.steps_reason}",
+            ve.as_kind(ve.UnknownEvidence, base),
             _next_step(ev),
         )
-    evidence = {
-        **base,
-        "input_share": inp,
-        "compute_share": comp,
-        "python_share": py,
-        "source": "stacks",
-    }
+    evidence = replace(base, stacks=ve.StackShares(inp, comp, py))
     files = " ".join(f.filename for f in s.functions[:40])
     if inp >= STACK_INPUT_FRACTION:
         headline = f"input-bound: the loop thread waits for input in {inp:.0%} of samples"
         cores = max(1, ev.cpu_count)
         recs = advice.pipeline_recommendations(None, fw, cores)
         cause = input_cause(ev)
+        figures = None
         if cause is not None:
-            evidence.update(cause_evidence(cause, ev))
+            figures = cause_evidence(cause, ev)
             headline += f"; {causes.cause_text(cause, cores, ev.neighbours)}"
             recs = advice.input_recommendations(
                 cause, None, fw, cores, iowait(ev), causes.names(ev.neighbours)
             )
-        return Verdict("input-bound", 0.6, headline, evidence, tuple(recs), severity="high")
+        found = ve.as_kind(ve.InputBoundEvidence, evidence, input_cause=figures)
+        return Verdict("input-bound", 0.6, headline, found, tuple(recs), severity="high")
     over = _oversubscribed(ev, fw, evidence)
     if over is not None:
         return over
     if "keras" in files and "trainer" in files:
         # Keras fit pulls batches inside a compiled function: the stacks cannot see the wait.
-        why = "" if not ev.facts.launched else f" ({base.get('steps_reason')})"
+        why = "" if not ev.facts.launched else f" ({base.steps_reason})"
         return Verdict(
             "unknown",
             0.2,
             "unknown: Keras fit reads its input inside a compiled step, invisible "
             f"to stack sampling{why}",
-            evidence,
+            ve.as_kind(ve.UnknownEvidence, evidence),
             _next_step(ev),
         )
     if comp >= STACK_DOMINANT:
@@ -595,7 +574,7 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
             "compute-bound",
             0.6,
             f"compute-bound: {comp:.0%} of the loop thread's samples in framework compute",
-            evidence,
+            ve.as_kind(ve.ComputeBoundEvidence, evidence),
             advice.compute_recommendations(fw, ev.model, "keras" in files),
         )
     if py >= STACK_DOMINANT:
@@ -605,19 +584,19 @@ def _judge_stacks(ev: Evidence, fw: str, base: dict[str, object]) -> Verdict:
             "python-overhead",
             0.6,
             f"python-overhead: {py:.0%} of samples in plain Python code",
-            evidence,
+            ve.as_kind(ve.PythonOverheadEvidence, evidence),
             advice.python_recommendations(writer),
         )
     return Verdict(
         "unknown",
         0.2,
-        f"unknown: the stacks show no dominant activity, and {base.get('steps_reason')}",
-        evidence,
+        f"unknown: the stacks show no dominant activity, and {base.steps_reason}",
+        ve.as_kind(ve.UnknownEvidence, evidence),
         _next_step(ev),
     )
 
 
-def _judge_unmeasured(ev: Evidence, fw: str, evidence: dict[str, object], conf: float) -> Verdict:
+def _judge_unmeasured(ev: Evidence, fw: str, evidence: ve.ProcessEvidence, conf: float) -> Verdict:
     """Steps from a clock that cannot time the input: the loop thread's stacks decide, or the
     verdict abstains (what is missing, how to mark the steps)."""
     source = step_facts.clock_text(step_facts.main_source(ev.steps)) or "its clock"
@@ -627,7 +606,7 @@ def _judge_unmeasured(ev: Evidence, fw: str, evidence: dict[str, object], conf: 
     inp, comp = _share(split.get("input", 0.0)), _share(split.get("compute", 0.0))
     if not stackstats.readable(n, ((comp, STACK_DOMINANT), (inp, STACK_INPUT_FRACTION))):
         inp = comp = 0.0
-    evidence = {**evidence, "input_share": inp, "compute_share": comp}
+    evidence = replace(evidence, stacks=ve.StackShares(inp, comp))
     # its threads' waits for a CPU are measured whatever the clock: a pool that outnumbers the
     # cores it gets is the news before any split of the loop's time
     over = _oversubscribed(ev, fw, evidence)
@@ -638,7 +617,7 @@ def _judge_unmeasured(ev: Evidence, fw: str, evidence: dict[str, object], conf: 
             "compute-bound",
             conf * 0.8,
             f"compute-bound: {why}; the loop thread computes in {comp:.0%} of samples",
-            evidence,
+            ve.as_kind(ve.ComputeBoundEvidence, evidence),
             advice.compute_recommendations(fw, ev.model, _keras(ev)),
         )
     if inp >= STACK_INPUT_FRACTION:
@@ -646,7 +625,7 @@ def _judge_unmeasured(ev: Evidence, fw: str, evidence: dict[str, object], conf: 
             "input-bound",
             0.6,
             f"input-bound: {why}; the loop thread waits for input in {inp:.0%} of samples",
-            evidence,
+            ve.as_kind(ve.InputBoundEvidence, evidence),
             tuple(advice.pipeline_recommendations(ev.pipeline, fw, max(1, ev.cpu_count))),
             severity="high",
         )
@@ -654,7 +633,7 @@ def _judge_unmeasured(ev: Evidence, fw: str, evidence: dict[str, object], conf: 
         "unknown",
         0.2,
         f"unknown: {why}, and the stacks do not tell input from compute",
-        evidence,
+        ve.as_kind(ve.UnknownEvidence, evidence),
         (Recommendation(step_facts.MARK_STEPS),),
     )
 

@@ -16,6 +16,7 @@ from typing import Literal
 
 from sofa_top.datamodel.units import Percent, Pid
 from sofa_top.datamodel.verdict import Verdict
+from sofa_top.datamodel.verdict_evidence import input_cause_of
 
 RankSource = Literal["torchrun", "tf-config"]
 
@@ -113,8 +114,8 @@ class RankStat:
         v = self.verdict
         if v is None:
             return None
-        cause = v.evidence.get("input_cause")
-        if v.kind == "input-bound" and isinstance(cause, str):
+        cause = input_cause_of(v.evidence)
+        if v.kind == "input-bound" and cause is not None:
             return cause
         return v.kind
 

@@ -13,6 +13,7 @@ from typing import Literal, get_args
 
 from sofa_top.agent.clocks import Clock
 from sofa_top.datamodel.literals import one_of
+from sofa_top.datamodel.neighbours import Neighbour as Neighbour  # re-exported: a sample's
 from sofa_top.datamodel.ranks import RankId
 from sofa_top.datamodel.units import Bytes, Celsius, Hertz, MHz, Percent, Pid, Timestamp, Watts
 
@@ -76,15 +77,6 @@ class TreeSched:
     def group(self, name: ThreadGroup) -> ThreadTimes | None:
         """The times of one group (None when the tree has no such thread)."""
         return next((t for g, t in self.groups if g == name), None)
-
-
-@dataclass(frozen=True, slots=True)
-class Neighbour:
-    """A process outside the target's tree and what of the machine's cores it kept busy."""
-
-    pid: Pid
-    name: str
-    cores: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from sofa_top.datamodel.errors import UserError
 from sofa_top.datamodel.literals import one_of
 from sofa_top.datamodel.ranks import RankStat
 from sofa_top.datamodel.verdict import SEVERITIES, Verdict, verdict_kind
+from sofa_top.datamodel.verdict_evidence import BareEvidence
 from sofa_top.metrics import names as n
 
 DEFAULT_LOOKBACK_S = 120.0
@@ -134,7 +135,7 @@ def _stat(key: Key, r: _Rank) -> RankStat:
             verdict_kind(kind),
             0.5,
             what,
-            {"input_cause": cause} if cause and cause != kind else {},
+            BareEvidence(cause if cause and cause != kind else None),
             severity=one_of(severity, SEVERITIES),
         )
     world = v.get(n.WORLD_SIZE)

@@ -27,6 +27,7 @@ from sofa_top.datamodel.errors import UserError
 from sofa_top.datamodel.ranks import RankStat
 from sofa_top.datamodel.snapshot import Snapshot
 from sofa_top.datamodel.verdict import Verdict
+from sofa_top.datamodel.verdict_evidence import StragglerEvidence
 from sofa_top.metrics import names as n
 from sofa_top.metrics.spec import MetricsSpec
 
@@ -172,7 +173,7 @@ def _job_verdict(v: Verdict, run: str, host: str) -> GaugeMetricFamily:
         "This sofa-top's cross-rank verdict over its node's ranks",
         ("run", "node", "kind", "straggler"),
     )
-    rank = v.evidence.get("rank")
+    rank = v.evidence.rank if isinstance(v.evidence, StragglerEvidence) else None
     fam.add_metric([run, host, v.kind, "" if rank is None else str(rank)], 1.0)
     return fam
 

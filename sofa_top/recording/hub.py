@@ -48,6 +48,7 @@ from sofa_top.datamodel.samples import (
 from sofa_top.datamodel.snapshot import LOG_LINES, Mode, Snapshot, StackSummary, TargetInfo
 from sofa_top.datamodel.source import OnSnapshot
 from sofa_top.datamodel.verdict import Measured, Verdict
+from sofa_top.datamodel.verdict_evidence import ProcessEvidence, StragglerEvidence
 from sofa_top.datamodel.workload import ModelReport, merge, model_report
 from sofa_top.recording.ranks_live import RankTracker
 from sofa_top.recording.report import session_verdict
@@ -518,9 +519,7 @@ class Session:
         verdict = cross_rank_verdict(self._rank_stats)
         prev = self._rank_verdict
         if verdict is not None and (
-            prev is None
-            or (prev.kind, prev.evidence.get("rank"))
-            != (verdict.kind, verdict.evidence.get("rank"))
+            prev is None or (prev.kind, _rank_of(prev)) != (verdict.kind, _rank_of(verdict))
         ):
             ev = Event(now, "rank-verdict", verdict.headline, verdict.as_json())
             self._events.append(ev)
@@ -635,8 +634,13 @@ class Session:
 
 def _measured(v: Verdict) -> int:
     """How many measurements a verdict quotes."""
-    m = v.evidence.get("measured")
-    return len(m) if isinstance(m, list) else 0
+    ev = v.evidence
+    return len(ev.measured) if isinstance(ev, ProcessEvidence) and ev.measured else 0
+
+
+def _rank_of(v: Verdict) -> int | None:
+    """The rank a cross-rank verdict names (its straggler; None: none)."""
+    return v.evidence.rank if isinstance(v.evidence, StragglerEvidence) else None
 
 
 def session_file(path: str | None, name: str) -> Path:
