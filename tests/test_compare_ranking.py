@@ -96,3 +96,35 @@ def test_too_few_runs_are_not_ranked_and_a_lone_baseline_has_nothing_to_rank() -
     summarize(alone, 100.0, None, None, None, rates(alone))
     lone = ranking_of([alone], None)
     assert lone.clear is False and "no configuration" in lone.why
+
+
+def test_a_toggle_applied_in_any_process_of_the_job_applied() -> None:
+    """A launcher that never imports torch (and multiprocessing's resource tracker) report
+    last; the spawned trainers applied ``threads``: it applied, and one toggle that applied
+    nowhere carries the busiest trainer's reason, not the launcher's."""
+    from sofa_top.datamodel.samples import Event, StepSample
+    from sofa_top.optimizers.compare.analyze import _Stored, _toggles
+
+    never = "not a TF or PyTorch job: the workload never imported tensorflow or torch"
+
+    def report(ts: float, pid: int, applied: list[str], skipped: list[list[str]]) -> Event:
+        data: dict[str, object] = {"pid": pid, "hooks_applied": applied, "hooks_skipped": skipped}
+        return Event(ts, "agent", "info", data)
+
+    events = [
+        report(1.0, 11, ["opt:threads"], [["opt:prefetch", "no DataLoader in the loop"]]),
+        report(1.1, 12, ["opt:threads"], [["opt:prefetch", "no DataLoader in the loop"]]),
+        report(2.0, 10, [], [["opt:threads", never], ["opt:prefetch", never]]),
+        report(2.1, 13, [], [["opt:threads", never], ["opt:prefetch", never]]),
+    ]
+    steps = [
+        StepSample(float(i), i, i - 0.1, 0.1, 0.0, "torch-optimizer", pid=11) for i in range(9)
+    ]
+    steps += [
+        StepSample(float(i), i, i - 0.1, 0.1, 0.0, "torch-optimizer", pid=12) for i in range(5)
+    ]
+    stored = _Stored(steps, events, [], [], {}, [], [])
+    spec = configs()["threads"].with_(THREADS, 1).with_("prefetch", True)
+    applied, not_applied = _toggles(stored, spec)
+    assert applied == ("threads",)
+    assert not_applied == (("prefetch", "no DataLoader in the loop"),)
