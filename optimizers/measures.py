@@ -77,6 +77,9 @@ class RunOutcome:
     serial_s_per_step: float | None = None  # that stage's own time per step, when measured
     # the run hit its time limit before its measured steps: ``rate`` is over what it did
     partial: bool = False
+    # the job's processes that stepped a training loop (spawned trainers, DDP ranks): each
+    # runs an intra-op pool of its own on the same cores
+    trainers: int = 1
 
     @classmethod
     def failure(cls, session: str, why: str) -> RunOutcome:

@@ -172,6 +172,51 @@ def _pool_evidence(runnable: float, nb: Neighbours | None) -> Evidence:
     )
 
 
+def _trainers(pids: int, pool: int, nb: Neighbours | None) -> Verdict:
+    """A launcher (the target, idle in ``join``) and ``pids`` spawned trainers, each stepping
+    its own loop with a ``pool``-thread intra-op pool: their threads wait in the tree, not in
+    the target's ``threads`` group."""
+    steps = [
+        StepSample(float(i), i, i - 0.1, 0.1, 0.0, "torch-optimizer", pid=100 + i % pids)
+        for i in range(40)
+    ]
+    sched = {
+        "tree": ThreadTimes(0.6, 1.4, 2 * pids + 3),
+        "loop": ThreadTimes(0.0, 0.0, 1),
+        "threads": ThreadTimes(0.0, 0.0, 2),
+    }
+    return judge(
+        Evidence(
+            steps=steps, cpu_count=2, runnable_threads=float(pids * pool), tree_cpu=60.0,
+            sched=sched, neighbours=nb,  # type: ignore[arg-type]
+            model=ModelReport("torch", "Net", "__main__", 4000, 0, "", intra_op_threads=pool),
+        )
+    )  # fmt: skip
+
+
+def test_spawned_trainers_pools_are_the_jobs_own_oversubscription() -> None:
+    """Two spawned trainers of torch's default pool (2 threads each) on 2 cores beside a hog:
+    4 threads of the job's own for 2 cores; the thread cap, per process, comes first and is
+    no guess, and the neighbours come after. Each pool alone is only as wide as the cores."""
+    v = _trainers(2, 2, HOG)
+    assert v.kind == "cpu-oversubscribed", v.headline
+    assert v.as_json()["evidence"]["oversubscribed_by"] == "both"
+    first = v.recommendations[0]
+    assert first.toggle == "threads" and "not measured" not in first.text
+    assert first.text.startswith("torch.set_num_threads(1)")
+    assert "each of the job's 2 training processes" in first.text
+    assert any("renice" in r.text for r in v.recommendations[1:])
+    assert _trainers(2, 2, QUIET).as_json()["evidence"]["oversubscribed_by"] == "own-pool"
+    # the other side: one trainer of a 2-thread pool beside the hog is starved by the hog
+    one = _trainers(1, 2, HOG)
+    assert one.as_json()["evidence"]["oversubscribed_by"] == "neighbours"
+    assert one.recommendations[0].toggle is None and "renice" in one.recommendations[0].text
+    # ... and so are 2 trainers capped at 1 thread each: 2 threads of the job's for 2 cores
+    capped = _trainers(2, 1, HOG)
+    assert capped.as_json()["evidence"]["oversubscribed_by"] == "neighbours"
+    assert "renice" in capped.recommendations[0].text
+
+
 def test_oversubscription_tells_its_own_pools_from_the_neighbours() -> None:
     own = _pool(8.0, QUIET)
     assert (

@@ -53,7 +53,7 @@ from sofa_top.optimizers.compare import (
     run_compare,
 )
 from sofa_top.optimizers.compare.record import note_measured
-from sofa_top.optimizers.compare.text import diagnosis_lines, progress_line
+from sofa_top.optimizers.compare.text import diagnosis_lines, progress_line, ranking_line
 from sofa_top.optimizers.headroom import headroom_line, headroom_short
 from sofa_top.tui.formatting import cmdline_text, truncate
 
@@ -262,6 +262,8 @@ def winner_text(result: CompareResult) -> RenderableType:
             parts.append(Text("  (no code change identified: see the applied column)"))
         for c in result.changes:
             parts.append(Text(f"  - {c}"))
+    if (ranked := ranking_line(result)) is not None:
+        parts.append(Text(ranked, style="yellow"))
     best = next((r for r in result.runs if r.config == result.best), None)
     if best is not None and best.sessions:
         parts.append(Text("sessions:", style="bold"))

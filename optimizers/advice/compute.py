@@ -153,22 +153,28 @@ def oversubscribed_recommendations(
     busy: float,
     model: ModelReport | None = None,
     neighbours: tuple[tuple[int, str], ...] | None = None,
+    own: bool = False,
+    processes: int = 1,
 ) -> tuple[Recommendation, ...]:
     """Thread pools that wait for cores: fewer threads, and idle OpenMP threads that sleep.
-    ``neighbours`` (pid, name): the cores are held by those other processes rather than the
-    job's own pools; what gives the job its cores comes first, and a thread cap (whose effect
-    then depends on what they do) says it is not measured."""
-    n = thread_count(cores, busy)
+    ``neighbours`` (pid, name): other processes hold cores too. ``own``: the job's own pools
+    outnumber its cores, so the thread cap comes first (it is the fix, whatever they do), and
+    what gives the job its cores after it; else the latter comes first, and a thread cap
+    (whose effect then depends on what they do) says it is not measured. ``processes``: the
+    job's processes that each run a pool (spawned trainers): the cores are shared among them."""
+    n = max(1, thread_count(cores, busy) // max(1, processes))
     env = f"OMP_NUM_THREADS={n}"
     recs: list[Recommendation] = []
-    if neighbours is not None:
+    if neighbours is not None and not own:
         recs.append(give_cores(neighbours))
-    guess = "" if neighbours is None else unmeasured("it depends on what they run")
+    guess = "" if neighbours is None or own else unmeasured("it depends on what they run")
+    each = f" in each of the job's {processes} training processes" if processes > 1 else ""
     if fw == "tensorflow":
         recs.append(
             Recommendation(
                 f"tf.config.threading.set_intra_op_parallelism_threads({n}) and "
-                f"set_inter_op_parallelism_threads({n}) before the first op (or {env}){guess}",
+                f"set_inter_op_parallelism_threads({n}){each} before the first op (or {env})"
+                f"{guess}",
                 tg.THREADS,
             )
         )
@@ -180,8 +186,8 @@ def oversubscribed_recommendations(
         )
         recs.append(
             Recommendation(
-                f"torch.set_num_threads({n}){now} at the start of the script, or {env} in its "
-                f"environment{guess}",
+                f"torch.set_num_threads({n}){now}{each} at the start of the script, or {env} "
+                f"in its environment{guess}",
                 tg.THREADS,
             )
         )
@@ -191,6 +197,8 @@ def oversubscribed_recommendations(
             "cores the busy ones need"
         )
     )
+    if neighbours is not None and own:
+        recs.append(give_cores(neighbours))
     return tuple(recs)
 
 

@@ -145,21 +145,39 @@ def _exit_failure(meta: dict[str, Any], logs: Sequence[Event] = ()) -> str | Non
 def _toggles(
     stored: _Stored, spec: OptimizeSpec
 ) -> tuple[tuple[Toggle, ...], tuple[tuple[Toggle, str], ...]]:
-    """Which toggles applied, and why the others did not, from the agent's last report."""
+    """Which toggles applied, and why the others did not, from each agent's last report.
+
+    Every process of the job runs an agent (spawned children and ``python`` subprocesses get
+    it through the environment): a toggle applied when it applied in any of them (a launcher
+    that never imports torch beside trainers that do), and the reason given for one that
+    applied nowhere is the one of the process that trained most (its steps), never a bystander's.
+    """
     if not stored.agent_events:
         why = "no agent report (the agent did not start)"
         return (), tuple((t, why) for t in spec.toggles())
-    info = stored.agent_events[-1].data  # the main process's last report
-    hooks = info.get("hooks_applied")
-    skipped = info.get("hooks_skipped")
-    applied = [
-        t for h in (hooks if isinstance(hooks, list) else []) if (t := toggle_of_hook(str(h)))
-    ]
-    not_applied = [
-        (t, str(pair[1]))
-        for pair in (skipped if isinstance(skipped, list) else [])
-        if isinstance(pair, list | tuple) and len(pair) == 2 and (t := toggle_of_hook(str(pair[0])))
-    ]
+    last: dict[int, dict[str, Any]] = {}
+    for e in stored.agent_events:  # in time order: each process's last report wins
+        pid = e.data.get("pid")
+        last[pid if isinstance(pid, int) else 0] = e.data
+    steps: dict[int, int] = {}
+    for s in stored.steps:
+        steps[s.pid] = steps.get(s.pid, 0) + 1
+    # the busiest trainer first, then the processes in the order they last reported
+    order = sorted(last, key=lambda p: -steps.get(p, 0))
+    applied: list[Toggle] = []
+    reasons: dict[Toggle, str] = {}
+    for pid in order:
+        info = last[pid]
+        hooks = info.get("hooks_applied")
+        for h in hooks if isinstance(hooks, list) else []:
+            if (t := toggle_of_hook(str(h))) is not None and t not in applied:
+                applied.append(t)
+        skipped = info.get("hooks_skipped")
+        for pair in skipped if isinstance(skipped, list) else []:
+            pair_ok = isinstance(pair, list | tuple) and len(pair) == 2
+            if pair_ok and (t := toggle_of_hook(str(pair[0]))) is not None:
+                reasons.setdefault(t, str(pair[1]))
+    not_applied = [(t, why) for t, why in reasons.items() if t not in applied]
     return tuple(applied), tuple(not_applied)
 
 
@@ -281,4 +299,5 @@ def analyze_session(
         serial_source=serial,
         serial_s_per_step=serial_s,
         partial=st.partial,
+        trainers=max(1, len({s.pid for s in stored.steps})),
     )

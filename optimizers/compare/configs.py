@@ -48,10 +48,11 @@ def all_toggles() -> tuple[Toggle, ...]:
     return tuple(r.key for r in rows() if r.in_all)
 
 
-def auto_threads(cores: int, others_cores: float | None) -> int:
-    """Threads for the ``threads`` configuration: the cores other processes left free."""
+def auto_threads(cores: int, others_cores: float | None, trainers: int = 1) -> int:
+    """Threads for the ``threads`` configuration: the cores other processes left free, shared
+    among the job's ``trainers`` (each of its processes that steps a loop gets its own pool)."""
     free = cores - (others_cores or 0.0)
-    return max(1, min(cores, int(free + 0.25)))
+    return max(1, min(cores, int(free / max(1, trainers) + 0.25)))
 
 
 def config_table(extra: Mapping[str, OptimizeSpec] | None = None) -> dict[str, OptimizeSpec]:

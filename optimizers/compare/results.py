@@ -28,6 +28,20 @@ Flag = Literal[
 ]
 
 
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """Whether the order of the configurations is measured rather than noise, and why."""
+
+    clear: bool
+    why: str
+    baseline_spread: float | None = None  # the baseline's fastest run over its slowest
+
+    def to_json(self) -> dict[str, Any]:
+        """``ranking`` in ``compare --json``."""
+        spread = None if self.baseline_spread is None else round(self.baseline_spread, 3)
+        return {"clear": self.clear, "why": self.why, "baseline_spread": spread}
+
+
 @dataclass
 class ConfigResult:
     """One configuration over its repeats (``outcomes``, in run order)."""
@@ -103,6 +117,9 @@ class CompareResult:
     # spread); None when one is
     best_note: str | None = None
     stopped: str | None = None  # why the comparison stopped early (the baseline failed)
+    # whether the noise lets the configurations be ranked (``ranking.ranking_of``); None
+    # before the comparison is summarized
+    ranking: Ranking | None = None
 
     @property
     def all_failed(self) -> bool:
@@ -131,4 +148,5 @@ class CompareResult:
             "diagnosis": None if self.diagnosis is None else self.diagnosis.to_json(),
             "search": {} if self.search is None else self.search.to_json(),
             "stopped": self.stopped,
+            "ranking": None if self.ranking is None else self.ranking.to_json(),
         }

@@ -60,6 +60,7 @@ from sofa_top.optimizers.compare.progress import (
     SearchLevelFinished,
     SearchLevelStarted,
 )
+from sofa_top.optimizers.compare.ranking import ranking_of
 from sofa_top.optimizers.compare.record import SessionCut, record_one
 from sofa_top.optimizers.compare.results import CompareResult, ConfigResult
 from sofa_top.optimizers.compare.summary import (
@@ -199,7 +200,10 @@ def run_compare(
             results[c].optimize = results[c].optimize.with_parallelism(found.chosen)
     if threaded:
         base_diag = diagnose(results["baseline"].outcomes, usable_cores()) if first_done else None
-        n = auto_threads(usable_cores(), None if base_diag is None else base_diag.others_cores)
+        base_outs = results["baseline"].outcomes if first_done else []
+        trainers = max((o.trainers for o in base_outs), default=1)
+        others = None if base_diag is None else base_diag.others_cores
+        n = auto_threads(usable_cores(), others, trainers)
         for c in threaded:
             results[c].optimize = results[c].optimize.with_(THREADS, n)
     started = time.monotonic()
@@ -303,6 +307,7 @@ def _result(
         best_note=None if best is not None else no_best_note(runs),
     )  # fmt: skip
     result.changes = changes_for(result, result.best)
+    result.ranking = ranking_of(runs, diag)
     return result
 
 

@@ -13,6 +13,7 @@ from sofa_top.optimizers.compare.progress import (
     SearchLevelFinished,
     SearchLevelStarted,
 )
+from sofa_top.optimizers.compare.ranking import NOISY_SPREAD
 from sofa_top.optimizers.compare.results import CompareResult, ConfigResult
 from sofa_top.optimizers.measures import RunOutcome
 
@@ -80,3 +81,15 @@ def progress_line(event: CompareEvent) -> str:
         return f"  search p={event.parallelism}: {_rate(event.outcome)}"
     assert isinstance(event, SearchFinished)
     return f"search: parallelism {event.search.chosen} ({event.search.stop})"
+
+
+def ranking_line(result: CompareResult) -> str | None:
+    """``ranking: not clear: ...`` when the noise is too wide to rank the configurations (or a
+    clear ranking measured through wide noise); None when it is plainly clear."""
+    r = result.ranking
+    if r is None:
+        return None
+    if not r.clear:
+        return f"ranking: not clear: {r.why}"
+    noisy = r.baseline_spread is not None and r.baseline_spread > NOISY_SPREAD
+    return f"ranking: clear: {r.why}" if noisy else None

@@ -43,6 +43,7 @@ from sofa_top.datamodel.samples import (
 from sofa_top.datamodel.verdict import NEIGHBOURS_BUSY as NEIGHBOURS_BUSY  # the bar, one home
 from sofa_top.datamodel.verdict import InputCause, InputCauseKind, TimeSplit
 from sofa_top.datamodel.verdict_kinds import OversubscribedBy as OversubscribedBy  # one table
+from sofa_top.datamodel.workload import ModelReport
 from sofa_top.optimizers.advice.stages import view
 
 LATENCY_BLOCKED = 0.60  # producers blocked this share of their time: they wait on I/O
@@ -255,6 +256,31 @@ def contended(split: TimeSplit | None, neighbours: Neighbours | None) -> bool:
         and split.cpu_wait >= NOTABLE_WAIT
         and neighbours.others_cores >= NEIGHBOURS_BUSY
     )
+
+
+def trainers(steps: Sequence[StepSample]) -> int:
+    """The job's processes that step a loop in ``steps`` (spawned trainers, DDP ranks): each
+    runs its framework's intra-op pool of its own on the job's cores."""
+    return max(1, len({s.pid for s in steps}))
+
+
+def job_pool(model: ModelReport | None, steps: Sequence[StepSample]) -> int | None:
+    """The intra-op threads of all the job's pools: the pool the agent reported, in each of
+    its processes that steps a loop (None: no pool reported). Two spawned trainers of torch's
+    default pool on 2 cores are 4 threads for 2 cores: the job's own oversubscription, though
+    each pool alone is as wide as the cores."""
+    size = None if model is None else model.intra_op_threads
+    return None if size is None else size * trainers(steps)
+
+
+def pool_waiting(sched: SchedMeans) -> float:
+    """Cores' worth of the job's threads other than the loop's that wait for a CPU: the
+    target's other threads, its input workers and its other processes (spawned trainers run
+    their pools there), measured."""
+    tree, loop = sched.get("tree"), sched.get("loop")
+    if tree is None:
+        return 0.0
+    return max(0.0, tree.cpu_wait - (0.0 if loop is None else loop.cpu_wait))
 
 
 def oversubscribed_by(

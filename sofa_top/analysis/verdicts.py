@@ -120,11 +120,12 @@ def oversubscription(ev: Evidence) -> tuple[float, float, float] | None:
     tree = ev.sched.get("tree")
     if tree is not None:
         # measured: the tree waits for cores, and not only its loop thread (a pool does) ...
-        pool = sum(g.cpu_wait for n in ("threads", "workers") if (g := ev.sched.get(n)))
+        pool = causes.pool_waiting(ev.sched)  # its other threads and processes
         waits = tree.cpu_wait >= OVERSUB_MIN_WAITING and pool >= OVERSUB_POOL_WAITING
-        # ... and its pool is wider than the cores it gets (else no thread cap lowers it: a
-        # pool sized to the one core it was given, starved by neighbours, is not oversized)
-        size = None if ev.model is None else ev.model.intra_op_threads
+        # ... and its pools (one per process that steps a loop) are wider than the cores it
+        # gets (else no thread cap lowers them: a pool sized to the one core it was given,
+        # starved by neighbours, is not oversized)
+        size = causes.job_pool(ev.model, ev.steps)
         cap = advice.thread_count(max(1, ev.cpu_count), busy)
         wide = size > cap if size is not None else runnable >= OVERSUB_MIN_RUNNABLE
         return (runnable, busy, tree.cpu_wait) if waits and wide else None
@@ -142,7 +143,7 @@ def _oversubscribed(ev: Evidence, fw: str, draft: ve.ProcessEvidence) -> Verdict
     cores = max(1, ev.cpu_count)
     nb = ev.neighbours
     pool = None if ev.model is None else ev.model.intra_op_threads
-    source = causes.oversubscribed_by(runnable, cores, nb, pool)
+    source = causes.oversubscribed_by(runnable, cores, nb, causes.job_pool(ev.model, ev.steps))
     found_over = ve.Oversubscription(
         runnable_threads=runnable,
         cores_busy=busy,
@@ -172,6 +173,8 @@ def _oversubscribed(ev: Evidence, fw: str, draft: ve.ProcessEvidence) -> Verdict
             busy,
             ev.model,
             neighbours=causes.names(nb) if source in ("neighbours", "both") else None,
+            own=source in ("own-pool", "both"),
+            processes=causes.trainers(ev.steps),
         ),
     )
 

@@ -27,7 +27,13 @@ from sofa_top.optimizers.compare import (
     run_compare,
 )
 from sofa_top.optimizers.compare.record import note_measured
-from sofa_top.optimizers.compare.text import diagnosis_lines, fmt, headroom_cell, progress_line
+from sofa_top.optimizers.compare.text import (
+    diagnosis_lines,
+    fmt,
+    headroom_cell,
+    progress_line,
+    ranking_line,
+)
 from sofa_top.optimizers.headroom import headroom_line
 
 # Written to a file or a pipe, the table must not be cut to the 80 columns rich assumes there.
@@ -268,6 +274,8 @@ def render_compare(result: CompareResult, console: Console | None = None) -> Non
         )
     elif result.best_note:
         console.print(f"best: none: {result.best_note}", highlight=False, markup=False)
+    if (ranked := ranking_line(result)) is not None:
+        console.print(ranked, highlight=False, markup=False)
     for c in result.changes:
         console.print(f"  - {c}", highlight=False)
     for r in result.runs:
