@@ -119,6 +119,14 @@ def test_preview_fetches_before_fit_are_no_training_steps() -> None:
     # an eager loop whose every step trains loses only the preview before it
     eager = _steps("tf-eager", 30, 0.02, 1.0, hint="train")
     assert len(step_facts.by_phase(preview + eager)["train"]) == 30
+    # the same of a DataLoader's `for ... break` before its training loop
+    peek = _steps("torch-dataloader", 2, 0.1, 0.0)
+    torch_loop = _steps("torch-dataloader", 40, 0.02, 1.0, hint="train")
+    assert len(step_facts.by_phase(peek + torch_loop)["train"]) == 40
+    # a window of a tf.function loop that retraced (a last, smaller batch) in its middle
+    window = _steps("tf-eager", 20, 0.01, 5.0) + _steps("tf-eager", 1, 0.3, 5.2, hint="train")
+    window += _steps("tf-eager", 20, 0.01, 5.5)
+    assert len(step_facts.by_phase(window, training=True)["train"]) == 41
 
 
 def _record(tmp_path: Path, script: str, *args: str) -> tuple[dict[str, Any], dict[str, Any]]:

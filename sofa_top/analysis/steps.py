@@ -183,10 +183,10 @@ def by_phase(
     ``steps``)."""
     t = trained(steps) if training is None else training
     inferring = not t and any(_infers(s) for s in steps)
-    loop = _loop_start(steps) if t else None
+    begin = _loop_begin(steps) if t else None
     out: dict[Phase, list[StepSample]] = {}
     for s in steps:
-        if loop is not None and _preview(s, loop):
+        if begin is not None and _preview(s, begin):
             continue
         out.setdefault(phase_of(s, t, inferring), []).append(s)
     return out
@@ -196,16 +196,33 @@ def _trains(step: StepSample) -> bool:
     return step.phase_hint == "train" or trains(step.source)
 
 
-def _loop_start(steps: Sequence[StepSample]) -> float | None:
-    """When the first step with training evidence of its own began (None: none has)."""
-    return min((float(s.start) for s in steps if _trains(s)), default=None)
+def _us(t: float) -> int:
+    return round(t * 1e6)
 
 
-def _preview(step: StepSample, loop: float) -> bool:
+def _loop_begin(steps: Sequence[StepSample]) -> float | None:
+    """When the training loop began: the start of the run of back-to-back steps (one
+    iterator's: each starts where the one before it ended) that holds the first step with
+    training evidence of its own. None: no step has any."""
+    first = min((s for s in steps if _trains(s)), key=lambda s: float(s.start), default=None)
+    if first is None:
+        return None
+    ends = {_us(float(s.ts)): s for s in steps if s.source == first.source}
+    begin = first
+    for _ in range(len(ends)):
+        before = ends.get(_us(float(begin.start)))
+        if before is None or before is begin:
+            break
+        begin = before
+    return float(begin.start)
+
+
+def _preview(step: StepSample, begin: float) -> bool:
     """A step of a training session that ended before its training loop began, with no
     evidence of its own: a preview fetch (``take(1)``, ``next(iter(ds))``, a ``for`` that
-    breaks) outside the loop, no step of any phase (phases start at the loop)."""
-    return step.phase_hint == "" and not trains(step.source) and float(step.ts) <= loop
+    breaks) outside the loop, in no phase (phases start at the loop). The steps before a
+    ``tf.function`` loop's retrace, back to back with it, are the loop's."""
+    return step.phase_hint == "" and not trains(step.source) and _us(float(step.ts)) <= _us(begin)
 
 
 def main_phase(phases: Mapping[Phase, Sequence[StepSample]], least: int = 1) -> Phase | None:
