@@ -413,7 +413,12 @@ def _judge_steps(ev: Evidence, fw: str, base: dict[str, object], phase: str = "t
             headline,
             evidence,
             advice.compute_recommendations(
-                fw, ev.model, _keras(ev), setup, step_facts.output_fraction(ev.steps, host, n_host)
+                fw,
+                ev.model,
+                _keras(ev),
+                setup,
+                step_facts.output_fraction(ev.steps, host, n_host),
+                step_facts.output_fraction(ev.steps, host, n_host, "setup"),
             ),
         )
     )
