@@ -55,13 +55,16 @@ def test_a_model_rebuilt_per_file_is_one_loop(tmp_path: Path) -> None:
     # the input share is the file's preprocessing, not the model's building
     build_share = own["build"] / (own["build"] + own["prep"])
     assert split["input"] < build_share, (split, own)
+    verdict = summary["verdict"]
+    if verdict["kind"] == "compute-bound":  # (unsplit under a starved sampler: input-bound)
+        recs = " | ".join(verdict["recommendations"])
+        assert "build the model once, outside the loop" in recs, verdict
 
 
 def test_a_generation_loop_that_reads_nothing_has_no_input(tmp_path: Path) -> None:
-    summary, _ = record(tmp_path, "generate_loop.py", "--seconds", "8")
+    summary, _ = record(tmp_path, "generate_loop.py", "--seconds", "12")
     steps = summary["steps"]
     assert steps["sources"].get("torch-model-call", 0) > 50, steps
     split = steps["host_split"]
     assert split is not None and split["input"] <= 0.05, split
     assert split["output"] >= 0.8, split
-    assert steps["input_wait_fraction"] <= 0.05, steps

@@ -25,9 +25,10 @@ samples of that thread taken outside those calls say what it was:
   (idle samples of the loop's thread between model calls are a wait for input), the user's
   own code building the next sample.
 
-Imports are left out: in the windows a loop runs in they are nearly all its setup, just
-before its first step. Source lines are read with ``linecache`` (the workload's files, on
-this machine); a line that cannot be read leaves the frames to decide.
+Imports are left out: in the windows a loop runs in they are nearly all its setup, just before
+its first step; so are stacks under no code of the workload (its exit, a finalizer). Source
+lines are read with ``linecache`` (the workload's files, on this machine); a line that cannot
+be read leaves the frames to decide.
 """
 
 from __future__ import annotations
@@ -102,6 +103,16 @@ def _in_loop(frames: tuple[Frame, ...], loops: frozenset[tuple[str, str]]) -> Fr
     return None
 
 
+def _outside(frames: tuple[Frame, ...], loops: frozenset[tuple[str, str]]) -> bool:
+    """Whether a stack runs under no code of the workload (every frame a framework's, a
+    package's or the standard library's) and under no function that calls the model: the
+    interpreter shutting down (``threading._shutdown``), a finalizer (torch's
+    ``_del_library``), not the loop."""
+    return _in_loop(frames, loops) is None and all(
+        _library(f.filename) or _stdlib(f.filename) for f in frames
+    )
+
+
 def _user_line(frames: tuple[Frame, ...], lines: Lines) -> str:
     """The innermost workload line of ``frames`` (outside the frameworks and packages)."""
     for f in reversed(frames):
@@ -123,6 +134,8 @@ def host_class(
     model's output (``dataflow.output_lines``)."""
     if not frames:
         return None  # no Python frame to tell what the thread did: left out
+    if loops and _outside(frames, loops):
+        return None  # under no code of the workload's: the interpreter's exit, a finalizer
     leaf = frames[-1]
     text = lines.line(leaf.filename, leaf.line)
     cuda_sync = leaf.function.endswith("synchronize") and "/cuda/" in leaf.filename

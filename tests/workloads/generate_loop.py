@@ -1,10 +1,11 @@
 """Autoregressive generation that reads nothing, as a GPT sampling loop writes it (torch).
 
-Each step crops the context, calls the model, takes the last position's logits, scales
-them by a temperature, penalises the tokens already in the context, keeps the top k, samples
-the next token (``softmax``, ``multinomial``) and appends it to the context (``torch.cat``): every line after the model
-call works on the model's output, and what the loop feeds the model next is its own output.
-Its input (from outside the model) is nothing: the prompt is built once before the loop.
+Each step crops the context, calls the model, takes the last position's logits, scales them by
+a temperature, penalises the tokens already in the context, keeps the top k, samples the next
+token (``softmax``, ``multinomial``) and appends it to the context (``torch.cat``): every line
+after the model call works on the model's output, and what the loop feeds the model next is its
+own output. Its input (from outside the model) is nothing: the prompt is built once before the
+loop.
 
 Prints ``STEPS=`` (model calls after the first) and ``HOST_FRACTION=`` (the loop's time
 outside its model calls). Nothing here knows about sofa-top.
