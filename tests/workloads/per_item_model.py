@@ -28,7 +28,7 @@ parser.add_argument("--files", type=int, default=40)
 parser.add_argument("--keras", action="store_true")
 args = parser.parse_args()
 perf = time.perf_counter
-SIZE = 160
+SIZE = 224
 times = {"build": 0.0, "prep": 0.0, "forward": 0.0}
 
 
@@ -45,7 +45,7 @@ def write_images(folder: str) -> list[str]:
 def preprocess(path: str) -> np.ndarray:
     img = np.load(path).astype(np.float32) / 255.0
     img = (img - img.mean(axis=(0, 1))) / (img.std(axis=(0, 1)) + 1e-6)
-    for _ in range(8):  # a blur, as a resize or a filter would be: the file's own work
+    for _ in range(16):  # a blur, as a resize or a filter would be: the file's own work
         img = (img + np.roll(img, 1, axis=0) + np.roll(img, 1, axis=1)) / 3.0
     return img
 
@@ -71,11 +71,11 @@ def run_torch(paths: list[str], folder: str) -> int:
                 nn.AdaptiveAvgPool2d(1),
             )
             self.head = nn.Sequential(
-                nn.Linear(64, 1024),
+                nn.Linear(64, 2048),
                 nn.ReLU(),
-                nn.Linear(1024, 1024),
+                nn.Linear(2048, 2048),
                 nn.ReLU(),
-                nn.Linear(1024, 10),
+                nn.Linear(2048, 10),
             )
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
