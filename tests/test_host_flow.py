@@ -150,3 +150,19 @@ def test_a_model_built_per_step_is_told_to_be_built_once() -> None:
     assert not any(
         "build the model" in r.text for r in compute_recommendations("torch", rebuild=0.05)
     )
+
+
+def test_a_model_call_inside_the_building_is_setup() -> None:
+    """Keras' ``Sequential`` calls its layers on its ``Input`` to build them: setup, where a
+    module built inside a model's forward stays the model's."""
+    infer = (Frame("<module>", "k.py", 9), at("infer", "k.py", 3), at("build", "k.py", 20))
+    building = (
+        *infer,
+        Frame("Sequential.__init__", "keras/src/models/sequential.py", 76),
+        Frame("Sequential._maybe_rebuild", "keras/src/models/sequential.py", 150),
+        Frame("Layer.__call__", "keras/src/layers/layer.py", 900),
+    )
+    call = (Frame("<module>", "k.py", 9), at("infer", "k.py", 5), *MODEL)
+    inside = (*call, Frame("Linear.__init__", "torch/nn/modules/linear.py", 106))
+    stacks = [count(call, 20, "compute"), count(building, 6), count(inside, 4, "compute")]
+    assert host_counts(stacks) == {"setup": 6}

@@ -68,3 +68,14 @@ def test_a_generation_loop_that_reads_nothing_has_no_input(tmp_path: Path) -> No
     split = steps["host_split"]
     assert split is not None and split["input"] <= 0.05, split
     assert split["output"] >= 0.8, split
+
+
+def test_a_keras_model_rebuilt_per_file_is_one_loop(tmp_path: Path) -> None:
+    """The same with Keras: the model built, ``load_weights`` and ``predict_on_batch`` per file."""
+    pytest.importorskip("tensorflow")
+    summary, lines = record(tmp_path, "per_item_model.py", "--keras")
+    assert truth(lines)["loop"] == 39
+    steps = summary["steps"]
+    assert steps["count"] >= 30 and set(steps["sources"]) == {"keras-model-call"}, steps
+    split = steps["host_split"]
+    assert split is not None and split["setup"] >= split["input"], split

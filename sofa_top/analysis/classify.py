@@ -392,9 +392,15 @@ def is_call_setup(frames: Sequence[Frame]) -> bool:
 
 def builds_model(frames: Sequence[Frame]) -> bool:
     """Whether a stack builds a model or loads its weights outside a model call
-    (``MODEL_SETUP_RULES``)."""
-    seen = _seen(tuple(frames))
-    return bool(seen & _MODEL_SETUP and not seen & _MODEL)
+    (``MODEL_SETUP_RULES``); a model call inside the building (a Keras ``Sequential`` calling
+    its layers on its ``Input`` to build them) is the building's."""
+    for f in frames:
+        flags = _flags(f)
+        if flags & _MODEL_SETUP:
+            return True
+        if flags & _MODEL:
+            return False
+    return False
 
 
 def is_host_python(frames: Sequence[Frame]) -> bool:

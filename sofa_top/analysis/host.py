@@ -141,8 +141,8 @@ def host_class(
     cuda_sync = leaf.function.endswith("synchronize") and "/cuda/" in leaf.filename
     if SYNC_LINE.search(text) or cuda_sync:
         return "sync"
-    if not in_model_call(frames) and (
-        builds_model(frames) or SETUP_LINE.search(_user_line(frames, lines))
+    if builds_model(frames) or (
+        not in_model_call(frames) and SETUP_LINE.search(_user_line(frames, lines))
     ):
         # in the function that calls the model: per step; elsewhere: before the loop
         return "setup" if not loops or _in_loop(frames, loops) is not None else None
