@@ -3,7 +3,8 @@ real ``sofa-top record --json`` (no ``--duration``: it ends with the script):
 
 - a function that builds the network, loads its weights and runs it, called per input file
   (``workloads/per_item_model.py``, 40 files): one loop of 39 steps, whose model is a new
-  object each time; building and loading are the steps' setup, not their input;
+  object each time; building and loading are the steps' setup, not their input (and the
+  same with Keras: ``load_weights``, ``predict_on_batch``);
 - a generation loop that reads nothing (``workloads/generate_loop.py``): every line after the
   model call works on its output and feeds it back; its input share is nil.
 """
