@@ -68,7 +68,6 @@ CALL_SETUP_SHARE = 0.3  # a Keras call spending this share of itself on its own 
 
 
 OUTPUT_SHARE = 0.2  # a loop spending this share of its steps on the model's output
-REBUILD_SHARE = 0.1  # a loop spending this share of its steps building its model
 
 
 def compute_recommendations(
@@ -77,23 +76,11 @@ def compute_recommendations(
     keras: bool = False,
     call_setup: float | None = None,
     output: float | None = None,
-    rebuild: float | None = None,
 ) -> tuple[Recommendation, ...]:
     """What to try on a compute-bound loop of framework ``fw``; ``call_setup``: the share of
     the loop's Keras calls spent building their own data adapter (``predict`` per sample);
-    ``output``: the share of its steps spent on the model's output outside the model;
-    ``rebuild``: the share spent building the model and loading its weights in the loop."""
+    ``output``: the share of its steps spent on the model's output outside the model."""
     recs = _compiler_recommendations(fw, model, keras, call_setup)
-    if rebuild is not None and rebuild >= REBUILD_SHARE:
-        load = "model.load_weights" if keras or fw == "tensorflow" else "load_state_dict"
-        recs = (
-            Recommendation(
-                f"build the model once, outside the loop: {rebuild:.0%} of each step builds "
-                f"the network and loads its weights ({load}) anew for each item; make it "
-                "once before the loop and pass it to the function that runs it"
-            ),
-            *recs,
-        )
     if output is None or output < OUTPUT_SHARE:
         return recs
     ops = "torch" if fw == "torch" else "TensorFlow" if fw == "tensorflow" else "framework"

@@ -92,7 +92,7 @@ def _counted(
         try:
             kinds = flags_of(self, kwargs)
             if kinds is not None:
-                token = loop.enter(self, source, kinds[1], kinds[0], args, t0, _site())
+                token = loop.enter(self, source, kinds[1], kinds[0], args, t0)
         except Exception as e:
             agent.fail(where, e)
         try:
@@ -112,16 +112,6 @@ def _counted(
                     agent.fail(where, e)
 
     return outer
-
-
-def _site() -> tuple[object, int] | None:
-    """The code location that made the outermost model call (``outer`` is called from the
-    patched method, which the workload called): what ``model_loop`` follows a model by."""
-    try:
-        f = sys._getframe(3)
-    except ValueError:
-        return None
-    return (f.f_code, f.f_lineno)
 
 
 def _plain_call(cls: type) -> bool:

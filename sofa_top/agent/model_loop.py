@@ -15,18 +15,13 @@ a metric in plain tensor ops, between the forward and the backward) is the step'
 Boundaries: a step ends where its compute ends, and the next one's host time begins: at the
 return of a call of the *lead* model (the first model called; another one leads once it is
 called twice while the lead is not: a criterion or a second network called between the lead's
-calls is compute of the same step). The lead is followed by its class and call site (the
-model's class and the code location of its outermost call), not only its object: a model never
-seen before, of the lead's class, called where the lead was called, is the lead rebuilt (a
-function that builds the network, loads its weights and runs it, called per input file), so its
-construction and weight loading are host time of the step, not a new loop; a model seen before
-at that site (an ensemble's other members) is not. In a training loop (an optimizer step or a
-backward seen) the lead optimizer's ``step()`` ends the step (``loops.TorchLoop`` calls
-``mark``), else the backward, so a recurrent network called once per character is one step per
-iteration; calls inside an optimizer step (LBFGS's closure) are no lead calls, and a call that
-cannot train (``no_grad``, ``eval()``: an evaluation pass) ends its own step. So step ``n`` is
-the host time before call ``n`` (preparing its input) then its compute, and the first call
-(which builds, traces, allocates) only starts the clock.
+calls is compute of the same step). In a training loop (an optimizer step or a backward seen)
+the lead optimizer's ``step()`` ends the step (``loops.TorchLoop`` calls ``mark``), else the
+backward, so a recurrent network called once per character is one step per iteration; calls
+inside an optimizer step (LBFGS's closure) are no lead calls, and a call that cannot train
+(``no_grad``, ``eval()``: an evaluation pass) ends its own step. So step ``n`` is the host time
+before call ``n`` (preparing its input) then its compute, and the first call (which builds,
+traces, allocates) only starts the clock.
 
 One clock at a time: a clock that sees input (a fetch, a user's mark) on the loop's thread
 since the previous boundary takes the loop (this clock restarts), and once it has marked the
@@ -67,7 +62,6 @@ _SWITCHES_MAX = 6  # caller changes without a long run of one thread: several th
 _LONG_RUN = 4  # calls of one thread in a row that forgive two earlier switches
 _HANDOFF = 3  # calls in a row of a new thread: the loop moved there
 _MAX_OTHERS = 16  # other models counted between two calls of the lead
-_MAX_KIN = 16  # models of the lead's class and call site remembered (a rebuilt lead is new)
 _FED_HOLD_S = 1.0  # a feeding clock holds the loop this long (or 3 of its steps, <= 10 s)
 _OVERLAPS = 3  # calls of other threads while the loop's thread is inside its own: at once
 FIRST_CALL = "a step runs from one model call's end to the next's: the first call starts the clock"
@@ -128,9 +122,6 @@ class ModelLoop:
         self._switches = 0
         self._lead: Callable[[], object] | None = None
         self._lead_bare = False  # the lead holds no weights (a criterion seen first)
-        self._lead_key: tuple[type, object] | None = None  # its class and call site
-        # the models seen with the lead's class and call site: id -> weakref
-        self._kin: dict[int, Callable[[], object]] = {}
         self._source = ""
         # the other models called since the lead's last call: id -> (weakref, calls)
         self._others: dict[int, tuple[Callable[[], object], int]] = {}
@@ -165,12 +156,10 @@ class ModelLoop:
         flags: int,
         args: tuple[Any, ...],
         t0: float | None = None,
-        site: object = None,
     ) -> Token | None:
         """An outermost model call starts on this thread (at ``t0``, perf_counter: before the
-        hook's own work) from ``site`` (its caller's code location); a token for ``leave``, or
-        None when the call is not the loop's (another thread, inside a fetch, the clock
-        stopped)."""
+        hook's own work); a token for ``leave``, or None when the call is not the loop's
+        (another thread, inside a fetch, the clock stopped)."""
         if self.off is not None or self.agent.tls.fetching:
             return None
         ident = threading.get_ident()
@@ -181,7 +170,7 @@ class ModelLoop:
         elif source == clocks.TF_FUNCTION_CALL and self._torch_seen:
             return None  # TensorFlow preprocessing for a torch model: input work
         torch = self.torch
-        lead = not (torch is not None and torch.in_step) and self._leads(model, source, site)
+        lead = not (torch is not None and torch.in_step) and self._leads(model, source)
         if lead:
             if self._host is None:
                 self._host = self._host_before(time.perf_counter() if t0 is None else t0)
@@ -255,7 +244,7 @@ class ModelLoop:
         if self._run >= _HANDOFF:  # the loop moved to this thread (a warm-up was elsewhere)
             self._owner = ident
             self._running = False
-            self._lead = self._lead_key = None
+            self._lead = None
             return True
         return False
 
@@ -268,15 +257,10 @@ class ModelLoop:
             if source in self.agent._applied:
                 self.agent.hook_skipped(source, reason)
 
-    def _leads(self, model: object, source: str, site: object = None) -> bool:
+    def _leads(self, model: object, source: str) -> bool:
         lead = self._lead() if self._lead is not None else None
         others = self._others
         if lead is model:
-            others.clear()
-            return True
-        key = (type(model), site)
-        if site is not None and key == self._lead_key and self._new_kin(model):
-            self._lead = _ref(model)  # the lead rebuilt: the same loop, its step goes on
             others.clear()
             return True
         # a lead with no weights (a loss: the first call seen when attached inside the model's
@@ -295,28 +279,10 @@ class ModelLoop:
         # called between them keeps its own count): it leads
         self._lead = _ref(model)
         self._lead_bare = not _weighted(model)
-        if key != self._lead_key:
-            self._lead_key = key
-            self._kin = {id(model): self._lead}
         others.clear()
         if source != self._source:
             self._source = source
             self._running = False
-        return True
-
-    def _new_kin(self, model: object) -> bool:
-        """Whether ``model`` (of the lead's class and call site) was never seen there: then it
-        is the lead rebuilt; one seen before is another model of the loop (an ensemble's)."""
-        kin = self._kin
-        ref = kin.get(id(model))
-        if ref is not None and ref() is model:
-            return False
-        if len(kin) >= _MAX_KIN:  # the rebuilt ones are gone: keep the living
-            for k in [k for k, r in kin.items() if r() is None]:
-                del kin[k]
-            if len(kin) >= _MAX_KIN:
-                kin.clear()
-        kin[id(model)] = _ref(model)
         return True
 
     def _host_before(self, t0: float) -> float:

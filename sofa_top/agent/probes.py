@@ -160,15 +160,13 @@ def _time_calls(agent: Agent, mod: Any, data: dict[str, Any]) -> None:
 
     loop = model_loop.loops(agent)[0]
     took: list[float] = []
-    # the class of the probed call's outermost model (mod, or what calls it): never the model
-    # itself, which a loop that builds its model per item frees after each call
-    lead: list[type] = []
+    lead: list[object] = []  # the outermost model of the probed call (mod, or what calls it)
 
     def timer(model: object, seconds: float) -> None:
         if not lead:
-            lead.append(type(model))  # the call being probed (its time is the probe's): untimed
+            lead.append(model)  # the call being probed (its time is the probe's): not timed
             return
-        if type(model) is not lead[0]:
+        if model is not lead[0]:
             return
         took.append(seconds)
         if len(took) < CALLS_TIMED:

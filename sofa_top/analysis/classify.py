@@ -268,27 +268,6 @@ CALL_SETUP_RULES: tuple[_Rule, ...] = _rules(
     ("/tensorflow/python/ops/gen_dataset_ops.py", ("make_iterator", "anonymous_iterator_v3")),
 )
 
-# Building a model and loading its weights, outside a model call: a loop that does it per
-# item pays its setup every step (``analysis.host``: ``setup``), neither input nor compute
-MODEL_SETUP_RULES: tuple[_Rule, ...] = _rules(
-    (
-        "/torch/nn/modules/",
-        (
-            "__init__", "reset_parameters", "load_state_dict", "_load_from_state_dict",
-            "register_parameter", "register_buffer", "register_module", "add_module",
-        ),
-    ),
-    ("/torch/nn/init.py", None),
-    ("/torch/hub.py", ("load", "load_state_dict_from_url")),
-    (
-        "/keras/src/models/",
-        ("__init__", "__new__", "add", "build", "_maybe_rebuild", "load_weights"),
-    ),
-    ("/keras/src/saving/", ("load_weights", "load_model", "load_weights_only")),
-    ("/keras/src/layers/", ("__init__", "build", "build_wrapper", "add_weight")),
-    ("/transformers/modeling_utils.py", ("from_pretrained",)),
-)  # fmt: skip
-
 # Loss functions called outside the model: the step's compute, not its input
 LOSS_RULES: tuple[_Rule, ...] = _rules(
     (
@@ -336,7 +315,6 @@ _INPUT, _COMPUTE, _IDLE_LEAF, _WORKER, _IMPORT, _MODEL, _TRAIN, _HOST_PY, _LOSS,
     1, 2, 4, 8, 16, 32, 64, 128, 256, 512,
 )  # fmt: skip
 _SETUP = 1024
-_MODEL_SETUP = 2048
 _KEEP_PYTHON = _OUTPUT | _SETUP
 _FLAG_RULES = (
     (_INPUT, INPUT_RULES),
@@ -349,7 +327,6 @@ _FLAG_RULES = (
     (_LOSS, LOSS_RULES),
     (_OUTPUT, OUTPUT_RULES),
     (_SETUP, CALL_SETUP_RULES),
-    (_MODEL_SETUP, MODEL_SETUP_RULES),
 )
 
 
@@ -388,19 +365,6 @@ def is_call_setup(frames: Sequence[Frame]) -> bool:
     adapter and iterator for the arrays it was given)."""
     seen = _seen(tuple(frames))
     return bool(seen & _SETUP and seen & _MODEL)
-
-
-def builds_model(frames: Sequence[Frame]) -> bool:
-    """Whether a stack builds a model or loads its weights outside a model call
-    (``MODEL_SETUP_RULES``); a model call inside the building (a Keras ``Sequential`` calling
-    its layers on its ``Input`` to build them) is the building's."""
-    for f in frames:
-        flags = _flags(f)
-        if flags & _MODEL_SETUP:
-            return True
-        if flags & _MODEL:
-            return False
-    return False
 
 
 def is_host_python(frames: Sequence[Frame]) -> bool:

@@ -25,10 +25,6 @@ OUTPUT_LINE = re.compile(
     r"\b(multinomial|argmax|argmin|topk|top_k|argsort|softmax|log_softmax|batch_decode)\("
 )
 
-# a line that builds a model or loads its weights (the call's frames may be a framework's
-# reader: ``model.load_state_dict(torch.load(path))`` sampled inside ``torch.load``)
-SETUP_LINE = re.compile(r"\b(load_state_dict|load_weights|from_pretrained|load_model)\(")
-
 # a line that waits for the device or copies a tensor out: the loop syncs with the model
 SYNC_LINE = re.compile(r"\.(item|cpu|numpy|tolist)\(\s*\)|\.to\(\s*['\"]cpu['\"]|synchronize\(")
 

@@ -241,14 +241,12 @@ def _loop_time(steps: Sequence[StepSample]) -> float:
 
 
 def input_share(host_split: Mapping[str, float] | None, host_samples: int) -> float:
-    """The input share of the host time: input over input, python, syncs, output work and the
-    model's setup (the compute class, a loss between the forward and the backward, is not in
-    the clock's host time); all of it when the stacks cannot split it."""
+    """The input share of the host time: input over input, python, syncs and output work (the
+    compute class, a loss between the forward and the backward, is not in the clock's host
+    time); all of it when the stacks cannot split it."""
     if host_split is None or host_samples < MIN_HOST_SAMPLES:
         return 1.0
-    known = sum(
-        float(host_split.get(k, 0.0)) for k in ("input", "python", "sync", "output", "setup")
-    )
+    known = sum(float(host_split.get(k, 0.0)) for k in ("input", "python", "sync", "output"))
     return float(host_split.get("input", 0.0)) / known if known > 0 else 1.0
 
 
@@ -271,16 +269,14 @@ def output_fraction(
     steps: Sequence[StepSample],
     host_split: Mapping[str, float] | None,
     host_samples: int = 0,
-    klass: str = "output",
 ) -> float | None:
     """The share of the model-call steps' time the loop spends on the model's output outside
-    the model (the host split's ``output``: sampling, argmax, writing), or on another host
-    class (``setup``: building the model per item); None unsplit."""
+    the model (the host split's ``output``: sampling, argmax, writing); None unsplit."""
     total = sum(s.duration_s for s in steps)
     if total <= 0 or host_split is None or host_samples < MIN_HOST_SAMPLES:
         return None
     host = sum(s.input_wait_s for s in steps if model_call(s.source))
-    return min(1.0, host / total) * float(host_split.get(klass, 0.0))
+    return min(1.0, host / total) * float(host_split.get("output", 0.0))
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

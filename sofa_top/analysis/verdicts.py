@@ -400,12 +400,7 @@ def _judge_steps(ev: Evidence, fw: str, base: ve.ProcessEvidence, phase: str = "
             headline,
             ve.as_kind(ve.ComputeBoundEvidence, evidence, device=device),
             advice.compute_recommendations(
-                fw,
-                ev.model,
-                _keras(ev),
-                setup,
-                step_facts.output_fraction(ev.steps, host, n_host),
-                step_facts.output_fraction(ev.steps, host, n_host, "setup"),
+                fw, ev.model, _keras(ev), setup, step_facts.output_fraction(ev.steps, host, n_host)
             ),
         )
     )

@@ -15,8 +15,8 @@ The JSON schema is ``record.schema.json`` beside this file (tests validate again
                "phases": [{"phase": "train"|"eval"|"inference", "count", "input_wait_fraction",
                            "median_step_s", "p50_s", "p90_s", "p99_s"}],
                "compute_split": {"forward", "backward", "optimizer", "collective"} | null,
-               "host_split": {"input", "python", "sync", "output", "compute", "setup"} of the
-               loop's host time | null,
+               "host_split": {"input", "python", "sync", "output", "compute"} of the loop's host
+               time | null,
                "dropped": steps the agent counted but could not send (its queue was full),
                "sources": {clock: steps} (all phases), "reason": why there are none | null,
                "note": how the main clock's steps are measured | null},
