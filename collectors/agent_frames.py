@@ -13,7 +13,6 @@ from sofa_top.agent.protocol import (
     GPU_STEP_FIELDS,
     PHASE_AUTOGRAD,
     PHASE_EVAL,
-    PHASE_INFER,
     PHASE_TORCH,
     PHASE_TRAIN,
     STEP_FIELDS,
@@ -122,15 +121,7 @@ def _compute_rows(frame: dict[str, Any], rows: int) -> list[_ComputeRow]:
         if any(v is not None and v < 0 for v in spans):
             raise FrameError("steps.compute: a span < 0")
         flags = _opt_int(raw[i + 3], "steps.compute: flags") or 0
-        hint: PhaseHint = (
-            "train"
-            if flags & PHASE_TRAIN
-            else "inference"
-            if flags & PHASE_INFER
-            else "eval"
-            if flags & PHASE_EVAL
-            else ""
-        )
+        hint: PhaseHint = "train" if flags & PHASE_TRAIN else "eval" if flags & PHASE_EVAL else ""
         f, b, o = (None if v is None else v / 1e6 for v in spans)
         autograd = bool(flags & PHASE_AUTOGRAD) if flags & PHASE_TORCH else None
         out.append((f, b, o, hint, autograd))

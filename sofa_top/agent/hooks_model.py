@@ -25,8 +25,7 @@ keras-evaluate
     inside the compiled test function).
 
 The compute split of TensorFlow's eager training loops: ``GradientTape.gradient`` is a backward
-span, a Keras optimizer's ``apply_gradients`` an optimizer span; while a graph is traced they
-time nothing (the trace runs once, not per step) and only say that it trains.
+span, a Keras optimizer's ``apply_gradients`` an optimizer span.
 """
 
 from __future__ import annotations
@@ -39,24 +38,15 @@ from typing import Any
 
 from sofa_top.agent import clocks, hooks_torch, model_loop
 from sofa_top.agent.core import Agent, HookSkipped
-from sofa_top.agent.spans import (
-    AUTOGRAD,
-    BACKWARD,
-    EVAL,
-    FORWARD,
-    INFER,
-    OPTIMIZER,
-    TORCH,
-    TRAIN,
-)
+from sofa_top.agent.spans import AUTOGRAD, BACKWARD, EVAL, FORWARD, OPTIMIZER, TORCH, TRAIN
 
 OPAQUE_KIND = 3  # spans.ComputeSpans: compute that is not split
 # modules of these packages transform inputs (torchvision.transforms.v2 are nn.Modules)
 _PREPROCESSING = ("torchvision.transforms", "torchaudio.transforms", "kornia.augmentation")
 _KERAS_CALLS = {
-    "predict": (EVAL | INFER, FORWARD),  # an inference pass, apart from evaluation
+    "predict": (EVAL, FORWARD),
     "evaluate": (EVAL, FORWARD),
-    "predict_on_batch": (EVAL | INFER, FORWARD),
+    "predict_on_batch": (EVAL, FORWARD),
     "test_on_batch": (EVAL, FORWARD),
     "train_on_batch": (TRAIN, OPAQUE_KIND),
 }
@@ -261,15 +251,6 @@ def install_tf_function(agent: Agent, module: ModuleType) -> None:
     agent.hook_applied(clocks.TF_FUNCTION_CALL)
 
 
-def _tracing() -> bool:
-    """Whether TensorFlow is tracing a graph here (its Python runs once, not per step)."""
-    eager = getattr(sys.modules.get("tensorflow"), "executing_eagerly", None)
-    try:
-        return eager is not None and not eager()
-    except Exception:
-        return False
-
-
 def _span(agent: Agent, owner: type, name: str, kind: int) -> None:
     """Time ``owner.name``'s outermost calls as a compute span of ``kind`` (a training one)."""
     orig: Callable[..., Any] = getattr(owner, name)
@@ -278,11 +259,6 @@ def _span(agent: Agent, owner: type, name: str, kind: int) -> None:
 
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         if depth[0] or not agent.enabled:
-            return orig(self, *args, **kwargs)
-        if _tracing():
-            # a tf.function's trace (Keras fit's train function): no compute of any step,
-            # only the evidence that the graph trains
-            spans.flags |= TRAIN
             return orig(self, *args, **kwargs)
         depth[0] = 1
         start = spans.start(agent.collective_s)

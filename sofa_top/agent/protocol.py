@@ -58,9 +58,8 @@ STEP_FIELDS = ("step", "start_us", "end_us", "wait_us", "batch_size", "wait_cpu_
 GPU_STEP_FIELDS = ("gpu_span_us", "gpu_busy_us", "busy_source")
 COMPUTE_STEP_FIELDS = ("forward_us", "backward_us", "optimizer_us", "flags")
 # bits of a compute row's flags: training evidence, evaluation evidence (a model call that
-# cannot train), a torch model call ran with autograd on, a torch model call ran at all, and
-# inference evidence (a Keras predict: with EVAL, so that an older sofa-top reads evaluation)
-PHASE_TRAIN, PHASE_EVAL, PHASE_AUTOGRAD, PHASE_TORCH, PHASE_INFER = 1, 2, 16, 32, 64
+# cannot train), a torch model call ran with autograd on, a torch model call ran at all
+PHASE_TRAIN, PHASE_EVAL, PHASE_AUTOGRAD, PHASE_TORCH = 1, 2, 16, 32
 BUSY_SOURCES = (None, "profiler", "estimate")  # busy_source codes 0, 1, 2
 
 

@@ -9,8 +9,7 @@ apart). So ``step time - spans - collectives`` is the step's host time (stdlib o
 
 Phase evidence rides along as bit flags: ``TRAIN`` (a backward, an optimizer step, Keras
 ``train_on_batch``, a Keras model called with ``training=True``), ``EVAL`` (a model called
-under ``no_grad``/``inference_mode``/``eval()``, Keras ``predict``/``evaluate``), ``INFER``
-(with ``EVAL``: Keras ``predict``/``predict_on_batch``, an inference pass), ``SEEN`` (some
+under ``no_grad``/``inference_mode``/``eval()``, Keras ``predict``/``evaluate``), ``SEEN`` (some
 span was timed in the step) and ``OPAQUE`` (a span that holds forward, backward and update
 together: a ``tf.function``, Keras ``train_on_batch``: its compute is not split); ``TORCH`` (a
 torch model call) and ``AUTOGRAD`` (one ran with autograd on: ``torch.inference_mode()`` would
@@ -22,16 +21,10 @@ from __future__ import annotations
 import threading
 import time
 
-from sofa_top.agent.protocol import (
-    PHASE_AUTOGRAD,
-    PHASE_EVAL,
-    PHASE_INFER,
-    PHASE_TORCH,
-    PHASE_TRAIN,
-)
+from sofa_top.agent.protocol import PHASE_AUTOGRAD, PHASE_EVAL, PHASE_TORCH, PHASE_TRAIN
 
 TRAIN, EVAL, SEEN, OPAQUE = PHASE_TRAIN, PHASE_EVAL, 4, 8
-AUTOGRAD, TORCH, INFER = PHASE_AUTOGRAD, PHASE_TORCH, PHASE_INFER
+AUTOGRAD, TORCH = PHASE_AUTOGRAD, PHASE_TORCH
 FORWARD, BACKWARD, OPTIMIZER = 0, 1, 2
 
 

@@ -157,7 +157,7 @@ def trained(steps: Iterable[StepSample]) -> bool:
 
 def _infers(step: StepSample) -> bool:
     """A model ran in the step, and it did not train."""
-    return step.phase_hint in ("eval", "inference") or (
+    return step.phase_hint == "eval" or (
         step.phase_hint == "" and (step.autograd is not None or model_call(step.source))
     )
 
@@ -169,8 +169,6 @@ def phase_of(step: StepSample, training: bool, inferring: bool = False) -> Phase
     tf.data, whose graph may train) a step stays what a step always was: training."""
     if step.phase_hint == "train" or trains(step.source):
         return "train"
-    if step.phase_hint == "inference":  # a predict pass, in a session that trains or not
-        return "inference"
     if training:
         return "eval" if step.phase_hint == "eval" else "train"
     return "inference" if inferring or _infers(step) else "train"
@@ -183,61 +181,18 @@ def by_phase(
     ``steps``)."""
     t = trained(steps) if training is None else training
     inferring = not t and any(_infers(s) for s in steps)
-    begin = _loop_begin(steps) if t else None
     out: dict[Phase, list[StepSample]] = {}
     for s in steps:
-        if begin is not None and _preview(s, begin):
-            continue
         out.setdefault(phase_of(s, t, inferring), []).append(s)
     return out
 
 
-def _trains(step: StepSample) -> bool:
-    return step.phase_hint == "train" or trains(step.source)
-
-
-def _us(t: float) -> int:
-    return round(t * 1e6)
-
-
-def _loop_begin(steps: Sequence[StepSample]) -> float | None:
-    """When the training loop began: the start of the run of back-to-back steps (one
-    iterator's: each starts where the one before it ended) that holds the first step with
-    training evidence of its own. None: no step has any."""
-    first = min((s for s in steps if _trains(s)), key=lambda s: float(s.start), default=None)
-    if first is None:
-        return None
-    ends = {_us(float(s.ts)): s for s in steps if s.source == first.source}
-    begin = first
-    for _ in range(len(ends)):
-        before = ends.get(_us(float(begin.start)))
-        if before is None or before is begin:
-            break
-        begin = before
-    return float(begin.start)
-
-
-def _preview(step: StepSample, begin: float) -> bool:
-    """A step of a training session that ended before its training loop began, with no
-    evidence of its own: a preview fetch (``take(1)``, ``next(iter(ds))``, a ``for`` that
-    breaks) outside the loop, in no phase (phases start at the loop). The steps before a
-    ``tf.function`` loop's retrace, back to back with it, are the loop's."""
-    return step.phase_hint == "" and not trains(step.source) and _us(float(step.ts)) <= _us(begin)
-
-
 def main_phase(phases: Mapping[Phase, Sequence[StepSample]], least: int = 1) -> Phase | None:
-    """The phase the numbers are about: of those with ``least`` steps, the one that took the
-    most time (a short fit before a long predict speaks for the predict), as its steps times
-    their median (a first step that traced the graph for seconds is no loop's time); else
-    the phase with the most steps."""
-    timed = [p for p in phases if len(phases[p]) >= least]
-    if timed:
-        return max(timed, key=lambda p: (_loop_time(phases[p]), p == "train"))
+    """The phase the numbers are about: training when it has ``least`` steps, else the phase
+    with the most."""
+    if len(phases.get("train", ())) >= least:
+        return "train"
     return max(phases, key=lambda p: len(phases[p]), default=None)
-
-
-def _loop_time(steps: Sequence[StepSample]) -> float:
-    return len(steps) * (percentile([s.duration_s for s in steps], 0.5) or 0.0)
 
 
 def input_share(host_split: Mapping[str, float] | None, host_samples: int) -> float:
@@ -290,21 +245,17 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
-def compute_split(steps: Sequence[StepSample]) -> dict[str, float] | None:
+def compute_split(steps: Iterable[StepSample]) -> dict[str, float] | None:
     """Forward / backward / optimizer / collective as fractions of the steps' timed compute;
-    None unless most steps' compute was split in the step itself: a Keras fit, a tf.function
-    (one opaque span), whose spans fired once while its graph was traced, splits no step."""
-    split = [
-        (s.forward_s, s.backward_s, s.optimizer_s, s.collective_s or 0.0)
-        for s in steps
-        if s.forward_s is not None and s.backward_s is not None and s.optimizer_s is not None
-    ]
-    if 2 * len(split) <= len(steps):
-        return None
-    f = sum(x[0] for x in split)
-    b = sum(x[1] for x in split)
-    o = sum(x[2] for x in split)
-    c = sum(x[3] for x in split)
+    None when no step's compute was split (Keras fit, a tf.function: one opaque span)."""
+    f = b = o = c = 0.0
+    for s in steps:
+        if s.forward_s is None or s.backward_s is None or s.optimizer_s is None:
+            continue
+        f += s.forward_s
+        b += s.backward_s
+        o += s.optimizer_s
+        c += s.collective_s or 0.0
     total = f + b + o + c
     if total <= 0:
         return None

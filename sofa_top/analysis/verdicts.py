@@ -18,9 +18,8 @@ Where neither says enough, the verdict is ``unknown`` with the reason, never a g
 that cannot time the input (optimizer steps, backward passes) decides nothing on its own.
 
 Steps are judged per phase (``analysis.steps.by_phase``): an evaluation pass inside training
-never mixes into the training steps' numbers; the verdict is about the phase whose steps took
-the most time (``steps.main_phase``: a short fit before a long predict speaks for the predict),
-and says which.
+never mixes into the training steps' numbers; the verdict is about the training steps when the
+window has enough, else about the phase that has the most, and says which.
 
 An input-bound verdict also names its cause, because the fixes differ (``analysis.causes``
 reads it from the scheduler's accounting of the producers' threads: on a CPU, waiting for one,

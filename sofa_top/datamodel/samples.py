@@ -286,7 +286,7 @@ class Event:
     data: dict[str, object] = field(default_factory=dict)
 
 
-PhaseHint = Literal["train", "eval", "inference", ""]
+PhaseHint = Literal["train", "eval", ""]
 
 
 _PHASE_HINTS: tuple[PhaseHint, ...] = get_args(PhaseHint)
@@ -335,8 +335,7 @@ class StepSample:
     backward_s: float | None = None
     optimizer_s: float | None = None
     # what the agent saw of the step's phase: "train" (a backward, an optimizer step),
-    # "eval" (a model call that cannot train: no_grad, eval(), evaluate), "inference" (a
-    # Keras predict pass), "" (nothing)
+    # "eval" (a model call that cannot train: no_grad, eval(), predict), "" (nothing)
     phase_hint: PhaseHint = ""
     # a torch model call of the step ran with autograd on (None: no torch model call seen)
     autograd: bool | None = None
