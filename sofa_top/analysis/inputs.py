@@ -4,6 +4,7 @@ may use; the evidence fields a verdict carries with it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 from sofa_top.analysis import causes
@@ -124,7 +125,15 @@ def cause_evidence(c: InputCause, ev: Evidence) -> InputCauseFigures:
     total = wait_cpu_cores(ev)
     return InputCauseFigures(
         cause=c.cause,
-        time_split=c.split,
+        # rounded where derived, as the JSON has it: a stored verdict reads back equal
+        time_split=None
+        if c.split is None
+        else replace(
+            c.split,
+            on_cpu=round(c.split.on_cpu, 3),
+            cpu_wait=round(c.split.cpu_wait, 3),
+            blocked=round(c.split.blocked, 3),
+        ),
         producers=c.producers or None,
         contention=c.contended,
         cpu_cores=round(c.cpu_cores, 3),
