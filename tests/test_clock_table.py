@@ -5,7 +5,6 @@ other edit."""
 
 from __future__ import annotations
 
-import ast
 import inspect
 import sqlite3
 import typing
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
+from test_toggle_table import _constants  # one reader of a module's string constants
 
 from sofa_top.agent import api, clocks, settings
 from sofa_top.agent.clocks import Clock, ClockRow
@@ -102,22 +102,6 @@ def test_a_new_row_reaches_the_verdict_the_phases_and_the_reasons() -> None:
     agent = AgentInfo(0.0, 1, "3.11", (("torch", "2"),), (), (("toy-call", "the toy broke"),))
     facts = step_facts.RunFacts(mode="launch", launched=True, agent=agent)
     assert step_facts.no_steps_reason(facts) == "no step measured: toy-call: the toy broke"
-
-
-def _constants(path: Path) -> list[str]:
-    tree = ast.parse(path.read_text())
-    docs = {
-        id(n.body[0].value)
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-        and n.body
-        and isinstance(n.body[0], ast.Expr)
-    }
-    return [
-        n.value
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
-    ]
 
 
 def test_clocks_are_spelled_in_the_table_only() -> None:
